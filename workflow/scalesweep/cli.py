@@ -1,0 +1,51 @@
+"""The ``scalesweep`` console script: one sub-command per module that offers one.
+
+Each module listed in ``COMMANDS`` exposes ``add_parser(subparsers)``, which registers
+its sub-command and sets ``func`` (taking the parsed args, returning an exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# module name -> sub-commands it registers (imported lazily so `--help` stays fast)
+COMMANDS = [
+    "scalesweep.runpoint",
+    "scalesweep.analysis_cli",
+]
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one clear line, exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scalesweep",
+        description="Container overhead and scaling of ML training and LLM inference.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"scalesweep {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
