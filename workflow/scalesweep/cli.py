@@ -12,7 +12,6 @@ import sys
 
 # module name -> sub-commands it registers (imported lazily so `--help` stays fast)
 COMMANDS = [
-    "scalesweep.runpoint",
     "scalesweep.analysis_cli",
 ]
 

@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""CNN image-classifier training payload (the OLCF container study's model).
+
+Runs identically natively and inside a container: it never asks where it runs. Rank,
+world size and rendezvous come from the launcher's environment (torchrun, mpirun, srun
+or MPICH/PMI), one process per rank. Rank 0 writes the metrics file atomically.
+
+Model: Conv(3->64), Conv(64->512), then the 512->512 block four times; each block is
+Conv3x3 + ReLU + BatchNorm + MaxPool2; Flatten; Linear(512 -> classes). Six poolings, so
+64x64 inputs end at 1x1x512.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
+
+from scalesweep.metrics import git_commit, host_info, now_iso, peak_rss_mb, write_metrics  # noqa: E402
+
+RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+
+
+def _first_env(names: tuple[str, ...], default: str) -> str:
+    for name in names:
+        if os.environ.get(name, "") != "":
+            return os.environ[name]
+    return default
+
+
+def rank_info() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from whichever launcher started us."""
+    return (
+        int(_first_env(RANK_VARS, "0")),
+        int(_first_env(SIZE_VARS, "1")),
+        int(_first_env(LOCAL_RANK_VARS, "0")),
+    )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True, help="image folder root/<class>/*.png|jpg")
+    p.add_argument("--out", required=True, help="metrics JSON written by rank 0")
+    p.add_argument("--parallel", choices=["ddp", "dp", "single"], default="ddp")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda also covers ROCm builds of torch")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=32, help="per rank")
+    p.add_argument("--image-size", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--max-images", type=int, default=0, help="0 = all")
+    args = p.parse_args(argv)
+    for name in ("epochs", "batch_size", "image_size", "threads"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.image_size < 64:
+        p.error(f"--image-size must be >= 64 (six 2x poolings), got {args.image_size}")
+    return args
+
+
+def build_model(num_classes: int):
+    from torch import nn
+
+    def block(cin: int, cout: int) -> list:
+        return [
+            nn.Conv2d(cin, cout, 3, padding=1),
+            nn.ReLU(inplace=True),
+            nn.BatchNorm2d(cout),
+            nn.MaxPool2d(2),
+        ]
+
+    layers = block(3, 64) + block(64, 512)
+    for _ in range(4):
+        layers += block(512, 512)
+    return nn.Sequential(
+        *layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, num_classes)
+    )
+
+
+def load_image_folder(root: Path, size: int, max_images: int):
+    """All images of root/<class>/ as one float tensor in [0, 1], NCHW, plus labels."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    if len(classes) < 2:
+        raise SystemExit(f"train_cnn: {root} has {len(classes)} class folders, need >= 2")
+    files: list[tuple[Path, int]] = []
+    for label, cls in enumerate(classes):
+        for f in sorted((root / cls).iterdir()):
+            if f.suffix.lower() in {".png", ".jpg", ".jpeg"}:
+                files.append((f, label))
+    if max_images:
+        files = files[:max_images] if len(classes) == 1 else _balanced(files, max_images)
+    arr = np.empty((len(files), size, size, 3), dtype=np.uint8)
+    for i, (f, _) in enumerate(files):
+        with Image.open(f) as im:
+            im = im.convert("RGB")
+            if im.size != (size, size):
+                im = im.resize((size, size), Image.BILINEAR)
+            arr[i] = np.asarray(im)
+    x = torch.from_numpy(arr).permute(0, 3, 1, 2).float().div_(255.0)
+    y = torch.tensor([label for _, label in files], dtype=torch.long)
+    return x, y, classes
+
+
+def _balanced(files: list[tuple[Path, int]], n: int) -> list[tuple[Path, int]]:
+    by_label: dict[int, list] = {}
+    for item in files:
+        by_label.setdefault(item[1], []).append(item)
+    per = max(1, n // len(by_label))
+    return [item for items in by_label.values() for item in items[:per]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    t_start = time.time()
+    start_iso = now_iso()
+    rank, world, local_rank = rank_info()
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("train_cnn: --device cuda but torch sees no GPU")
+    if args.parallel == "dp" and (args.device != "cuda" or torch.cuda.device_count() < 1):
+        raise SystemExit("train_cnn: DataParallel is a GPU mode; no GPU is visible")
+    if args.parallel != "ddp" and world > 1:
+        raise SystemExit(f"train_cnn: --parallel {args.parallel} runs one process, got {world} ranks")
+
+    distributed = args.parallel == "ddp" and world > 1
+    t_init = time.time()
+    if distributed:
+        backend = "nccl" if args.device == "cuda" else "gloo"
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        if "MASTER_PORT" not in os.environ:
+            raise SystemExit("train_cnn: MASTER_PORT is not set (the launcher sets it)")
+        dist.init_process_group(backend, rank=rank, world_size=world)
+    init_s = time.time() - t_init
+
+    device = torch.device(f"cuda:{local_rank}" if args.device == "cuda" else "cpu")
+    if args.device == "cuda" and args.parallel != "dp":
+        torch.cuda.set_device(device)
+
+    t_load = time.time()
+    x, y, classes = load_image_folder(Path(args.data), args.image_size, args.max_images)
+    load_s = time.time() - t_load
+
+    model = build_model(len(classes)).to(device)
+    n_params = sum(p.numel() for p in model.parameters())
+    if distributed:
+        model = nn.parallel.DistributedDataParallel(
+            model, device_ids=[local_rank] if args.device == "cuda" else None
+        )
+    elif args.parallel == "dp":
+        model = nn.DataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+
+    n = len(y)
+    epoch_s: list[float] = []
+    epoch_loss: list[float] = []
+    epoch_acc: list[float] = []
+    for epoch in range(args.epochs):
+        g = torch.Generator().manual_seed(args.seed + epoch)
+        order = torch.randperm(n, generator=g)
+        # DistributedSampler semantics without padding surprises: rank r takes every
+        # world-th sample; each rank steps the same number of batches.
+        mine = order[rank::world] if distributed else order
+        steps = len(order) // world // args.batch_size if distributed else len(mine) // args.batch_size
+        steps = max(steps, 1)
+        model.train()
+        if distributed:
+            dist.barrier()
+        t0 = time.perf_counter()
+        tot_loss = torch.zeros(1)
+        correct = torch.zeros(1)
+        seen = torch.zeros(1)
+        for s in range(steps):
+            idx = mine[s * args.batch_size:(s + 1) * args.batch_size]
+            xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
+            opt.zero_grad(set_to_none=True)
+            out = model(xb)
+            loss = loss_fn(out, yb)
+            loss.backward()
+            opt.step()
+            tot_loss += loss.detach().cpu() * len(idx)
+            correct += (out.argmax(1) == yb).sum().cpu()
+            seen += len(idx)
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+        if distributed:
+            dist.barrier()
+        epoch_s.append(time.perf_counter() - t0)
+        stats = torch.cat([tot_loss, correct, seen])
+        if distributed:
+            dist.all_reduce(stats)
+        epoch_loss.append(float(stats[0] / stats[2]))
+        epoch_acc.append(float(stats[1] / stats[2]))
+        images_per_epoch = int(stats[2])
+        if rank == 0:
+            print(
+                f"epoch {epoch + 1}/{args.epochs}: {epoch_s[-1]:.2f} s, "
+                f"{images_per_epoch / epoch_s[-1]:.1f} images/s, loss {epoch_loss[-1]:.4f}, "
+                f"acc {epoch_acc[-1]:.4f}",
+                flush=True,
+            )
+
+    per_rank = {
+        "rank": rank,
+        "local_rank": local_rank,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "threads": torch.get_num_threads(),
+    }
+    if distributed:
+        gathered: list = [None] * world
+        dist.all_gather_object(gathered, per_rank)
+        # barrier before teardown: gloo under mpirun + ch-run can abort at exit otherwise
+        dist.barrier()
+        dist.destroy_process_group()
+    else:
+        gathered = [per_rank]
+
+    if rank == 0:
+        total = sum(epoch_s)
+        record = {
+            "kind": "payload",
+            "workload": "cnn",
+            "parallel": args.parallel,
+            "device": args.device,
+            "ranks": world,
+            "hosts": sorted({r["host"] for r in gathered}),
+            "per_rank": gathered,
+            "threads_per_rank": args.threads,
+            "batch_size_per_rank": args.batch_size,
+            "global_batch_size": args.batch_size * (world if distributed else 1),
+            "image_size": args.image_size,
+            "classes": classes,
+            "dataset_images": n,
+            "images_per_epoch": images_per_epoch,
+            "parameters": n_params,
+            "epochs": args.epochs,
+            "epoch_s": epoch_s,
+            "train_s": total,
+            "images_per_s": images_per_epoch * args.epochs / total,
+            "final_loss": epoch_loss[-1],
+            "final_accuracy": epoch_acc[-1],
+            "loss_per_epoch": epoch_loss,
+            "accuracy_per_epoch": epoch_acc,
+            "init_process_group_s": init_s,
+            "data_load_s": load_s,
+            "peak_rss_mb": max(r["peak_rss_mb"] for r in gathered),
+            "seed": args.seed,
+            "versions": {"torch": torch.__version__, "python": sys.version.split()[0]},
+            "host": host_info(),
+            "git_commit": git_commit(),
+            "start": start_iso,
+            "end": now_iso(),
+            "payload_wall_s": time.time() - t_start,
+        }
+        write_metrics(args.out, record)
+        print(json.dumps({"train_s": total, "images_per_s": record["images_per_s"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

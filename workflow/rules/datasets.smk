@@ -1,0 +1,37 @@
+# Stage each dataset once, with a checksum manifest, then verify it before any run reads it.
+
+
+def dataset_params(wildcards):
+    return config["datasets"][wildcards.dataset]
+
+
+rule stage_dataset:
+    output:
+        directory("resources/datasets/{dataset}"),
+    log:
+        "logs/datasets/{dataset}.stage.log",
+    params:
+        ds=dataset_params,
+    conda:
+        "../../envs/scalesweep.yaml"
+    shell:
+        "python scripts/stage_dataset.py stage"
+        " --source {params.ds[source]:q}"
+        " --path {params.ds[path]:q}"
+        " --classes {params.ds[classes]:q}"
+        " --images-per-class {params.ds[images_per_class]:q}"
+        " --image-size {params.ds[image_size]:q}"
+        " --out {output:q} > {log:q} 2>&1"
+
+
+rule verify_dataset:
+    input:
+        rules.stage_dataset.output,
+    output:
+        "resources/datasets/{dataset}.verified.json",
+    log:
+        "logs/datasets/{dataset}.verify.log",
+    conda:
+        "../../envs/scalesweep.yaml"
+    shell:
+        "python scripts/stage_dataset.py verify {input:q} --report {output:q} > {log:q} 2>&1"

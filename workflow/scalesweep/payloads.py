@@ -1,0 +1,50 @@
+"""Payload arguments per workload kind: what `python scripts/<payload>.py` is given."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scalesweep.sweep import SweepPoint
+
+
+@dataclass
+class Invocation:
+    script: str  # relative to the code root
+    args: list[str]
+    data_dir: str  # bound read-only-in-spirit as the data mount
+    image: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def cnn_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_dir: Path) -> Invocation:
+    dataset_dir = str(Path(inputs["dataset"]).resolve())
+    ds_name = wl["dataset"]
+    ds = config["datasets"][ds_name]
+    device = "cpu" if point.gpus == 0 else "cuda"  # ROCm torch also answers to "cuda"
+    args = [
+        "--data", dataset_dir,
+        "--out", str((out_dir / "payload.json").resolve()),
+        "--parallel", wl.get("parallel", "ddp") if point.world_size > 1 or wl.get("parallel") == "dp" else "single",
+        "--device", device,
+        "--epochs", str(wl.get("epochs", 2)),
+        "--batch-size", str(wl.get("batch_size", 32)),
+        "--image-size", str(ds.get("image_size", 64)),
+        "--threads", str(point.threads),
+        "--seed", str(wl.get("seed", 0)),
+    ]
+    info_file = Path(dataset_dir) / "dataset.json"
+    info = json.loads(info_file.read_text()) if info_file.is_file() else {}
+    return Invocation("scripts/train_cnn.py", args, dataset_dir,
+                      extra={"dataset": {"name": ds_name, **info}})
+
+
+def payload_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_dir: Path) -> Invocation:
+    kinds = {"cnn": cnn_invocation}
+    try:
+        build = kinds[wl["payload"]]
+    except KeyError:
+        raise ValueError(f"workload {point.workload}: unknown payload {wl['payload']!r}") from None
+    return build(point, wl, config, inputs, out_dir)

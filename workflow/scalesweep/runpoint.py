@@ -1,0 +1,253 @@
+"""Run one sweep point: launch its payload, time it, and write its metrics.json.
+
+The payload writes ``payload.json`` into the point's directory; this harness adds what
+only the launcher knows (command line, launcher, wall time, Slurm job, image digest) and
+writes ``metrics.json`` atomically. A failed attempt writes ``failure.json`` instead and
+appends to ``attempts.jsonl``; a ``metrics.json`` that exists is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from scalesweep.launch import ContainerSite, Launch, launch_command, launch_env, shell_line
+from scalesweep.metrics import (
+    git_commit,
+    now_iso,
+    read_metrics,
+    write_json_atomic,
+    write_metrics,
+)
+from scalesweep.sweep import SweepPoint
+
+PAYLOAD_JSON = "payload.json"
+FAILURE_JSON = "failure.json"
+ATTEMPTS = "attempts.jsonl"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def slurm_info() -> dict[str, Any] | None:
+    if "SLURM_JOB_ID" not in os.environ:
+        return None
+    keys = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_NTASKS",
+            "SLURM_NTASKS_PER_NODE", "SLURM_CPUS_PER_TASK", "SLURM_JOB_PARTITION",
+            "SLURM_JOB_ACCOUNT", "SLURM_RESTART_COUNT", "SLURM_CLUSTER_NAME")
+    return {k.removeprefix("SLURM_").lower(): os.environ.get(k) for k in keys}
+
+
+def first_slurm_host() -> str:
+    """First node of the allocation: the rendezvous host (MASTER_ADDR)."""
+    out = subprocess.run(
+        ["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
+        capture_output=True, text=True, check=True,
+    )
+    return out.stdout.split()[0]
+
+
+def choose_launcher(configured: str, world_size: int) -> str:
+    """One process needs no launcher; inside a Slurm job several ranks go through srun."""
+    if world_size == 1:
+        return "local"
+    if "SLURM_JOB_ID" in os.environ:
+        return "srun"
+    return configured
+
+
+def rendezvous_env(launcher: str) -> dict[str, str]:
+    if launcher == "srun":
+        job = int(os.environ["SLURM_JOB_ID"])
+        return {"MASTER_ADDR": first_slurm_host(), "MASTER_PORT": str(20000 + job % 20000)}
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "GLOO_SOCKET_IFNAME": "lo"}
+
+
+def container_site(config: dict, runtime: str, image: str) -> ContainerSite:
+    c = dict(config.get("containers", {}).get("site", {}) or {})
+    return ContainerSite(
+        image=image,
+        python=c.get("python", "/opt/venv/bin/python"),
+        apptainer_bin=c.get("apptainer_bin", "apptainer"),
+        ch_run_bin=c.get("ch_run_bin", "ch-run"),
+        gpu_flag=c.get("gpu_flag", ""),
+        extra_binds=tuple(c.get("extra_binds", []) if runtime.startswith("apptainer") else ()),
+        host_mpi_lib_dirs=tuple(c.get("host_mpi_lib_dirs", [])),
+        host_mpi_preload=c.get("host_mpi_preload", ""),
+        env=tuple(sorted((c.get("env") or {}).items())),
+    )
+
+
+def build_launch(
+    point: SweepPoint,
+    workload: dict,
+    config: dict,
+    *,
+    payload_args: list[str],
+    payload: str,
+    data_dir: str,
+    out_dir: str,
+    image: str = "",
+    launcher: str | None = None,
+) -> Launch:
+    machine = config.get("machine", {})
+    return Launch(
+        runtime=point.runtime,
+        launcher=launcher or choose_launcher(machine.get("launcher", "mpirun"), point.world_size),
+        nodes=point.nodes,
+        ranks_per_node=point.ranks,
+        threads=point.threads,
+        gpus_per_node=point.gpus,
+        payload=payload,
+        args=tuple(payload_args),
+        code_root=str(Path(config["_code_root"]).resolve()),
+        data_dir=str(Path(data_dir).resolve()),
+        out_dir=str(Path(out_dir).resolve()),
+        host_python=machine.get("python") or sys.executable,
+        site=container_site(config, point.runtime, image),
+        mpirun_extra=tuple(machine.get("mpirun_extra", [])),
+        srun_extra=tuple(machine.get("srun_extra", [])),
+    )
+
+
+def _image_provenance(manifest: str | None) -> dict[str, Any] | None:
+    if not manifest or not Path(manifest).is_file():
+        return None
+    m = json.loads(Path(manifest).read_text())
+    keep = ("content_digest", "cache_key", "builder", "builder_version", "recipe_sha256", "size_bytes")
+    return {k: m.get(k) for k in keep if k in m} | {"manifest": str(manifest)}
+
+
+def execute(
+    point: SweepPoint,
+    launch: Launch,
+    metrics_path: str,
+    log_path: str,
+    *,
+    image_manifest: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> int:
+    """Run the payload; on success write metrics.json, on failure failure.json. Return rc."""
+    metrics_path = Path(metrics_path)
+    out_dir = metrics_path.parent
+    if metrics_path.exists():
+        read_metrics(metrics_path)  # refuse to run over a valid measurement
+        print(f"{metrics_path} exists: this point is already measured", file=sys.stderr)
+        return 0
+    out_dir.mkdir(parents=True, exist_ok=True)
+    payload_json = out_dir / PAYLOAD_JSON
+    payload_json.unlink(missing_ok=True)
+
+    env = dict(os.environ)
+    env.update(launch_env(launch))
+    rdv = rendezvous_env(launch.launcher) if launch.world_size > 1 else {}
+    env.update(rdv)
+    if launch.launcher == "mpirun" and os.geteuid() == 0:
+        # Open MPI refuses root unless told twice; CI and containers run as root
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    commit = git_commit(launch.code_root)
+    if commit:
+        env["SCALESWEEP_GIT_COMMIT"] = commit
+    argv = launch_command(launch)
+    added_env = {k: env[k] for k in sorted(set(launch_env(launch)) | set(rdv))}
+    attempt = {
+        "point": point.as_dict(),
+        "command": shell_line(argv, added_env),
+        "launcher": launch.launcher,
+        "start": now_iso(),
+        "slurm": slurm_info(),
+        "log": str(log_path),
+    }
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with open(log_path, "a") as log:
+        log.write(f"# {attempt['start']} scalesweep run-point\n# {attempt['command']}\n")
+        log.flush()
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        previous = _forward_termination(proc)
+        try:
+            rc = proc.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    wall = time.perf_counter() - t0
+    attempt.update(end=now_iso(), wall_s=wall, exit_code=rc)
+
+    if rc == 0 and not payload_json.is_file():
+        rc, attempt["reason"] = 70, f"payload exited 0 but wrote no {PAYLOAD_JSON}"
+    if rc != 0:
+        attempt.setdefault("reason", _reason(rc))
+        attempt["state"] = "failed"
+        write_json_atomic(out_dir / FAILURE_JSON, attempt)
+        _append_attempt(out_dir, attempt)
+        print(f"point {point.path} failed: {attempt['reason']}; log: {log_path}", file=sys.stderr)
+        return rc if rc > 0 else 128 - rc
+
+    payload = json.loads(payload_json.read_text())
+    record = {k: v for k, v in payload.items() if k not in ("schema", "schema_version", "kind")}
+    record.update(
+        point=point.as_dict(),
+        runtime=point.runtime,
+        workload=point.workload,
+        payload=payload.get("workload"),
+        launcher=launch.launcher,
+        command=attempt["command"],
+        harness_wall_s=wall,
+        harness_overhead_s=wall - float(payload.get("payload_wall_s", wall)),
+        slurm=attempt["slurm"],
+        image=_image_provenance(image_manifest),
+        git_commit=commit or payload.get("git_commit"),
+        harness_start=attempt["start"],
+        harness_end=attempt["end"],
+        **(extra or {}),
+    )
+    attempt["state"] = "done"
+    _append_attempt(out_dir, attempt)
+    write_metrics(metrics_path, record)
+    payload_json.unlink(missing_ok=True)
+    (out_dir / FAILURE_JSON).unlink(missing_ok=True)
+    return 0
+
+
+def _forward_termination(proc: subprocess.Popen) -> dict:
+    """Pass SIGTERM/SIGINT (scancel, Ctrl-C) to the payload's whole process group."""
+    def forward(signum, _frame):
+        try:
+            os.killpg(proc.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            previous[sig] = signal.signal(sig, forward)
+        except ValueError:  # not the main thread
+            pass
+    return previous
+
+
+def _reason(rc: int) -> str:
+    if rc < 0:
+        return f"killed by signal {signal.Signals(-rc).name}"
+    if rc > 128 and rc - 128 < 65:
+        try:
+            return f"exit code {rc} (signal {signal.Signals(rc - 128).name} in the job)"
+        except ValueError:
+            pass
+    return f"exit code {rc}"
+
+
+def _append_attempt(out_dir: Path, attempt: dict) -> None:
+    with open(out_dir / ATTEMPTS, "a") as fh:
+        fh.write(json.dumps(attempt, sort_keys=True, default=str) + "\n")

@@ -1,0 +1,184 @@
+"""Sweep points: the one expansion of config axes into immutable run records.
+
+A point's path under ``results/runs/`` is derived from the point alone and parses back
+to the same point (``SweepPoint.from_path(p.path) == p``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable
+
+RUNTIMES = ("native", "charliecloud", "apptainer", "apptainer-hostmpi")
+CONTAINER_RUNTIMES = RUNTIMES[1:]
+AXES = ("runtimes", "nodes", "gpus_per_node", "ranks_per_node", "threads_per_rank", "repeats")
+
+# results/runs/<workload>/<runtime>/n<nodes>-g<gpus>-r<ranks>-t<threads>/rep<repeat>
+POINT_DIR = "{workload}/{runtime}/n{nodes}-g{gpus}-r{ranks}-t{threads}/rep{repeat}"
+WILDCARD_CONSTRAINTS = {
+    "workload": r"[a-z][a-z0-9_]*",
+    "runtime": "|".join(re.escape(r) for r in RUNTIMES),
+    "nodes": r"[1-9][0-9]*",
+    "gpus": r"[0-9]+",
+    "ranks": r"[1-9][0-9]*",
+    "threads": r"[1-9][0-9]*",
+    "repeat": r"[1-9][0-9]*",
+}
+_PATH_RE = re.compile(
+    "^"
+    + re.sub(r"\{(\w+)\}", lambda m: f"(?P<{m[1]}>{WILDCARD_CONSTRAINTS[m[1]]})", POINT_DIR)
+    + "$"
+)
+
+
+class SweepError(ValueError):
+    """The config asks for a sweep that cannot run: raised before any job starts."""
+
+
+@dataclass(frozen=True, order=True)
+class SweepPoint:
+    workload: str
+    runtime: str
+    nodes: int
+    gpus: int  # GPUs per node visible to the point (0 = CPU only)
+    ranks: int  # processes per node
+    threads: int  # threads per rank
+    repeat: int
+
+    @property
+    def path(self) -> str:
+        return POINT_DIR.format(**asdict(self))
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks
+
+    @classmethod
+    def from_path(cls, path: str) -> "SweepPoint":
+        m = _PATH_RE.match(path.strip("/"))
+        if not m:
+            raise SweepError(f"not a sweep point path: {path!r}")
+        return cls.from_wildcards(m.groupdict())
+
+    @classmethod
+    def from_wildcards(cls, wc: Any) -> "SweepPoint":
+        get = wc.get if hasattr(wc, "get") else lambda k: getattr(wc, k)
+        return cls(
+            workload=str(get("workload")),
+            runtime=str(get("runtime")),
+            nodes=int(get("nodes")),
+            gpus=int(get("gpus")),
+            ranks=int(get("ranks")),
+            threads=int(get("threads")),
+            repeat=int(get("repeat")),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def workload_axes(config: dict, name: str) -> dict[str, Any]:
+    """The sweep axes of one workload: the top-level ``sweep`` overlaid by its own."""
+    axes = dict(config.get("sweep", {}))
+    axes.update(config["workloads"][name].get("sweep", {}) or {})
+    return axes
+
+
+def enabled_workloads(config: dict) -> list[str]:
+    return [name for name, w in config["workloads"].items() if w.get("enabled", True)]
+
+
+def _as_list(value: Any) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _workload_points(config: dict, name: str) -> Iterable[SweepPoint]:
+    wl = config["workloads"][name]
+    axes = workload_axes(config, name)
+    machine = config.get("machine", {})
+    gpu_machine = machine.get("device", "cpu") != "cpu"
+    payload = wl["payload"]
+    parallel = wl.get("parallel", "ddp")
+
+    runtimes = _as_list(axes["runtimes"])
+    for rt in runtimes:
+        if rt not in RUNTIMES:
+            raise SweepError(f"workload {name}: unknown runtime {rt!r}; known: {', '.join(RUNTIMES)}")
+    repeats = int(axes.get("repeats", 1))
+    if repeats < 1:
+        raise SweepError(f"workload {name}: repeats must be >= 1, got {repeats}")
+    threads_axis = _as_list(axes.get("threads_per_rank", [1]))
+
+    # geometry: (nodes, gpus per node, ranks per node)
+    geometry: list[tuple[int, int, int]] = []
+    for nodes in _as_list(axes["nodes"]):
+        if payload == "llm":
+            for gpus in _as_list(axes.get("gpus_per_node", [0])):
+                geometry.append((nodes, gpus, 1))  # one server per node
+        elif parallel == "dp":
+            if not gpu_machine or int(machine.get("gpus_per_node", 0)) < 1:
+                raise SweepError(
+                    f"workload {name}: DataParallel is a GPU mode and machine.device is "
+                    f"{machine.get('device', 'cpu')!r} with {machine.get('gpus_per_node', 0)} "
+                    "GPUs per node; nn.DataParallel on CPU would silently do nothing. "
+                    "Disable the workload or run on a GPU machine."
+                )
+            if nodes != 1:
+                raise SweepError(f"workload {name}: DataParallel is single-node, got nodes={nodes}")
+            for gpus in _as_list(axes["gpus_per_node"]):
+                geometry.append((1, gpus, 1))
+        elif gpu_machine:
+            for gpus in _as_list(axes["gpus_per_node"]):
+                geometry.append((nodes, gpus, gpus))  # one rank per GPU
+        else:
+            for ranks in _as_list(axes["ranks_per_node"]):
+                geometry.append((nodes, 0, ranks))
+
+    gpus_avail = int(machine.get("gpus_per_node", 0))
+    cores = int(machine.get("cores_per_node", 0))
+    for nodes, gpus, ranks in geometry:
+        if nodes < 1 or ranks < 1 or gpus < 0:
+            raise SweepError(f"workload {name}: nodes={nodes}, ranks={ranks}, gpus={gpus} out of range")
+        if gpus > gpus_avail:
+            raise SweepError(
+                f"workload {name}: gpus_per_node={gpus} but machine.gpus_per_node is {gpus_avail}"
+            )
+        for threads in threads_axis:
+            if cores and ranks * threads > cores:
+                raise SweepError(
+                    f"workload {name}: {ranks} ranks x {threads} threads = {ranks * threads} "
+                    f"exceeds machine.cores_per_node={cores} (oversubscription distorts timings)"
+                )
+            for rt, rep in itertools.product(runtimes, range(1, repeats + 1)):
+                yield SweepPoint(name, rt, nodes, gpus, ranks, threads, rep)
+
+
+def scaling_count(point: SweepPoint, payload: str) -> int:
+    """What a scaling series is plotted against: GPUs for LLM, total ranks otherwise."""
+    if payload == "llm":
+        return point.nodes * point.gpus
+    if point.gpus and point.ranks == 1:  # DataParallel: one process, many GPUs
+        return point.gpus
+    return point.world_size
+
+
+def sweep_points(config: dict) -> list[SweepPoint]:
+    """Every point the config asks for, sorted, after checking baselines are in the sweep."""
+    points: list[SweepPoint] = []
+    for name in enabled_workloads(config):
+        mine = sorted(set(_workload_points(config, name)))
+        baseline = workload_axes(config, name).get("baseline")
+        if baseline is not None:
+            payload = config["workloads"][name]["payload"]
+            counts = sorted({scaling_count(p, payload) for p in mine})
+            if int(baseline) not in counts:
+                raise SweepError(
+                    f"workload {name}: baseline {baseline} is not a count in the sweep; "
+                    f"counts: {', '.join(map(str, counts))}"
+                )
+        points.extend(mine)
+    if not points:
+        raise SweepError("the config enables no workload, or its axes are empty")
+    return points

@@ -1,0 +1,37 @@
+"""Snakemake glue: metrics files -> runs.csv, scaling.csv, points.csv."""
+
+import sys
+from pathlib import Path
+
+sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
+sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # noqa: F821
+
+import pandas as pd  # noqa: E402
+
+from scalesweep.analysis import scaling_table  # noqa: E402
+from scalesweep.collect import collect_runs, point_states  # noqa: E402
+from scalesweep.sweep import sweep_points, workload_axes  # noqa: E402
+
+sm = snakemake  # noqa: F821
+cfg = sm.config
+runs = collect_runs(sm.input.metrics, cfg)
+runs.to_csv(sm.output.runs, index=False)
+
+tables = []
+for workload, df in runs.groupby("workload", sort=True):
+    baseline = workload_axes(cfg, workload).get("baseline")
+    table = scaling_table(
+        df,
+        count_col="count",
+        time_col="time_s",
+        group_cols=["workload", "runtime", "threads"],
+        baseline=baseline,
+        cv_threshold=cfg.get("analysis", {}).get("cv_threshold", 0.05),
+    )
+    tables.append(table)
+scaling = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+scaling.to_csv(sm.output.scaling, index=False, float_format="%.6g")
+
+states = point_states(sweep_points(cfg))
+states.to_csv(sm.output.points, index=False)
+print(states["state"].value_counts().to_string(), file=sys.stderr)
