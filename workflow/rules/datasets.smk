@@ -12,10 +12,11 @@ rule stage_dataset:
         "logs/datasets/{dataset}.stage.log",
     params:
         ds=dataset_params,
+        script=f"{workflow.basedir}/scripts/stage_dataset.py",
     conda:
         "../../envs/scalesweep.yaml"
     shell:
-        "python scripts/stage_dataset.py stage"
+        "python {params.script:q} stage"
         " --source {params.ds[source]:q}"
         " --path {params.ds[path]:q}"
         " --classes {params.ds[classes]:q}"
@@ -31,7 +32,9 @@ rule verify_dataset:
         "resources/datasets/{dataset}.verified.json",
     log:
         "logs/datasets/{dataset}.verify.log",
+    params:
+        script=f"{workflow.basedir}/scripts/stage_dataset.py",
     conda:
         "../../envs/scalesweep.yaml"
     shell:
-        "python scripts/stage_dataset.py verify {input:q} --report {output:q} > {log:q} 2>&1"
+        "python {params.script:q} verify {input:q} --report {output:q} > {log:q} 2>&1"

@@ -30,7 +30,7 @@ for workload, df in runs.groupby("workload", sort=True):
     )
     tables.append(table)
 scaling = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
-scaling.to_csv(sm.output.scaling, index=False, float_format="%.6g")
+scaling.to_csv(sm.output.scaling, index=False, float_format="%.10g")
 
 states = point_states(sweep_points(cfg))
 states.to_csv(sm.output.points, index=False)

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Install what scalesweep needs, idempotently: Debian packages (when root), a .venv in the
+# repo root with the pinned Python dependencies, torch==2.13.0, and scalesweep itself.
+#
+#   scripts/install.sh            # what the embedded default sweep needs
+#   scripts/install.sh --test     # plus test tools and the local Slurm cluster's packages
+#
+# Environment: PYTHON (interpreter for the venv, default python3), TORCH_INDEX_URL (e.g.
+# https://download.pytorch.org/whl/cpu on a machine without a local torch wheel).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+[[ "${1:-}" == "--test" ]] && want_test=1
+
+APT_PACKAGES=(
+  python3-venv          # the .venv
+  charliecloud          # ch-run / ch-image: the container runtime of the embedded default
+  debootstrap           # offline Debian root filesystem for the image
+  squashfs-tools squashfuse
+  openmpi-bin           # mpirun: one process per rank outside Slurm
+  dataset-fashion-mnist # the embedded default's real images, offline
+  git
+)
+
+missing_apt() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+  done
+}
+
+apt_install() {
+  local missing
+  mapfile -t missing < <(missing_apt "$@")
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "install: please install these Debian packages first: sudo apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "install: apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+apt_install "${APT_PACKAGES[@]}"
+if [[ $want_test -eq 1 ]]; then
+  scripts/slurm-cluster install-deps
+fi
+
+# Python: re-install only when the pins or this script change.
+extras=""
+[[ $want_test -eq 1 ]] && extras="[test]"
+stamp=.venv/.scalesweep-installed
+key=$(cat pyproject.toml scripts/install.sh | sha256sum | cut -c1-16)"$extras"
+if [[ -x .venv/bin/python && -f $stamp && $(cat "$stamp") == "$key" ]]; then
+  echo "install: .venv is up to date"
+  exit 0
+fi
+"${PYTHON:-python3}" -m venv .venv
+# torch first and alone, pinned: nothing else may resolve another torch (GBs of CUDA).
+.venv/bin/pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} torch==2.13.0
+.venv/bin/pip install -q -e ".${extras}"
+echo "$key" > "$stamp"
+echo "install: .venv ready ($(.venv/bin/python -c 'import torch, snakemake; print("torch", torch.__version__, "snakemake", snakemake.__version__)'))"

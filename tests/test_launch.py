@@ -1,0 +1,106 @@
+"""The exact command lines the launcher builds, pinned."""
+
+import pytest
+
+from scalesweep.launch import ContainerSite, Launch, LaunchError, launch_command, launch_env
+
+CODE, DATA, OUT = "/repo", "/repo/resources/datasets/d", "/repo/results/runs/p"
+
+
+def make(runtime="native", launcher="local", nodes=1, ranks=1, threads=1, gpus=0, **site):
+    return Launch(
+        runtime=runtime, launcher=launcher, nodes=nodes, ranks_per_node=ranks,
+        threads=threads, gpus_per_node=gpus, payload="scripts/train_cnn.py",
+        args=("--data", DATA, "--out", f"{OUT}/payload.json", "--epochs", "2"),
+        code_root=CODE, data_dir=DATA, out_dir=OUT, host_python="/venv/bin/python",
+        site=ContainerSite(**site),
+    )
+
+
+def test_native_single_process():
+    assert launch_command(make()) == [
+        "/venv/bin/python", "/repo/scripts/train_cnn.py",
+        "--data", DATA, "--out", f"{OUT}/payload.json", "--epochs", "2",
+    ]
+
+
+def test_native_mpirun_two_ranks():
+    cmd = launch_command(make(launcher="mpirun", ranks=2))
+    assert cmd[:9] == ["mpirun", "-n", "2", "--bind-to", "none", "--mca",
+                       "btl_vader_single_copy_mechanism", "none", "-x"]
+    assert cmd[cmd.index("/venv/bin/python"):][:2] == ["/venv/bin/python", "/repo/scripts/train_cnn.py"]
+
+
+def test_charliecloud_under_mpirun_binds_code_data_out():
+    cmd = launch_command(make("charliecloud", "mpirun", ranks=2, image="/img/default"))
+    i = cmd.index("ch-run")
+    assert cmd[i:] == [
+        "ch-run",
+        "--bind=/repo:/mnt/code",
+        f"--bind={DATA}:/mnt/data",
+        f"--bind={OUT}:/mnt/out",
+        "--cd=/mnt/code",
+        "/img/default",
+        "--",
+        "/opt/venv/bin/python", "/mnt/code/scripts/train_cnn.py",
+        "--data", "/mnt/data", "--out", "/mnt/out/payload.json", "--epochs", "2",
+    ]
+
+
+def test_torchrun_runs_inside_the_container():
+    cmd = launch_command(make("charliecloud", "torchrun", ranks=2, image="/img/default"))
+    j = cmd.index("--")
+    assert cmd[j + 1:j + 5] == ["/opt/venv/bin/python", "-m", "torch.distributed.run", "--standalone"]
+    assert "--nproc-per-node=2" in cmd
+
+
+def test_container_without_image_is_refused():
+    with pytest.raises(LaunchError, match="needs an image"):
+        launch_command(make("charliecloud"))
+
+
+def test_local_launcher_refuses_several_ranks():
+    with pytest.raises(LaunchError, match="the point has 2 ranks"):
+        launch_command(make(launcher="local", ranks=2))
+
+
+FRONTIER = dict(
+    image="/lustre/orion/proj/scalesweep/pytorch-rocm.sif",
+    python="/opt/conda/bin/python",
+    gpu_flag="--rocm",
+    extra_binds=("/usr/share/libdrm", "/var/spool/slurmd", "/opt/cray"),
+)
+
+
+def test_apptainer_on_frontier_under_srun():
+    """OLCF: srun -N.. --tasks-per-node=8 -c7 --gpus-per-task=1 --gpu-bind=closest apptainer exec --rocm ..."""
+    cmd = launch_command(make("apptainer", "srun", nodes=2, ranks=8, threads=7, gpus=8, **FRONTIER))
+    assert cmd[:7] == ["srun", "--nodes=2", "--ntasks=16", "--ntasks-per-node=8",
+                       "--cpus-per-task=7", "--gpus-per-task=1", "--gpu-bind=closest"]
+    assert cmd[7:14] == [
+        "apptainer", "exec", "--rocm", "--bind",
+        f"/repo:/mnt/code,{DATA}:/mnt/data,{OUT}:/mnt/out,/usr/share/libdrm:/usr/share/libdrm,"
+        "/var/spool/slurmd:/var/spool/slurmd,/opt/cray:/opt/cray",
+        "--pwd", "/mnt/code",
+    ]
+    assert cmd[14:16] == [FRONTIER["image"], "/opt/conda/bin/python"]
+
+
+def test_apptainer_hostmpi_binds_host_mpi_first_on_library_path():
+    site = dict(FRONTIER, host_mpi_lib_dirs=("/opt/cray/pe/mpich/8.1.31/ofi/gnu/12.3/lib-abi-mpich",
+                                             "/opt/cray/pe/mpich/8.1.31/gtl/lib"),
+                host_mpi_preload="/opt/cray/pe/mpich/8.1.31/gtl/lib/libmpi_gtl_hsa.so.0",
+                env=(("MPICH_GPU_SUPPORT_ENABLED", "1"),))
+    launch = make("apptainer-hostmpi", "srun", nodes=1, ranks=8, threads=7, gpus=8, **site)
+    env = launch_env(launch)
+    assert env["APPTAINERENV_LD_LIBRARY_PATH"].startswith(
+        "/opt/cray/pe/mpich/8.1.31/ofi/gnu/12.3/lib-abi-mpich:/opt/cray/pe/mpich/8.1.31/gtl/lib")
+    assert env["APPTAINERENV_LD_PRELOAD"].endswith("libmpi_gtl_hsa.so.0")
+    assert env["APPTAINERENV_MPICH_GPU_SUPPORT_ENABLED"] == "1"
+    binds = launch_command(launch)[launch_command(launch).index("--bind") + 1]
+    assert "/opt/cray/pe/mpich/8.1.31/gtl/lib:/opt/cray/pe/mpich/8.1.31/gtl/lib" in binds
+
+
+def test_apptainer_hostmpi_without_host_libs_is_refused():
+    with pytest.raises(LaunchError, match="host_mpi_lib_dirs"):
+        launch_env(make("apptainer-hostmpi", "srun", ranks=2, **FRONTIER))

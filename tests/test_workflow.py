@@ -1,0 +1,75 @@
+"""The real workflow on a tiny config: real staging, real DDP training, real aggregation."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, have, run_snakemake, tiny_config
+from scalesweep.metrics import read_metrics
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    if not have("mpirun"):
+        pytest.skip("mpirun not installed (apt-get install openmpi-bin)")
+    wd = tmp_path_factory.mktemp("campaign")
+    (wd / "config").mkdir()
+    import yaml
+    (wd / "config" / "config.yaml").write_text(yaml.safe_dump(tiny_config()))
+    run_snakemake(wd, "--profile", str(REPO / "profiles" / "local"))
+    return wd
+
+
+def test_dry_run_lists_every_point(campaign):
+    wd = campaign(tiny_config())
+    out = run_snakemake(wd, "-n", "--cores", "1").stdout
+    assert out.count("rule run_point:") == 2
+    for path in ("n1-g0-r1-t1/rep1", "n1-g0-r2-t1/rep1"):
+        assert f"results/runs/cnn_ddp/native/{path}/metrics.json" in out
+
+
+def test_each_point_wrote_complete_metrics(finished):
+    for ranks in (1, 2):
+        m = read_metrics(finished / f"results/runs/cnn_ddp/native/n1-g0-r{ranks}-t1/rep1/metrics.json")
+        assert m["ranks"] == ranks
+        assert len(m["epoch_s"]) == 2 and all(t > 0 for t in m["epoch_s"])
+        assert m["images_per_s"] > 0
+        assert 0.0 <= m["final_accuracy"] <= 1.0
+        assert m["peak_rss_mb"] > 50
+        assert m["hosts"] and m["versions"]["torch"].startswith("2.13.0")
+        assert m["launcher"] == ("local" if ranks == 1 else "mpirun")
+        assert m["harness_wall_s"] >= m["payload_wall_s"] > 0
+        assert m["dataset"]["images"] == 64
+        assert m["start"] and m["end"] and m["command"]
+
+
+def test_summary_tables(finished):
+    runs = pd.read_csv(finished / "results/summary/runs.csv")
+    assert len(runs) == 2 and set(runs["count"]) == {1, 2}
+    scaling = pd.read_csv(finished / "results/summary/scaling.csv")
+    base = scaling[scaling["count"] == 1].iloc[0]
+    two = scaling[scaling["count"] == 2].iloc[0]
+    assert base["efficiency_pct"] == pytest.approx(100.0)
+    assert two["linear_time_s"] == pytest.approx(base["time_s"] / 2)
+    assert two["efficiency_pct"] == pytest.approx(two["linear_time_s"] / two["time_s"] * 100, rel=1e-6)
+    assert two["speedup"] == pytest.approx(base["time_s"] / two["time_s"])
+    points = pd.read_csv(finished / "results/summary/points.csv")
+    assert set(points["state"]) == {"done"}
+    assert (finished / "results/plots/scaling.png").stat().st_size > 10_000
+
+
+def test_second_run_has_nothing_to_do(finished):
+    before = {p: p.read_bytes() for p in (finished / "results/runs").rglob("metrics.json")}
+    out = run_snakemake(finished, "--profile", str(REPO / "profiles" / "local"))
+    assert "Nothing to be done" in out.stdout + out.stderr
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_report_renders(finished):
+    run_snakemake(finished, "--profile", str(REPO / "profiles" / "local"), "--report", "report.html")
+    html = (finished / "report.html").read_text(errors="replace")
+    assert "scaling" in html.lower()
