@@ -19,7 +19,9 @@ onstart:
 
 
 onsuccess:
-    print("scalesweep: sweep complete; summary in results/summary/, report: snakemake --report report.html")
+    print(
+        "scalesweep: sweep complete; summary in results/summary/, report: snakemake --report report.html"
+    )
 
 
 onerror:

@@ -90,3 +90,11 @@ def test_gpus_above_machine_are_refused():
     cfg["sweep"].update(gpus_per_node=[8], baseline=None)
     with pytest.raises(SweepError, match="gpus_per_node=8 but machine.gpus_per_node is 4"):
         sweep_points(cfg)
+
+
+def test_run_rule_output_path_is_the_point_path():
+    from conftest import REPO
+    from scalesweep.sweep import POINT_DIR
+
+    rule_text = (REPO / "workflow" / "rules" / "run.smk").read_text()
+    assert f'"results/runs/{POINT_DIR}/metrics.json"' in rule_text

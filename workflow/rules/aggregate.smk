@@ -1,14 +1,6 @@
 # Aggregate whatever runs exist into tidy tables, then plot them for the report.
 
 
-def aggregate_inputs(wildcards):
-    """All requested points; with analysis.partial only those already measured."""
-    files = metrics_files()
-    if config.get("analysis", {}).get("partial", False):
-        files = [f for f in files if Path(f).is_file()]
-    return {"metrics": files}
-
-
 rule aggregate:
     input:
         unpack(aggregate_inputs),

@@ -8,6 +8,11 @@ from snakemake.utils import min_version, validate
 min_version("9.0")
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+# Rules call `python`: make it the interpreter running this workflow (the quickstart's
+# .venv) unless a conda environment is in use.
+os.environ.update(
+    PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
+)
 
 from scalesweep.sweep import (  # noqa: E402
     POINT_DIR,
@@ -16,6 +21,10 @@ from scalesweep.sweep import (  # noqa: E402
     SweepPoint,
     sweep_points,
 )
+
+
+envvars:
+    "PATH",
 
 
 validate(config, schema="../schemas/config.schema.yaml")
@@ -39,9 +48,6 @@ wildcard_constraints:
     dataset=r"[a-z][a-z0-9_]*",
 
 
-RUN_DIR = "results/runs/" + POINT_DIR
-
-
 def point_of(wildcards):
     return SweepPoint.from_wildcards(wildcards)
 
@@ -58,6 +64,32 @@ def sweep_banner():
     return f"scalesweep: {len(POINTS)} sweep points ({parts})"
 
 
-# Rules call `python` and `scalesweep`: make them the interpreter running this workflow
-# (the quickstart's .venv) unless a conda environment is in use.
-os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+def dataset_params(wildcards):
+    return config["datasets"][wildcards.dataset]
+
+
+def run_inputs(wildcards):
+    point = point_of(wildcards)
+    wl = config["workloads"][point.workload]
+    inputs = {}
+    if wl["payload"] == "cnn":
+        inputs["dataset"] = f"resources/datasets/{wl['dataset']}"
+        inputs["verified"] = f"resources/datasets/{wl['dataset']}.verified.json"
+    return inputs
+
+
+def point_cores(wildcards):
+    point = point_of(wildcards)
+    return point.ranks * point.threads
+
+
+def run_workload(wildcards):
+    return config["workloads"][wildcards.workload]
+
+
+def aggregate_inputs(wildcards):
+    """All requested points; with analysis.partial only those already measured."""
+    files = metrics_files()
+    if config.get("analysis", {}).get("partial", False):
+        files = [f for f in files if Path(f).is_file()]
+    return {"metrics": files}

@@ -1,20 +1,16 @@
 # Stage each dataset once, with a checksum manifest, then verify it before any run reads it.
 
 
-def dataset_params(wildcards):
-    return config["datasets"][wildcards.dataset]
-
-
 rule stage_dataset:
     output:
         directory("resources/datasets/{dataset}"),
     log:
         "logs/datasets/{dataset}.stage.log",
+    conda:
+        "../../envs/scalesweep.yaml"
     params:
         ds=dataset_params,
         script=f"{workflow.basedir}/scripts/stage_dataset.py",
-    conda:
-        "../../envs/scalesweep.yaml"
     shell:
         "python {params.script:q} stage"
         " --source {params.ds[source]:q}"
@@ -32,9 +28,9 @@ rule verify_dataset:
         "resources/datasets/{dataset}.verified.json",
     log:
         "logs/datasets/{dataset}.verify.log",
-    params:
-        script=f"{workflow.basedir}/scripts/stage_dataset.py",
     conda:
         "../../envs/scalesweep.yaml"
+    params:
+        script=f"{workflow.basedir}/scripts/stage_dataset.py",
     shell:
         "python {params.script:q} verify {input:q} --report {output:q} > {log:q} 2>&1"
