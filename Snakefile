@@ -10,6 +10,7 @@ report: "workflow/report/workflow.rst"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/datasets.smk"
+include: "workflow/rules/models.smk"
 include: "workflow/rules/run.smk"
 include: "workflow/rules/aggregate.smk"
 

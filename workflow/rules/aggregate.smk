@@ -17,6 +17,18 @@ rule aggregate:
             category="Tables",
             labels={"table": "scaling"},
         ),
+        llm=report(
+            "results/summary/llm.csv",
+            caption="../report/llm_table.rst",
+            category="Tables",
+            labels={"table": "LLM inference"},
+        ),
+        overhead=report(
+            "results/summary/overhead.csv",
+            caption="../report/overhead_table.rst",
+            category="Tables",
+            labels={"table": "container overhead"},
+        ),
         points="results/summary/points.csv",
     log:
         "logs/aggregate.log",

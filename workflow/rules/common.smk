@@ -41,11 +41,17 @@ for _name, _wl in config["workloads"].items():
             f"scalesweep config: workload {_name}: dataset {_wl.get('dataset')!r} "
             f"is not defined under datasets (defined: {', '.join(config['datasets']) or 'none'})"
         )
+    if _wl["payload"] == "llm" and _wl.get("model") not in config.get("models", {}):
+        raise WorkflowError(
+            f"scalesweep config: workload {_name}: model {_wl.get('model')!r} "
+            f"is not defined under models (defined: {', '.join(config.get('models', {})) or 'none'})"
+        )
 
 
 wildcard_constraints:
     **WILDCARD_CONSTRAINTS,
     dataset=r"[a-z][a-z0-9_]*",
+    model=r"[a-z][a-z0-9_]*",
 
 
 def point_of(wildcards):
@@ -64,6 +70,12 @@ def sweep_banner():
     return f"scalesweep: {len(POINTS)} sweep points ({parts})"
 
 
+def model_params(wildcards):
+    m = {"path": "", "name": "", "seed": 0, "ollama_bin": "ollama"}
+    m.update(config["models"][wildcards.model])
+    return m
+
+
 def dataset_params(wildcards):
     return config["datasets"][wildcards.dataset]
 
@@ -75,6 +87,8 @@ def run_inputs(wildcards):
     if wl["payload"] == "cnn":
         inputs["dataset"] = f"resources/datasets/{wl['dataset']}"
         inputs["verified"] = f"resources/datasets/{wl['dataset']}.verified.json"
+    elif wl["payload"] == "llm":
+        inputs["model"] = f"resources/models/{wl['model']}"
     return inputs
 
 

@@ -58,9 +58,21 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
             final_accuracy=metrics["final_accuracy"],
         )
     else:
-        row.update(time_s=metrics["wall_s"])
-        row.update({k: metrics.get(k) for k in ("tokens_per_s", "requests_per_s", "ttft_p50_s",
-                                                "ttft_p90_s", "latency_p50_s", "synthetic_model")})
+        ttft, latency = metrics.get("ttft_s") or {}, metrics.get("latency_s") or {}
+        row.update(
+            time_s=metrics["wall_s"],
+            tokens_per_s=metrics.get("tokens_per_s"),
+            requests_per_s=metrics.get("requests_per_s"),
+            ttft_p50_s=ttft.get("p50"),
+            ttft_p90_s=ttft.get("p90"),
+            ttft_p99_s=ttft.get("p99"),
+            latency_p50_s=latency.get("p50"),
+            latency_p99_s=latency.get("p99"),
+            peak_rss_mb=(metrics.get("memory") or {}).get("server_peak_rss_mb"),
+            engine=(metrics.get("engine") or {}).get("name"),
+            model=(metrics.get("model") or {}).get("name"),
+            synthetic_model=(metrics.get("model") or {}).get("synthetic"),
+        )
     return row
 
 

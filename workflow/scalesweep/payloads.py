@@ -41,8 +41,43 @@ def cnn_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_
                       extra={"dataset": {"name": ds_name, **info}})
 
 
+GPU_VENDOR = {"rocm": "amd", "cuda": "nvidia", "cpu": "none"}
+
+
+def llm_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_dir: Path) -> Invocation:
+    model_dir = Path(inputs["model"]).resolve()
+    model_cfg = config["models"][wl["model"]]
+    model = model_cfg.get("name") if model_cfg["source"] == "ollama" else str(model_dir / "model.gguf")
+    out = out_dir.resolve()
+    code = Path(config["_code_root"]).resolve()
+    args = [
+        "--engine", wl.get("engine", "llamacpp"),
+        "--api", wl.get("api", "chat"),
+        "--model", model,
+        "--model-card", str(model_dir / "model.json"),
+        "--prompts", str(code / wl.get("prompts", "config/prompts/default.txt")),
+        "--max-tokens", str(wl.get("max_tokens", 64)),
+        "--concurrency", str(wl.get("concurrency", 1)),
+        "--warmup", str(wl.get("warmup", 2)),
+        "--gpus", str(point.gpus),
+        "--gpu-vendor", GPU_VENDOR[config.get("machine", {}).get("device", "cpu")],
+        "--threads", str(point.threads),
+        "--seed", str(wl.get("seed", 0)),
+        "--out", str(out / "payload.json"),
+        "--outputs", str(out / "outputs.jsonl"),
+        "--server-log", str(out / "server.log"),
+    ]
+    if wl.get("num_requests"):
+        args += ["--num-requests", str(wl["num_requests"])]
+    if model_cfg["source"] == "ollama":
+        args += ["--ollama-bin", model_cfg.get("ollama_bin", "ollama"), "--models-dir", str(model_dir / "ollama")]
+    card = json.loads((model_dir / "model.json").read_text())
+    return Invocation("scripts/infer_llm.py", args, str(model_dir),
+                      extra={"model_card": {k: card.get(k) for k in ("name", "synthetic", "sha256", "n_params", "source")}})
+
+
 def payload_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_dir: Path) -> Invocation:
-    kinds = {"cnn": cnn_invocation}
+    kinds = {"cnn": cnn_invocation, "llm": llm_invocation}
     try:
         build = kinds[wl["payload"]]
     except KeyError:

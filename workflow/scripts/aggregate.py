@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # no
 
 import pandas as pd  # noqa: E402
 
-from scalesweep.analysis import scaling_table  # noqa: E402
+from scalesweep.analysis import describe_repeats, overhead_table, scaling_table  # noqa: E402
 from scalesweep.collect import collect_runs, point_states  # noqa: E402
 from scalesweep.sweep import sweep_points, workload_axes  # noqa: E402
 
@@ -18,7 +18,8 @@ runs = collect_runs(sm.input.metrics, cfg)
 runs.to_csv(sm.output.runs, index=False)
 
 tables = []
-for workload, df in runs.groupby("workload", sort=True):
+trained = runs[runs["payload"] == "cnn"] if not runs.empty else runs
+for workload, df in trained.groupby("workload", sort=True):
     baseline = workload_axes(cfg, workload).get("baseline")
     table = scaling_table(
         df,
@@ -31,6 +32,27 @@ for workload, df in runs.groupby("workload", sort=True):
     tables.append(table)
 scaling = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 scaling.to_csv(sm.output.scaling, index=False, float_format="%.10g")
+
+llm = runs[runs["payload"] == "llm"] if not runs.empty else runs
+llm_table = (
+    describe_repeats(llm, ["workload", "runtime", "nodes", "gpus", "threads"], "time_s")
+    if not llm.empty
+    else pd.DataFrame()
+)
+if not llm.empty:
+    extra = llm.groupby(["workload", "runtime", "nodes", "gpus", "threads"], as_index=False)[
+        ["tokens_per_s", "ttft_p50_s", "latency_p50_s", "peak_rss_mb"]
+    ].mean()
+    llm_table = llm_table.merge(extra, on=["workload", "runtime", "nodes", "gpus", "threads"])
+llm_table.to_csv(sm.output.llm, index=False, float_format="%.10g")
+
+# Container overhead: every container runtime against native at the same point.
+keys = ["workload", "nodes", "gpus", "ranks", "threads"]
+if not runs.empty and runs["runtime"].nunique() > 1 and (runs["runtime"] == "native").any():
+    overhead = overhead_table(runs, "runtime", "time_s", keys, baseline_runtime="native")
+else:
+    overhead = pd.DataFrame(columns=[*keys, "runtime", "native_s", "time_s", "overhead_pct"])
+overhead.to_csv(sm.output.overhead, index=False, float_format="%.10g")
 
 states = point_states(sweep_points(cfg))
 states.to_csv(sm.output.points, index=False)
