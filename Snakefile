@@ -37,3 +37,4 @@ rule all:
     input:
         rules.aggregate.output,
         rules.plot_scaling.output,
+        rules.plot_llm.output,

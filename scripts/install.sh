@@ -50,8 +50,8 @@ if [[ $want_test -eq 1 ]]; then
 fi
 
 # Python: re-install only when the pins or this script change.
-extras=""
-[[ $want_test -eq 1 ]] && extras="[test]"
+extras="[llm]"
+[[ $want_test -eq 1 ]] && extras="[llm,test]"
 stamp=.venv/.scalesweep-installed
 key=$(cat pyproject.toml scripts/install.sh | sha256sum | cut -c1-16)"$extras"
 if [[ -x .venv/bin/python && -f $stamp && $(cat "$stamp") == "$key" ]]; then
@@ -59,8 +59,12 @@ if [[ -x .venv/bin/python && -f $stamp && $(cat "$stamp") == "$key" ]]; then
   exit 0
 fi
 "${PYTHON:-python3}" -m venv .venv
+# The LLM engine compiles from source once (minutes); the wheel is cached and reused
+# (also by the container image build).
+PYTHON=.venv/bin/python scripts/build_llama_wheel.sh
+wheels="${SCALESWEEP_CACHE:-$HOME/.cache/scalesweep}/wheels"
 # torch first and alone, pinned: nothing else may resolve another torch (GBs of CUDA).
 .venv/bin/pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} torch==2.13.0
-.venv/bin/pip install -q -e ".${extras}"
+.venv/bin/pip install -q --find-links "$wheels" -e ".${extras}"
 echo "$key" > "$stamp"
 echo "install: .venv ready ($(.venv/bin/python -c 'import torch, snakemake; print("torch", torch.__version__, "snakemake", snakemake.__version__)'))"

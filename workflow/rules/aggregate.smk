@@ -55,3 +55,21 @@ rule plot_scaling:
         "../../envs/scalesweep.yaml"
     script:
         "../scripts/plot_scaling.py"
+
+
+rule plot_llm:
+    input:
+        runs=rules.aggregate.output.runs,
+    output:
+        report(
+            "results/plots/llm.png",
+            caption="../report/llm.rst",
+            category="LLM inference",
+            labels={"figure": "runtime vs GPU count"},
+        ),
+    log:
+        "logs/plot_llm.log",
+    conda:
+        "../../envs/scalesweep.yaml"
+    script:
+        "../scripts/plot_llm.py"

@@ -44,3 +44,29 @@ def scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame) -> plt.Figure:
         axes[0][0].text(0.5, 0.5, "no finished runs yet", ha="center", va="center")
     fig.tight_layout()
     return fig
+
+
+def llm_figure(runs: pd.DataFrame) -> plt.Figure:
+    """The OLCF study's figure: wall time for the prompt set vs GPU count, per runtime."""
+    sns.set_theme(style="whitegrid", context="notebook")
+    llm = runs[runs["payload"] == "llm"] if "payload" in runs else runs.iloc[0:0]
+    fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(11, 4.5))
+    if llm.empty:
+        ax_t.text(0.5, 0.5, "no finished LLM runs yet", ha="center", va="center")
+    else:
+        sns.barplot(data=llm, x="gpus", y="time_s", hue="runtime", errorbar=("ci", 95),
+                    capsize=0.1, ax=ax_t)
+        sns.stripplot(data=llm, x="gpus", y="time_s", hue="runtime", dodge=True, ax=ax_t,
+                      color="black", size=3, legend=False)
+        ax_t.set_xlabel("GPUs (0 = CPU only)")
+        ax_t.set_ylabel("wall time for the prompt set (s)")
+        sns.barplot(data=llm, x="gpus", y="tokens_per_s", hue="runtime", errorbar=("ci", 95),
+                    capsize=0.1, ax=ax_r)
+        ax_r.set_xlabel("GPUs (0 = CPU only)")
+        ax_r.set_ylabel("generated tokens / s")
+        synthetic = llm.get("synthetic_model")
+        if synthetic is not None and synthetic.fillna(False).astype(bool).any():
+            fig.suptitle("synthetic random-weight model: engine and runtime throughput only",
+                         fontsize="small")
+    fig.tight_layout()
+    return fig
