@@ -6,12 +6,12 @@ rule stage_model:
         directory("resources/models/{model}"),
     log:
         "logs/models/{model}.stage.log",
-    params:
-        m=model_params,
-        script=f"{workflow.basedir}/scripts/stage_model.py",
     localrule: True  # an Ollama pull needs the registry: login node, not compute node
     conda:
         "../../envs/scalesweep.yaml"
+    params:
+        m=model_params,
+        script=f"{workflow.basedir}/scripts/stage_model.py",
     shell:
         "python {params.script:q} --source {params.m[source]:q}"
         " --path={params.m[path]:q} --name={params.m[name]:q}"
