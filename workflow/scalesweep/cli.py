@@ -13,6 +13,7 @@ import sys
 # module name -> sub-commands it registers (imported lazily so `--help` stays fast)
 COMMANDS = [
     "scalesweep.analysis_cli",
+    "scalesweep.status",
 ]
 
 

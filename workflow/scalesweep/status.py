@@ -1,0 +1,98 @@
+"""`scalesweep status`: every requested point by state, and how to re-run the failed ones."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from scalesweep.cli import UsageError
+from scalesweep.collect import point_states
+from scalesweep.config import ConfigError, load_config
+from scalesweep.sweep import SweepError, sweep_points
+
+
+def slurm_states(job_ids: list[str]) -> dict[str, str]:
+    """Slurm's own verdict (TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, CANCELLED...) per job id."""
+    if not job_ids or not shutil.which("sacct"):
+        return {}
+    proc = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(job_ids)],
+        capture_output=True, text=True, timeout=30,
+    )
+    states = {}
+    for line in proc.stdout.splitlines():
+        job, _, state = line.partition("|")
+        states[job.strip()] = state.split()[0] if state else ""
+    return states
+
+
+def _marked_incomplete(directory: Path, output: str) -> bool:
+    """Snakemake marks an output incomplete while its job runs (or after it was killed);
+    the marker is the output path, urlsafe-base64 encoded, split into 254-char parts."""
+    b64 = base64.urlsafe_b64encode(output.encode()).decode()
+    parts = [b64[i:i + 254] for i in range(0, len(b64), 254)]
+    parts = ["@" + p for p in parts[:-1]] + parts[-1:]
+    return (directory / ".snakemake" / "incomplete").joinpath(*parts).exists()
+
+
+def status_table(config: dict, directory: Path):
+    table = point_states(sweep_points(config), str(directory / "results"))
+    in_flight = table["state"].eq("missing") & table["path"].map(
+        lambda p: _marked_incomplete(directory, f"results/runs/{p}/metrics.json")
+    )
+    table.loc[in_flight, "state"] = "running"
+    failed = table["state"].eq("failed")
+    job_ids, jobs = [], {}
+    for i in table.index[failed]:
+        f = directory / "results" / "runs" / table.at[i, "path"] / "failure.json"
+        if f.is_file():
+            job = (json.loads(f.read_text()).get("slurm") or {}).get("job_id")
+            if job:
+                jobs[i] = job
+                job_ids.append(job)
+    verdict = slurm_states(job_ids)
+    table["slurm_state"] = [verdict.get(jobs.get(i), "") for i in table.index]
+    return table
+
+
+def run(args) -> int:
+    directory = Path(args.directory)
+    configs = args.configfile or [str(directory / "config" / "config.yaml")]
+    try:
+        config = load_config(configs)
+        table = status_table(config, directory)
+    except (ConfigError, SweepError) as exc:
+        raise UsageError(str(exc)) from None
+    counts = table["state"].value_counts().reindex(["done", "failed", "running", "missing"], fill_value=0)
+    failed = table[table["state"] == "failed"]
+    rerun = "snakemake" + (f" --profile {shlex.quote(args.profile)}" if args.profile else "")
+    rerun += "".join(f" --configfile {shlex.quote(c)}" for c in args.configfile or [])
+    if args.json:
+        json.dump({"counts": counts.to_dict(), "points": table.to_dict(orient="records"),
+                   "rerun_command": rerun}, sys.stdout, indent=2, default=str)
+        print()
+        return 0
+    print(f"{len(table)} requested points: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    cols = ["state", "path", "reason", "slurm_state", "log"]
+    shown = table[table["state"] != "done"] if not args.all else table
+    if not shown.empty:
+        print(shown[cols].to_string(index=False))
+    if len(failed) or counts["missing"]:
+        print("\nRe-run only the failed and missing points (finished ones are never redone):")
+        print(f"  {rerun}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("status", help="requested sweep points by state (done, failed, running, missing)")
+    p.add_argument("--directory", "-d", default=".", help="campaign directory (default: .)")
+    p.add_argument("--configfile", nargs="*", help="config files (default: DIR/config/config.yaml)")
+    p.add_argument("--profile", default="", help="profile to name in the re-run command")
+    p.add_argument("--all", action="store_true", help="list done points too")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
