@@ -1,0 +1,132 @@
+"""The local multi-node Slurm cluster (scripts/slurm-cluster) does what the workflow's
+Slurm runs rely on: several named nodes, PMIx task launch, accounting, fake GPUs,
+time limits, idempotent start and self-repair."""
+
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_fixtures import SCRIPT, slurm_cluster, slurm_skip_reason  # noqa: F401
+
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.skipif(slurm_skip_reason() is not None, reason=str(slurm_skip_reason())),
+]
+
+TIMEOUT_TEST = "test_time_limit_ends_in_timeout"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def timeout_job(request):
+    """Submit the time-limit job first, so its minute-plus of waiting overlaps the other
+    tests; only when that test is selected. Pinned to n1: other tests kill or drain
+    n2/n3."""
+    if not any(item.name == TIMEOUT_TEST for item in request.session.items):
+        return None
+    cluster = request.getfixturevalue("slurm_cluster")
+    # Slurm counts limits in whole minutes ("0:05" rounds up to 1); the controller
+    # checks limits every 30 s, so it ends 60-90 s after it starts: sleep far longer,
+    # or a `sleep 60` finishes COMPLETED before the check.
+    return cluster.sbatch("--time=0:05", "-w", "n1", "--job-name=timeout-probe",
+                          "--wrap", "sleep 300"), time.monotonic()
+
+
+def test_env_points_at_the_cluster_config(slurm_cluster):
+    out = slurm_cluster.run(SCRIPT, "env").stdout
+    conf = slurm_cluster.state_dir / "etc" / "slurm.conf"
+    assert f"export SLURM_CONF={conf}" in out.splitlines()
+    # The executor plugin strips SLURM_CONF inside jobs: the default path must work too.
+    assert Path("/etc/slurm/slurm.conf").resolve() == conf.resolve()
+    dbd_conf = slurm_cluster.state_dir / "etc" / "slurmdbd.conf"
+    assert stat.S_IMODE(dbd_conf.stat().st_mode) == 0o600
+
+
+def test_srun_on_two_nodes_prints_two_hostnames(slurm_cluster):
+    out = slurm_cluster.run("srun", "-N2", "hostname", timeout=60).stdout.split()
+    assert len(out) == 2
+    assert len(set(out)) == 2
+    assert set(out) <= set(slurm_cluster.nodes)
+
+
+def test_two_pmix_tasks_report_rank_and_host(slurm_cluster):
+    probe = ("import os, socket; print(os.environ['SLURM_PROCID'], socket.gethostname(), "
+             "os.environ.get('PMIX_RANK', '-'), socket.gethostbyname('n1'))")
+    res = slurm_cluster.run("srun", "-N2", "-n2", "--mpi=pmix", sys.executable, "-c", probe,
+                            timeout=60)
+    rows = sorted(line.split() for line in res.stdout.splitlines())
+    assert [r[0] for r in rows] == ["0", "1"]
+    assert len({r[1] for r in rows}) == 2, rows
+    assert [r[2] for r in rows] == ["0", "1"], "PMIx did not set PMIX_RANK"
+    assert {r[3] for r in rows} == {"127.0.0.1"}, "node names must resolve inside jobs"
+
+
+@pytest.mark.parametrize("partition", ["debug", "batch"])
+def test_sbatch_job_completes_in_sacct(slurm_cluster, tmp_path, partition):
+    out = tmp_path / "job.out"
+    job = slurm_cluster.sbatch(f"--partition={partition}", f"--output={out}",
+                               "--comment=rule_probe", "--wrap", "echo hello from $(hostname)")
+    assert slurm_cluster.wait_for_end(job, timeout=30) == "COMPLETED"
+    # sacct can show the final state a few seconds before the partition (seen: empty
+    # Partition for up to ~5 s after COMPLETED with slurmdbd 22.05): poll for all fields.
+    deadline = time.monotonic() + 15
+    while True:
+        row = slurm_cluster.sacct(job, "Account,Partition,Comment")
+        if all(row) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert row == ["scalesweep", partition, "rule_probe"]
+    assert out.read_text().startswith("hello from n")
+
+
+def test_gpu_gres_sets_cuda_visible_devices(slurm_cluster):
+    one = slurm_cluster.run("srun", "--gres=gpu:1", "printenv", "CUDA_VISIBLE_DEVICES").stdout
+    assert one.strip() == "0"
+    both = slurm_cluster.run("srun", "--gres=gpu:2", "printenv", "CUDA_VISIBLE_DEVICES").stdout
+    assert both.strip() == "0,1"
+    too_many = slurm_cluster.run("srun", "--gres=gpu:3", "true", check=False, timeout=30)
+    assert too_many.returncode != 0  # each node has 2: the request can never run
+
+
+def test_start_twice_is_idempotent(slurm_cluster):
+    before = slurm_cluster.script("status").stdout
+    t0 = time.monotonic()
+    res = slurm_cluster.script("start")
+    assert time.monotonic() - t0 < 5
+    assert "already running and healthy" in res.stdout
+    pids = lambda text: [line for line in text.splitlines() if " pid " in line]  # noqa: E731
+    assert pids(slurm_cluster.script("status").stdout) == pids(before)
+
+
+def test_start_repairs_a_killed_slurmd(slurm_cluster):
+    os.kill(slurm_cluster.pid_of_slurmd("n3"), 9)
+    assert slurm_cluster.script("status", check=False).returncode != 0
+    res = slurm_cluster.script("start")
+    assert "starting slurmd for n3" in res.stdout
+    assert slurm_cluster.script("status").returncode == 0
+    assert slurm_cluster.run("srun", "-w", "n3", "hostname").stdout.strip() == "n3"
+
+
+def test_drain_and_resume_a_node(slurm_cluster):
+    slurm_cluster.script("drain", "n2", "--reason", "test")
+    try:
+        assert slurm_cluster.node_states()["n2"] == "drained"
+        assert slurm_cluster.script("status", check=False).returncode != 0
+        job = slurm_cluster.sbatch("-N3", "--wrap", "true")  # needs n2: must wait
+        time.sleep(1)
+        squeue = slurm_cluster.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip()
+        assert squeue == "PENDING"
+        slurm_cluster.run("scancel", job)
+    finally:
+        slurm_cluster.script("resume", "n2")
+    assert slurm_cluster.node_states()["n2"] == "idle"
+
+
+def test_time_limit_ends_in_timeout(slurm_cluster, timeout_job):
+    job, submitted = timeout_job
+    assert slurm_cluster.sacct(job, "Timelimit") == ["00:01:00"]
+    left = 150 - (time.monotonic() - submitted)  # 60 s limit + 30 s check period + slack
+    assert slurm_cluster.wait_for_end(job, timeout=max(left, 1)) == "TIMEOUT"
