@@ -14,6 +14,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow"))
 
+from slurm_fixtures import slurm_cluster  # noqa: E402,F401  (session fixture)
+
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
 
