@@ -3,7 +3,8 @@ import os
 import sys
 from pathlib import Path
 
-from snakemake.utils import min_version, validate
+import yaml
+from snakemake.utils import min_version, update_config, validate
 
 min_version("9.0")
 
@@ -14,6 +15,7 @@ os.environ.update(
     PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
 )
 
+from scalesweep.config import ConfigError, check_config  # noqa: E402
 from scalesweep.sweep import (  # noqa: E402
     POINT_DIR,
     WILDCARD_CONSTRAINTS,
@@ -27,6 +29,26 @@ envvars:
     "PATH",
 
 
+def _typed(value):
+    """--config parses nested values with YAML's BaseLoader (every scalar a string):
+    re-read them with the safe loader so `--config sweep='{repeats: 3}'` gives an int."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    if isinstance(value, str):
+        try:
+            return yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+    return value
+
+
+update_config(config, _typed(workflow.config_settings.overwrite_config or {}))
+try:
+    check_config(config)
+except ConfigError as exc:
+    raise WorkflowError(f"scalesweep config: {exc}") from None
 validate(config, schema="../schemas/config.schema.yaml")
 config["_code_root"] = workflow.basedir
 
@@ -107,3 +129,83 @@ def aggregate_inputs(wildcards):
     if config.get("analysis", {}).get("partial", False):
         files = [f for f in files if Path(f).is_file()]
     return {"metrics": files}
+
+
+# --- Slurm: run_point's resources for snakemake-executor-plugin-slurm -------------------
+# One sweep point = one Slurm job whose allocation has exactly the point's geometry (nodes,
+# ranks per node, threads per rank, GPUs). The values come from scalesweep.slurm (pure,
+# unit-tested; its docstring says what the plugin makes of each). Partition, account and
+# QOS come from the site profile (profiles/<site>/config.yaml). Without a Slurm profile
+# these resources are inert: the local executor only constrains what --resources names.
+from scalesweep.slurm import (  # noqa: E402
+    SlurmConfigError,
+    account_problem,
+    slurm_request,
+)
+
+
+def point_slurm(wildcards, attempt=1):
+    try:
+        return slurm_request(
+            point_of(wildcards), run_workload(wildcards), config, attempt
+        )
+    except SlurmConfigError as exc:
+        raise WorkflowError(f"scalesweep config: {exc}") from None
+
+
+def slurm_nodes(wildcards):
+    return point_slurm(wildcards).nodes
+
+
+def slurm_tasks(wildcards):
+    return point_slurm(wildcards).tasks
+
+
+def slurm_tasks_per_node(wildcards):
+    return point_slurm(wildcards).tasks_per_node
+
+
+def slurm_mpi(wildcards):
+    return point_slurm(wildcards).mpi
+
+
+def slurm_cpus_per_task(wildcards):
+    return point_slurm(wildcards).cpus_per_task
+
+
+def slurm_gpu(wildcards):
+    return point_slurm(wildcards).gpu
+
+
+def slurm_extra(wildcards):
+    return point_slurm(wildcards).slurm_extra
+
+
+def slurm_runtime(wildcards, attempt):
+    return point_slurm(wildcards, attempt).runtime
+
+
+def slurm_mem_mb(wildcards):
+    return point_slurm(wildcards).mem_mb
+
+
+def slurm_constraint(wildcards):
+    return point_slurm(wildcards).constraint
+
+
+# Site profiles read the account from the environment ('$SBATCH_ACCOUNT'): refuse to
+# start, naming the variable, when it is unset. Not inside a job (remote mode): the
+# account was used at submission and the jobstep strips SBATCH_* variables.
+if not workflow.remote_exec and workflow.resource_settings.default_resources:
+    _account = workflow.resource_settings.default_resources.get("slurm_account").raw
+    _problem = account_problem(_account, os.environ)
+    if _problem:
+        raise WorkflowError(f"scalesweep: {_problem}")
+
+
+# Reading a few JSON/CSV files and drawing two figures: on the submit host, never a queued
+# Slurm job (on Frontier a job can wait hours, and only 4 may be eligible to run at once).
+localrules:
+    aggregate,
+    plot_scaling,
+    plot_llm,

@@ -24,6 +24,25 @@ def merge(base: dict, override: dict) -> dict:
     return base
 
 
+def schema_errors(config: dict) -> list[str]:
+    """Every schema violation as 'key.path: message', naming the key and the bad value."""
+    import jsonschema
+
+    schema = yaml.safe_load(SCHEMA.read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    out = []
+    for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
+        key = ".".join(str(p) for p in err.absolute_path) or "(top level)"
+        out.append(f"config key {key}: {err.message}")
+    return out
+
+
+def check_config(config: dict) -> None:
+    errors = schema_errors(config)
+    if errors:
+        raise ConfigError("; ".join(errors[:5]) + (f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""))
+
+
 def load_config(paths: Iterable[str | Path]) -> dict:
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate
@@ -34,6 +53,7 @@ def load_config(paths: Iterable[str | Path]) -> dict:
         if not path.is_file():
             raise ConfigError(f"config file {path} not found")
         merge(config, yaml.safe_load(path.read_text()) or {})
+    check_config(config)
     try:
         validate(config, str(SCHEMA), set_default=True)
     except WorkflowError as exc:

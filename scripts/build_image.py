@@ -1,0 +1,1253 @@
+#!/usr/bin/env python3
+"""Build a scalesweep payload container image, cached by content, with a provenance manifest.
+
+Two builders:
+
+* ``charliecloud`` (this machine, offline): a Debian rootfs from ``debootstrap`` (the
+  host's apt mirror) is imported with ``ch-image import`` into a private ch-image
+  storage as ``localhost/scalesweep-debian:<suite>``, then the recipe
+  (``containers/charliecloud/Dockerfile``) is built with ``ch-image build --force``
+  while a host-staged wheelhouse is bind-mounted at ``/wheelhouse``.
+* ``apptainer`` (Frontier-class sites): ``apptainer build [--fakeroot]
+  --build-arg K=V ... X.sif recipe.def``, build args from a KEY=VALUE file.
+
+Usage::
+
+    .venv/bin/python scripts/build_image.py --builder charliecloud \\
+        --recipe containers/charliecloud/Dockerfile \\
+        --requirements envs/payload-requirements.txt \\
+        --out resources/images/default \\
+        --manifest resources/images/default.manifest.json \\
+        [--cache-dir ~/.cache/scalesweep] [--format dir|squashfs]
+
+    scripts/build_image.py --builder apptainer \\
+        --recipe containers/apptainer/pytorch-rocm.def \\
+        --build-args containers/apptainer/frontier.args --fakeroot \\
+        --out $MEMBERWORK/<proj>/scalesweep/pytorch-rocm.sif \\
+        --manifest $MEMBERWORK/<proj>/scalesweep/pytorch-rocm.manifest.json
+
+Cache: ``<cache-dir>/images/<key>/`` holds the built image and the manifest of its
+cold build; ``key = sha256(recipe text (+ its directory's other files), normalised
+requirements, sha256 of every staged wheel, builder name + version, base / build
+args)``. A hit places the cached image at ``--out`` in seconds by *hard-linking* it
+(``cp -al``; a full copy if the cache is on another filesystem): ``--out`` is then a
+real directory that outlives any cache cleanup and that Snakemake can stat and delete
+like any output, at no extra disk space. ``--link symlink`` is available; the image is
+never modified in place (ch-run mounts it read-only; never ``ch-run -w`` it, as a
+hard-linked file is shared with the cache).
+
+Importable (``sys.path.insert(0, "scripts")``; ``import build_image``):
+``content_digest``, ``cache_key``, ``debootstrap_command``,
+``ch_image_import_command``, ``ch_image_build_command``, ``mksquashfs_command``,
+``ch_run_command``, ``apptainer_build_command``, ``apptainer_exec_command``,
+``check_builder``, ``parse_apptainer_def``, ``load_build_args``, ``build_image``.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import fcntl
+import getpass
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MANIFEST_SCHEMA = "scalesweep.image-manifest/1"
+CACHE_SCHEMA = 1
+DIGEST_METHOD = (
+    "scalesweep-tree-v1: sha256 over entries in sorted byte order of their relative "
+    "paths; each entry = type, permission bits, owner/group relative to the image "
+    "root's owner (numeric), size and sha256 of content (files) or link target "
+    "(symlinks); mtimes ignored; /ch (Charliecloud metadata) excluded"
+)
+DIGEST_EXCLUDE = ("ch",)
+
+# Base rootfs for offline Charliecloud builds: the recipe's FROM line names it.
+BASE_FROM_RE = re.compile(r"^\s*FROM\s+localhost/scalesweep-debian:([a-z]+)\s*$", re.M | re.I)
+BASE_VARIANT = "minbase"
+# Debian's python3 minor per suite: the wheelhouse is staged with the host's Python,
+# whose tags must match the image's.
+DEBIAN_PYTHON = {"bookworm": (3, 11), "trixie": (3, 13), "bullseye": (3, 9)}
+
+# Stable fallback when the host's sources carry no snapshot date (2025-05-20 UTC).
+DEFAULT_SOURCE_DATE_EPOCH = 1747699200
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CACHE = Path(os.environ.get("SCALESWEEP_CACHE", "~/.cache/scalesweep")).expanduser()
+
+# What to install when a builder tool is missing (one line, named package / module).
+TOOL_HINTS = {
+    "ch-image": "install the Debian package 'charliecloud' (apt-get install charliecloud)",
+    "ch-run": "install the Debian package 'charliecloud' (apt-get install charliecloud)",
+    "ch-convert": "install the Debian package 'charliecloud' (apt-get install charliecloud)",
+    "debootstrap": "install the Debian package 'debootstrap' (apt-get install debootstrap)",
+    "unshare": "install the Debian package 'util-linux'",
+    "tar": "install the Debian package 'tar'",
+    "cp": "install the Debian package 'coreutils'",
+    "mksquashfs": "install the Debian package 'squashfs-tools' (apt-get install squashfs-tools)",
+    "apptainer": (
+        "install Apptainer >= 1.2 (on Frontier it is in the default environment; "
+        "elsewhere `module load apptainer`; not packaged in Debian bookworm, see "
+        "https://apptainer.org/docs/admin/main/installation.html)"
+    ),
+}
+BUILDER_TOOLS = {
+    "charliecloud": ("ch-image", "ch-run", "debootstrap", "unshare", "tar", "cp"),
+    "apptainer": ("apptainer", "cp"),
+}
+FORMAT_TOOLS = {("charliecloud", "squashfs"): ("mksquashfs",)}
+BUILDER_FORMATS = {"charliecloud": ("dir", "squashfs"), "apptainer": ("sif",)}
+
+# Apptainer definition files (lint + preflight).
+APPTAINER_SECTIONS = frozenset(
+    {
+        "arguments", "setup", "files", "post", "test", "environment", "runscript",
+        "startscript", "labels", "help",
+        "appinstall", "appfiles", "appenv", "apphelp", "apprun", "applabels",
+        "appstart", "apptest",
+    }
+)
+APPTAINER_HEADER_KEYS = frozenset(
+    {
+        "bootstrap", "from", "stage", "fingerprints", "osversion", "mirrorurl",
+        "include", "updateurl", "confurl", "setopt", "product", "user", "regcode",
+        "productpgp", "registryurl", "namespace",
+    }
+)
+TEMPLATE_VAR_RE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+class BuildError(RuntimeError):
+    """A build that cannot proceed; its message is one line meant for the user."""
+
+
+class BuilderMissing(BuildError):
+    """A builder tool (binary or Python module) is not installed."""
+
+
+def log(msg: str) -> None:
+    print(f"build_image: {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- hashing
+
+
+def sha256_file(path: str | os.PathLike, bufsize: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(bufsize):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def content_digest(path: str | os.PathLike, exclude: tuple[str, ...] = DIGEST_EXCLUDE) -> str:
+    """Reproducible digest of an image directory tree: ``"sha256:<hex>"``.
+
+    Equal for two independent builds of the same content (see DIGEST_METHOD): names
+    are sorted, owners are numeric and relative to the root's owner (an unprivileged
+    build owns every file by the builder's uid), mtimes are ignored. Top-level names in
+    ``exclude`` are skipped. A regular file (e.g. a SquashFS or SIF image) is hashed as
+    bytes, which is NOT reproducible between builds: hash the directory it came from.
+    """
+    root = Path(path)
+    st_root = os.lstat(root)
+    if stat.S_ISREG(st_root.st_mode):
+        return "sha256:" + sha256_file(root)
+    if not stat.S_ISDIR(st_root.st_mode):
+        raise BuildError(f"content_digest: {root} is neither a directory nor a file")
+    uid0, gid0 = st_root.st_uid, st_root.st_gid
+    h = hashlib.sha256()
+    h.update(b"scalesweep-tree-v1\0")
+    skip = {e.encode() for e in exclude}
+
+    def walk(dirpath: bytes, rel: bytes) -> None:
+        with os.scandir(dirpath) as it:
+            names = sorted(e.name for e in it)
+        for name in names:
+            if not rel and name in skip:
+                continue
+            full = os.path.join(dirpath, name)
+            relname = rel + b"/" + name if rel else name
+            st = os.lstat(full)
+            mode = st.st_mode
+            uid = 0 if st.st_uid == uid0 else st.st_uid
+            gid = 0 if st.st_gid == gid0 else st.st_gid
+            perm = stat.S_IMODE(mode)
+            if stat.S_ISDIR(mode):
+                kind, extra = b"d", b""
+            elif stat.S_ISREG(mode):
+                kind = b"f"
+                extra = b"%d:%s" % (st.st_size, sha256_file(full).encode())
+            elif stat.S_ISLNK(mode):
+                kind, extra = b"l", os.readlink(full)
+            elif stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+                kind = b"c" if stat.S_ISCHR(mode) else b"b"
+                extra = b"%d:%d" % (os.major(st.st_rdev), os.minor(st.st_rdev))
+            elif stat.S_ISFIFO(mode):
+                kind, extra = b"p", b""
+            else:
+                kind, extra = b"s", b""
+            h.update(b"%s\0%s\0%o\0%d\0%d\0%s\n" % (kind, relname, perm, uid, gid, extra))
+            if kind == b"d":
+                walk(full, relname)
+
+    walk(os.fsencode(root), b"")
+    return "sha256:" + h.hexdigest()
+
+
+def tree_size(path: str | os.PathLike) -> int:
+    """Bytes of regular files (each inode once) plus symlink lengths; a file's size."""
+    p = Path(path)
+    st = os.lstat(p)
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_size
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(p):
+        for name in filenames + dirnames:
+            s = os.lstat(os.path.join(dirpath, name))
+            if stat.S_ISREG(s.st_mode):
+                if (s.st_dev, s.st_ino) in seen:
+                    continue
+                seen.add((s.st_dev, s.st_ino))
+                total += s.st_size
+            elif stat.S_ISLNK(s.st_mode):
+                total += s.st_size
+    return total
+
+
+# ------------------------------------------------------------------ requirements
+
+
+REQ_NAME_RE = re.compile(r"^\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(\[[^\]]*\])?\s*(.*)$")
+
+
+def canonical_name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_lines(text: str) -> list[str]:
+    """The requirement specifiers of a requirements file: comments and blanks dropped."""
+    out = []
+    for line in text.splitlines():
+        line = line.split(" #", 1)[0].strip() if not line.lstrip().startswith("#") else ""
+        if line:
+            if line.startswith("-"):
+                raise BuildError(
+                    f"requirements: option lines are not supported ({line!r}); list "
+                    "plain specifiers, local wheels are found via --find-links"
+                )
+            out.append(line)
+    return out
+
+
+def normalized_requirements(text: str) -> str:
+    """Requirements text as it enters cache keys: comments/whitespace do not count."""
+    return "\n".join(requirement_lines(text)) + "\n"
+
+
+def exact_pins(text: str) -> dict[str, str]:
+    """``{canonical name: version}`` for every ``name[extras]==version`` line."""
+    pins = {}
+    for line in requirement_lines(text):
+        m = REQ_NAME_RE.match(line.split(";", 1)[0])
+        if not m:
+            continue
+        spec = m.group(3).strip()
+        mm = re.fullmatch(r"==\s*([A-Za-z0-9.+!_-]+)", spec)
+        if mm:
+            pins[canonical_name(m.group(1))] = mm.group(1)
+    return pins
+
+
+def wheel_name_version(filename: str) -> tuple[str, str]:
+    parts = Path(filename).name[: -len(".whl")].split("-")
+    return canonical_name(parts[0]), parts[1]
+
+
+def local_version_matches(pinned: str, candidate: str) -> bool:
+    """``torch==2.13.0`` accepts ``2.13.0+cpu`` (PEP 440: local label ignored)."""
+    return candidate == pinned or ("+" not in pinned and candidate.split("+", 1)[0] == pinned)
+
+
+def local_wheel_pins(text: str, dirs: list[Path]) -> dict[str, Path]:
+    """For each exact pin with a matching wheel in a local directory: that wheel file.
+
+    Used to pin e.g. ``torch==2.13.0`` to the local ``torch-2.13.0+cpu`` wheel so pip
+    never resolves a CUDA torch from an index.
+    """
+    found: dict[str, Path] = {}
+    pins = exact_pins(text)
+    for d in dirs:
+        if not d.is_dir():
+            continue
+        for whl in sorted(d.glob("*.whl")):
+            name, version = wheel_name_version(whl.name)
+            if name in pins and name not in found and local_version_matches(pins[name], version):
+                found[name] = whl
+    return found
+
+
+def pip_find_links(python: str) -> list[Path]:
+    """Local find-links directories from pip's configuration and environment."""
+    dirs: list[str] = []
+    try:
+        out = subprocess.run(
+            [python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip().endswith("find-links"):
+            dirs += value.strip().strip("'\"").split()
+    dirs += os.environ.get("PIP_FIND_LINKS", "").split()
+    result = []
+    for d in dirs:
+        d = d[len("file://"):] if d.startswith("file://") else d
+        if "://" not in d and d:
+            p = Path(d).expanduser()
+            if p not in result:
+                result.append(p)
+    return result
+
+
+@dataclass
+class Wheelhouse:
+    path: Path
+    wheels: dict[str, str]  # file name -> sha256
+    key: str
+    cached: bool
+    local_pins: dict[str, str] = field(default_factory=dict)  # name -> wheel file
+
+
+def stage_wheelhouse(
+    requirements: Path,
+    cache_dir: Path,
+    python: str = sys.executable,
+    find_links: list[Path] | None = None,
+    expect_python: tuple[int, int] | None = None,
+) -> Wheelhouse:
+    """Stage every wheel the requirements need into ``<cache>/wheelhouse/<key>``.
+
+    ``pip wheel --prefer-binary`` downloads binary wheels and builds the rest (sdists)
+    on the host. Exact pins that have a wheel in a local find-links directory (pip's
+    configured ones, ``<cache>/wheels``, ``--find-links``) are constrained to that exact
+    file version (torch -> the local +cpu wheel). Keyed by the normalised requirements
+    and the hashes of those local wheels; a complete wheelhouse is reused offline.
+    """
+    text = requirements.read_text()
+    pyver = subprocess.run(
+        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    if expect_python and pyver != "%d.%d" % expect_python:
+        raise BuildError(
+            f"host Python {pyver} ({python}) would stage cp{pyver.replace('.', '')} wheels "
+            f"but the image's python3 is {expect_python[0]}.{expect_python[1]}; pass "
+            f"--python /path/to/python{expect_python[0]}.{expect_python[1]}"
+        )
+    dirs = list(find_links or []) + [cache_dir / "wheels"] + pip_find_links(python)
+    pins = local_wheel_pins(text, dirs)
+    key_payload = {
+        "requirements": normalized_requirements(text),
+        "python": pyver,
+        "local": {n: [p.name, sha256_file(p)] for n, p in sorted(pins.items())},
+    }
+    key = sha256_text(json.dumps(key_payload, sort_keys=True))[:20]
+    dest = cache_dir / "wheelhouse" / key
+    if not (dest / ".complete").exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.parent / f".{key}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        constraints = tmp / "constraints.txt"
+        constraints.write_text(
+            "".join(f"{n}=={wheel_name_version(p.name)[1]}\n" for n, p in sorted(pins.items()))
+        )
+        cmd = [python, "-m", "pip", "wheel", "--prefer-binary", "--wheel-dir", str(tmp),
+               "-r", str(requirements.resolve()), "-c", str(constraints)]
+        for d in dirs:
+            if d.is_dir():
+                cmd += ["--find-links", str(d)]
+        log("staging wheelhouse: " + " ".join(cmd))
+        env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
+        if subprocess.run(cmd, env=env).returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise BuildError(f"pip wheel failed for {requirements} (see output above)")
+        constraints.unlink()
+        bad = [w.name for w in tmp.glob("*.whl")
+               if re.match(r"(nvidia[_-]|triton-)", w.name.lower())]
+        if bad:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise BuildError(f"wheelhouse pulled CUDA wheels {bad[:3]}: pin torch to the local CPU wheel")
+        (tmp / "requirements.txt").write_text(normalized_requirements(text))
+        (tmp / ".complete").write_text(json.dumps(key_payload, indent=1, sort_keys=True))
+        try:
+            os.rename(tmp, dest)
+        except OSError:  # another build won the race: keep theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+        cached = False
+    else:
+        cached = True
+    wheels = {w.name: sha256_file(w) for w in sorted(dest.glob("*.whl"))}
+    return Wheelhouse(dest, wheels, key, cached, {n: p.name for n, p in pins.items()})
+
+
+# ------------------------------------------------------------------- cache key
+
+
+def cache_key(
+    recipe_text: str,
+    requirements_text: str,
+    wheel_hashes: dict[str, str],
+    builder: str,
+    builder_version: str,
+    extra: dict | None = None,
+) -> str:
+    """sha256 (hex) identifying one image build.
+
+    Inputs: recipe text (raw), requirements (normalised: comments and blank lines do
+    not count), ``{wheel file name: sha256}``, builder name and version, and ``extra``
+    (JSON-able: base rootfs parameters, build args, other files of the recipe's
+    directory). Paths and timestamps never enter it.
+    """
+    payload = {
+        "schema": CACHE_SCHEMA,
+        "recipe_sha256": sha256_text(recipe_text),
+        "requirements": normalized_requirements(requirements_text) if requirements_text else "",
+        "wheels": sorted(wheel_hashes.items()),
+        "builder": builder,
+        "builder_version": builder_version,
+        "extra": extra or {},
+    }
+    return sha256_text(json.dumps(payload, sort_keys=True, separators=(",", ":")))
+
+
+def recipe_context_hashes(recipe: Path) -> dict[str, str]:
+    """sha256 of the other files in the recipe's directory (files a recipe may COPY)."""
+    out = {}
+    for p in sorted(recipe.parent.iterdir()):
+        if p.is_file() and p != recipe and not p.name.endswith((".md", ".def", ".args")):
+            out[p.name] = sha256_file(p)
+    return out
+
+
+# ------------------------------------------------------------ command builders
+
+
+def ch_image_prefix(python: str | None = "/usr/bin/python3", ch_image: str = "ch-image") -> list[str]:
+    """How to start ch-image: through the system Python that has its ``lark`` module."""
+    return [python, ch_image] if python else [ch_image]
+
+
+def debootstrap_command(
+    rootfs: str, suite: str, mirror: str, variant: str = BASE_VARIANT,
+    include: tuple[str, ...] = (), debootstrap: str = "debootstrap",
+    private_mounts: bool = True,
+) -> list[str]:
+    """debootstrap in a private mount namespace (its /proc, /sys mounts never leak)."""
+    cmd = ["unshare", "--mount", "--propagation", "private"] if private_mounts else []
+    cmd += [debootstrap, f"--variant={variant}"]
+    if include:
+        cmd.append("--include=" + ",".join(include))
+    return cmd + [suite, str(rootfs), mirror]
+
+
+def base_tar_command(rootfs: str, tarball: str) -> list[str]:
+    """Tar a rootfs for ``ch-image import``: numeric owners, sorted, NO device nodes.
+
+    /dev, /proc, /sys contents are excluded: ``ch-image import`` of a directory copies
+    device nodes as files (reading /dev/zero or /dev/full fills the disk).
+    """
+    return ["tar", "--numeric-owner", "--sort=name", "-C", str(rootfs),
+            "--exclude=./dev/*", "--exclude=./proc/*", "--exclude=./sys/*",
+            "-cf", str(tarball), "."]
+
+
+def ch_image_import_command(tarball: str, name: str, storage: str, prefix: list[str] | None = None) -> list[str]:
+    return (prefix or ch_image_prefix()) + ["-s", str(storage), "--no-cache", "import", str(tarball), name]
+
+
+def ch_image_build_command(
+    recipe: str, tag: str, storage: str, context: str,
+    binds: dict[str, str] | None = None, build_args: dict[str, str] | None = None,
+    force: bool = True, prefix: list[str] | None = None,
+) -> list[str]:
+    """``ch-image build``; ``binds`` = {host path: image path} for RUN steps only."""
+    cmd = (prefix or ch_image_prefix()) + ["-s", str(storage), "--no-cache", "build"]
+    if force:
+        cmd.append("--force")
+    for src, dst in (binds or {}).items():
+        cmd += ["-b", f"{src}:{dst}"]
+    for k, v in (build_args or {}).items():
+        cmd += ["--build-arg", f"{k}={v}"]
+    return cmd + ["-t", tag, "-f", str(recipe), str(context)]
+
+
+def ch_convert_command(src_dir: str, dest: str, ch_convert: str = "ch-convert") -> list[str]:
+    """Charliecloud's own directory -> SquashFS conversion (not bit-reproducible: it keeps
+    file mtimes); build_image uses :func:`mksquashfs_command` instead."""
+    return [ch_convert, "-i", "dir", "-o", "squash", str(src_dir), str(dest)]
+
+
+def mksquashfs_command(src_dir: str, dest: str, source_date_epoch: int,
+                       mksquashfs: str = "mksquashfs") -> list[str]:
+    """Directory image -> SquashFS for ``ch-run`` (mounted with squashfuse).
+
+    ch-convert's settings (64 KiB blocks, all files owned by root) plus fixed file and
+    filesystem timestamps and no xattrs, so the same tree gives the same bytes.
+    """
+    return [mksquashfs, str(src_dir), str(dest), "-b", "65536", "-noappend", "-all-root",
+            "-no-xattrs", "-all-time", str(source_date_epoch),
+            "-mkfs-time", str(source_date_epoch), "-no-progress"]
+
+
+# Paths ch-run needs in an image (ch-convert's mount_points_ensure).
+CH_RUN_MOUNT_POINTS = ("bin", "dev", "etc", "mnt", "proc", "usr", *(f"mnt/{i}" for i in range(10)),
+                       "etc/hosts", "etc/resolv.conf")
+
+
+def ch_run_command(image: str, argv: list[str], ch_run: str = "ch-run", binds: tuple[str, ...] = ()) -> list[str]:
+    cmd = [ch_run]
+    for b in binds:
+        cmd += ["-b", b]
+    return cmd + [str(image), "--"] + list(argv)
+
+
+def apptainer_build_command(
+    out_sif: str, recipe: str, build_args: dict[str, str] | None = None,
+    fakeroot: bool = False, apptainer: str = "apptainer", extra: tuple[str, ...] = (),
+) -> list[str]:
+    """``apptainer build [--fakeroot] [--build-arg K=V ...] OUT.sif RECIPE.def``.
+
+    Build args are passed in the order given; ``--warn-unused-build-args`` lets one args
+    file serve several recipes (Apptainer >= 1.2 otherwise fails on an unused arg).
+    """
+    cmd = [apptainer, "build"]
+    if fakeroot:
+        cmd.append("--fakeroot")
+    cmd += list(extra)
+    if build_args:
+        cmd.append("--warn-unused-build-args")
+        for k, v in build_args.items():
+            cmd += ["--build-arg", f"{k}={v}"]
+    return cmd + [str(out_sif), str(recipe)]
+
+
+def apptainer_exec_command(sif: str, argv: list[str], apptainer: str = "apptainer") -> list[str]:
+    return [apptainer, "--silent", "exec", "--cleanenv", str(sif)] + list(argv)
+
+
+# ------------------------------------------------------------ apptainer recipes
+
+
+def load_build_args(path: str | os.PathLike) -> dict[str, str]:
+    """KEY=VALUE lines (``#`` comments, blank lines ignored; the format of
+    ``apptainer build --build-arg-file``), in file order."""
+    args: dict[str, str] = {}
+    for n, raw in enumerate(Path(path).read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise BuildError(f"{path}:{n}: expected KEY=VALUE, got {raw!r}")
+        args[key] = value.strip().strip("'\"")
+    return args
+
+
+@dataclass
+class ApptainerDef:
+    header: dict[str, str]
+    sections: list[tuple[str, str]]  # (name, body) in order
+    arguments: dict[str, str]  # %arguments defaults
+    used_vars: set[str]
+
+
+def parse_apptainer_def(text: str) -> ApptainerDef:
+    """Parse an Apptainer definition file; raises BuildError on structural problems.
+
+    Checks: the header starts with ``Bootstrap:``, header keys are known, section names
+    are known, every ``{{ VAR }}`` has a default in ``%arguments``.
+    """
+    header: dict[str, str] = {}
+    sections: list[tuple[str, str]] = []
+    current: str | None = None
+    body: list[str] = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        m = re.match(r"^%([A-Za-z]+)\b(.*)$", raw)
+        if m:
+            if current is not None:
+                sections.append((current, "\n".join(body)))
+            current, body = m.group(1).lower(), []
+            if current not in APPTAINER_SECTIONS:
+                raise BuildError(f"line {n}: unknown section %{m.group(1)}")
+            continue
+        if current is None:
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, sep, value = line.partition(":")
+            if not sep:
+                raise BuildError(f"line {n}: header line is not 'Key: value': {raw!r}")
+            k = key.strip().lower()
+            if k not in APPTAINER_HEADER_KEYS:
+                raise BuildError(f"line {n}: unknown header keyword {key.strip()!r}")
+            if not header and k != "bootstrap":
+                raise BuildError(f"line {n}: the header must start with 'Bootstrap:'")
+            header[k] = value.strip()
+        else:
+            body.append(raw)
+    if current is not None:
+        sections.append((current, "\n".join(body)))
+    if "bootstrap" not in header:
+        raise BuildError("no 'Bootstrap:' header")
+    if header["bootstrap"] in ("docker", "localimage", "oras", "library", "shub") and "from" not in header:
+        raise BuildError(f"Bootstrap: {header['bootstrap']} needs a 'From:' header")
+    arguments: dict[str, str] = {}
+    for name, sbody in sections:
+        if name == "arguments":
+            for line in sbody.splitlines():
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                key, sep, value = line.partition("=")
+                if not sep:
+                    raise BuildError(f"%arguments: expected KEY=VALUE, got {line!r}")
+                arguments[key.strip()] = value.strip().strip("'\"")
+    used = set(TEMPLATE_VAR_RE.findall(text))
+    missing = sorted(used - set(arguments))
+    if missing:
+        raise BuildError(f"{{{{ VAR }}}} without a %arguments default: {', '.join(missing)}")
+    return ApptainerDef(header, sections, arguments, used)
+
+
+# ------------------------------------------------------------------ builders
+
+
+def check_builder(builder: str, fmt: str | None = None, which=shutil.which,
+                  ch_python: str = "/usr/bin/python3") -> dict[str, str]:
+    """Paths of the tools a builder needs; BuilderMissing (one line) if any is absent.
+
+    For charliecloud also checks that ch-image can start: it needs the Python module
+    ``lark`` (Debian: python3-lark, pulled in by charliecloud) and is therefore run with
+    /usr/bin/python3, not whatever ``python3`` is first on PATH.
+    """
+    if builder not in BUILDER_TOOLS:
+        raise BuildError(f"unknown builder {builder!r} (choose from {', '.join(BUILDER_TOOLS)})")
+    tools = {}
+    for tool in BUILDER_TOOLS[builder] + FORMAT_TOOLS.get((builder, fmt or ""), ()):
+        path = which(tool)
+        if not path:
+            raise BuilderMissing(f"{builder} builder needs '{tool}', not found on PATH: {TOOL_HINTS[tool]}")
+        tools[tool] = path
+    if builder == "charliecloud":
+        py = ch_python if os.access(ch_python, os.X_OK) else which("python3")
+        ok = py and subprocess.run([py, "-c", "import lark"], capture_output=True).returncode == 0
+        if not ok:
+            raise BuilderMissing(
+                "ch-image needs the Python module 'lark': install the Debian package "
+                "'python3-lark' (a dependency of 'charliecloud') for /usr/bin/python3"
+            )
+        tools["python_for_ch_image"] = py
+    return tools
+
+
+def builder_version(builder: str, tools: dict[str, str]) -> str:
+    if builder == "charliecloud":
+        out = run_capture(ch_image_prefix(tools["python_for_ch_image"], tools["ch-image"]) + ["--version"])
+        return out.strip()
+    out = run_capture([tools["apptainer"], "--version"])
+    return out.strip().split()[-1] if out.strip() else "unknown"
+
+
+def debootstrap_version(path: str) -> str:
+    try:
+        return run_capture([path, "--version"]).strip().split()[-1]
+    except BuildError:
+        return "unknown"
+
+
+def run_capture(cmd: list[str], env: dict | None = None) -> str:
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise BuildError(f"{' '.join(cmd[:4])} ... failed ({r.returncode}): {r.stderr.strip()[-500:]}")
+    return r.stdout
+
+
+def run_logged(cmd: list[str], logfile: Path, env: dict | None = None, cwd: str | None = None) -> None:
+    log("$ " + " ".join(cmd))
+    with open(logfile, "ab") as f:
+        f.write(("\n$ " + " ".join(cmd) + "\n").encode())
+        f.flush()
+        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+    if r.returncode != 0:
+        tail = logfile.read_bytes()[-3000:].decode(errors="replace")
+        raise BuildError(f"command failed ({r.returncode}): {' '.join(cmd)}\n--- {logfile} (tail) ---\n{tail}")
+
+
+# ---------------------------------------------------------------- apt mirror
+
+
+@dataclass
+class Mirror:
+    uri: str
+    suite: str
+    snapshot: str | None = None  # e.g. http://snapshot.debian.org/archive/debian/20250520T000000Z
+
+
+def parse_apt_sources(text: str, deb822: bool) -> list[Mirror]:
+    """Debian archive entries (``/debian`` URIs) of one sources file."""
+    out: list[Mirror] = []
+    if deb822:
+        for stanza in re.split(r"\n\s*\n", text):
+            fields: dict[str, str] = {}
+            snapshot = None
+            for line in stanza.splitlines():
+                s = line.strip()
+                if s.startswith("#"):
+                    m = re.search(r"(https?://snapshot\.debian\.org/\S+)", s)
+                    snapshot = m.group(1) if m else snapshot
+                    continue
+                k, sep, v = s.partition(":")
+                if sep:
+                    fields[k.strip().lower()] = v.strip()
+            if "deb" not in fields.get("types", "").split():
+                continue
+            if fields.get("enabled", "yes").lower() == "no":
+                continue
+            for uri in fields.get("uris", "").split():
+                for suite in fields.get("suites", "").split():
+                    out.append(Mirror(uri.rstrip("/"), suite, snapshot))
+    else:
+        for line in text.splitlines():
+            parts = line.split("#", 1)[0].split()
+            if len(parts) >= 3 and parts[0] == "deb":
+                rest = [p for p in parts[1:] if not p.startswith("[")]
+                if len(rest) >= 2:
+                    out.append(Mirror(rest[0].rstrip("/"), rest[1]))
+    return out
+
+
+def host_mirror(suite: str, sources_dir: str = "/etc/apt/sources.list.d",
+                sources_list: str = "/etc/apt/sources.list") -> Mirror:
+    """The host apt's Debian mirror that carries ``suite`` (env SCALESWEEP_DEBIAN_MIRROR wins)."""
+    override = os.environ.get("SCALESWEEP_DEBIAN_MIRROR")
+    if override:
+        return Mirror(override.rstrip("/"), suite)
+    entries: list[Mirror] = []
+    d = Path(sources_dir)
+    files = sorted(d.glob("*.sources")) + sorted(d.glob("*.list")) if d.is_dir() else []
+    if Path(sources_list).is_file():
+        files.insert(0, Path(sources_list))
+    for f in files:
+        entries += parse_apt_sources(f.read_text(errors="replace"), f.suffix == ".sources")
+    for e in entries:
+        if e.suite == suite and re.search(r"/debian$", e.uri):
+            return e
+    raise BuildError(
+        f"no Debian mirror for suite {suite!r} in {sources_dir}: set SCALESWEEP_DEBIAN_MIRROR "
+        "(e.g. http://deb.debian.org/debian)"
+    )
+
+
+def mirror_release(mirror: Mirror, timeout: float = 20) -> dict:
+    """Date/Version/sha256 of the mirror's InRelease now: the apt state the build saw."""
+    url = f"{mirror.uri}/dists/{mirror.suite}/InRelease"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            data = r.read()
+    except Exception as e:  # noqa: BLE001 - provenance is best effort
+        return {"url": url, "error": str(e)[:200]}
+    text = data.decode(errors="replace")
+    info = {"url": url, "sha256": hashlib.sha256(data).hexdigest()}
+    for k in ("Date", "Version", "Suite", "Codename"):
+        m = re.search(rf"^{k}:\s*(.+)$", text, re.M)
+        if m:
+            info[k.lower()] = m.group(1).strip()
+    return info
+
+
+def source_date_epoch(mirror: Mirror) -> int:
+    env = os.environ.get("SOURCE_DATE_EPOCH")
+    if env and env.isdigit():
+        return int(env)
+    if mirror.snapshot:
+        m = re.search(r"/(\d{8})T(\d{6})Z", mirror.snapshot)
+        if m:
+            t = _dt.datetime.strptime(m.group(1) + m.group(2), "%Y%m%d%H%M%S")
+            return int(t.replace(tzinfo=_dt.timezone.utc).timestamp())
+    return DEFAULT_SOURCE_DATE_EPOCH
+
+
+# ------------------------------------------------------------------- helpers
+
+
+@contextlib.contextmanager
+def file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def remove_path(p: Path) -> None:
+    if p.is_symlink() or p.is_file():
+        p.unlink()
+    elif p.is_dir():
+        shutil.rmtree(p)
+
+
+def place_image(src: Path, out: Path, mode: str = "hardlink") -> str:
+    """Put a cached image at ``out`` (replacing it); returns how: hardlink|copy|symlink.
+
+    hardlink (default): ``cp -a --link``, seconds for a 1 GB tree, no extra space, and
+    ``out`` survives cache cleanup; falls back to a copy across filesystems.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    remove_path(tmp)
+    how = mode
+    if mode == "symlink":
+        os.symlink(src.resolve(), tmp)
+    elif mode == "hardlink":
+        r = subprocess.run(["cp", "-a", "--link", str(src), str(tmp)], capture_output=True, text=True)
+        if r.returncode != 0:
+            remove_path(tmp)
+            how = "copy"
+    if how == "copy":
+        r = subprocess.run(["cp", "-a", "--reflink=auto", str(src), str(tmp)], capture_output=True, text=True)
+        if r.returncode != 0:
+            remove_path(tmp)
+            raise BuildError(f"cannot copy {src} to {tmp}: {r.stderr.strip()}")
+    if out.is_dir() and not out.is_symlink():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.rename(out, old)
+        os.rename(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+    # cp -a keeps the cached mtime; a fresh one keeps make-like tools (Snakemake's mtime
+    # rerun trigger) from seeing the output as older than its inputs.
+    os.utime(out)
+    return how
+
+
+def image_packages(runner: list[str], env: dict) -> dict:
+    """dpkg-query + pip freeze inside the image (runner = command prefix up to argv)."""
+    pk: dict = {"dpkg": {}, "pip": {}}
+    r = subprocess.run(runner + ["dpkg-query", "-W", "-f", "${Package}\t${Version}\n"],
+                       capture_output=True, text=True, env=env)
+    if r.returncode == 0:
+        for line in r.stdout.splitlines():
+            name, _, ver = line.partition("\t")
+            if name:
+                pk["dpkg"][name] = ver
+    else:
+        pk["dpkg_error"] = r.stderr.strip()[-300:]
+    r = subprocess.run(runner + ["/opt/venv/bin/python", "-m", "pip", "freeze", "--all",
+                                 "--disable-pip-version-check"],
+                       capture_output=True, text=True, env=env)
+    if r.returncode == 0:
+        for line in r.stdout.splitlines():
+            name, sep, ver = line.partition("==")
+            if sep:
+                pk["pip"][name] = ver
+    else:
+        pk["pip_error"] = r.stderr.strip()[-300:]
+    return pk
+
+
+def clean_env(**extra: str) -> dict:
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+        "USER": os.environ.get("USER") or getpass.getuser(),
+        "HOME": os.environ.get("HOME", "/root"),
+        "LC_ALL": "C",
+    }
+    for k in ("TMPDIR",):
+        if k in os.environ:
+            env[k] = os.environ[k]
+    env.update(extra)
+    return env
+
+
+# -------------------------------------------------------------- charliecloud
+
+
+def make_base_tarball(cache_dir: Path, suite: str, mirror: Mirror, tools: dict, logfile: Path) -> tuple[Path, dict]:
+    """Debian rootfs (debootstrap, cached as a tarball keyed by suite/mirror/variant)."""
+    info = {
+        "distribution": "debian", "suite": suite, "variant": BASE_VARIANT, "mirror": mirror.uri,
+        "debootstrap": debootstrap_version(tools["debootstrap"]),
+    }
+    key = sha256_text(json.dumps(info, sort_keys=True))[:16]
+    tarball = cache_dir / "base" / f"debian-{suite}-{BASE_VARIANT}-{key}.tar"
+    meta = tarball.with_suffix(".json")
+    with file_lock(tarball.with_suffix(".lock")):
+        if tarball.exists() and meta.exists():
+            log(f"base rootfs cached: {tarball}")
+            return tarball, json.loads(meta.read_text())
+        if os.geteuid() != 0:
+            raise BuildError(
+                "debootstrap needs root to make the base rootfs; run this once as root, or "
+                f"place a rootfs tarball (no device nodes) at {tarball} with {meta}"
+            )
+        work = cache_dir / "tmp" / f"base-{key}-{os.getpid()}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        try:
+            rootfs = work / "rootfs"
+            t0 = time.monotonic()
+            run_logged(debootstrap_command(str(rootfs), suite, mirror.uri, debootstrap=tools["debootstrap"]), logfile)
+            lists = sorted((rootfs / "var/lib/apt/lists").glob("*Release"))
+            release = {}
+            if lists:
+                text = lists[0].read_text(errors="replace")
+                for k in ("Date", "Version"):
+                    m = re.search(rf"^{k}:\s*(.+)$", text, re.M)
+                    if m:
+                        release[k.lower()] = m.group(1).strip()
+            tmp_tar = work / "base.tar"
+            run_logged(base_tar_command(str(rootfs), str(tmp_tar)), logfile)
+            assert_no_device_nodes(tmp_tar)
+            info.update(release_at_debootstrap=release, debootstrap_seconds=round(time.monotonic() - t0, 1),
+                        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+            tarball.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp_tar, tarball)
+            write_json_atomic(meta, info)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return tarball, info
+
+
+def normalize_ch_metadata(image: Path, sde: int) -> None:
+    """Pin the build-time stamps in /ch/metadata.json ("created" per instruction) to
+    SOURCE_DATE_EPOCH, so a SquashFS made from the tree is bit-reproducible too."""
+    meta = image / "ch" / "metadata.json"
+    if not meta.is_file():
+        return
+    stamp = _dt.datetime.fromtimestamp(sde, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    data = json.loads(meta.read_text())
+    for entry in data.get("history", []):
+        if "created" in entry:
+            entry["created"] = stamp
+    st = os.stat(meta)
+    tmp = meta.with_name(".metadata.json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.chmod(tmp, stat.S_IMODE(st.st_mode))
+    os.replace(tmp, meta)
+
+
+def assert_no_device_nodes(tarball: Path) -> None:
+    with tarfile.open(tarball) as tf:
+        for m in tf:
+            if m.isdev():
+                raise BuildError(f"{tarball} holds device node {m.name}: refusing to import it")
+
+
+def build_charliecloud(
+    recipe: Path, wheelhouse: Wheelhouse, entry_tmp: Path, cache_dir: Path, tools: dict,
+    suite: str, mirror: Mirror, sde: int, logfile: Path,
+) -> dict:
+    """Cold build into ``entry_tmp/image``; returns provenance facts (base, release)."""
+    tarball, base_info = make_base_tarball(cache_dir, suite, mirror, tools, logfile)
+    prefix = ch_image_prefix(tools["python_for_ch_image"], tools["ch-image"])
+    storage = cache_dir / "tmp" / f"ch-storage-{os.getpid()}"
+    shutil.rmtree(storage, ignore_errors=True)
+    storage.parent.mkdir(parents=True, exist_ok=True)
+    env = clean_env()
+    tag = f"scalesweep-build-{os.getpid()}"
+    try:
+        run_logged(ch_image_import_command(str(tarball), f"localhost/scalesweep-debian:{suite}", str(storage), prefix),
+                   logfile, env=env)
+        release = mirror_release(mirror)  # the apt state the RUN apt-get update sees
+        run_logged(
+            ch_image_build_command(
+                str(recipe), tag, str(storage), context=str(recipe.parent),
+                binds={str(wheelhouse.path): "/wheelhouse"},
+                build_args={"SOURCE_DATE_EPOCH": str(sde)}, prefix=prefix,
+            ),
+            logfile, env=env,
+        )
+        img = storage / "img" / tag
+        if not img.is_dir():
+            raise BuildError(f"ch-image reported success but {img} is missing")
+        normalize_ch_metadata(img, sde)
+        os.rename(img, entry_tmp / "image")
+    finally:
+        shutil.rmtree(storage, ignore_errors=True)
+    base = dict(base_info)
+    base.update(
+        mirror_release_at_build=release,
+        host_snapshot_hint=mirror.snapshot,
+        source_date_epoch=sde,
+    )
+    return {"base": base}
+
+
+# ------------------------------------------------------------------ the build
+
+
+def build_image(
+    builder: str,
+    recipe: str | os.PathLike,
+    out: str | os.PathLike,
+    manifest: str | os.PathLike,
+    requirements: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike = DEFAULT_CACHE,
+    fmt: str | None = None,
+    build_args_file: str | os.PathLike | None = None,
+    build_args: dict[str, str] | None = None,
+    fakeroot: bool = False,
+    link: str = "hardlink",
+    python: str = sys.executable,
+    find_links: list[str] | None = None,
+    no_cache: bool = False,
+) -> dict:
+    """Build (or reuse) an image, place it at ``out``, write ``manifest``; return it."""
+    t0 = time.monotonic()
+    os.environ.setdefault("USER", getpass.getuser())  # ch-image and ch-run refuse to start without it
+    recipe = Path(recipe)
+    out = Path(out)
+    manifest = Path(manifest)
+    cache_dir = Path(cache_dir).expanduser().resolve()
+    fmt = fmt or BUILDER_FORMATS.get(builder, ("dir",))[0]
+    if builder in BUILDER_FORMATS and fmt not in BUILDER_FORMATS[builder]:
+        raise BuildError(f"--format {fmt} is not available with --builder {builder}")
+    tools = check_builder(builder, fmt)  # (a) before doing anything else
+    if not recipe.is_file():
+        raise BuildError(f"recipe not found: {recipe}")
+    recipe_text = recipe.read_text()
+    req_path = Path(requirements) if requirements else None
+    req_text = req_path.read_text() if req_path else ""
+    version = builder_version(builder, tools)
+    extra: dict = {"context": recipe_context_hashes(recipe)}
+    wheelhouse = None
+    suite = mirror = None
+    sde = None
+    if builder == "charliecloud":
+        m = BASE_FROM_RE.search(recipe_text)
+        if not m:
+            raise BuildError(
+                f"{recipe}: offline Charliecloud builds need 'FROM localhost/scalesweep-debian:<suite>'"
+            )
+        suite = m.group(1)
+        if not req_path:
+            raise BuildError("--requirements is required with --builder charliecloud")
+        mirror = host_mirror(suite)
+        sde = source_date_epoch(mirror)
+        wheelhouse = stage_wheelhouse(req_path, cache_dir, python=python,
+                                      find_links=[Path(p).expanduser() for p in (find_links or [])],
+                                      expect_python=DEBIAN_PYTHON.get(suite))
+        extra["base"] = {"suite": suite, "variant": BASE_VARIANT, "mirror": mirror.uri,
+                         "debootstrap": debootstrap_version(tools["debootstrap"]),
+                         "source_date_epoch": sde}
+    else:
+        args = dict(load_build_args(build_args_file)) if build_args_file else {}
+        args.update(build_args or {})
+        parsed = parse_apptainer_def(recipe_text)
+        unknown = sorted(set(args) - set(parsed.arguments))
+        if unknown:
+            log(f"warning: build args not used by {recipe.name}: {', '.join(unknown)}")
+        # The requirements file enters the key by content; its (absolute, checkout-
+        # dependent) path is handed to the recipe's %files via REQUIREMENTS.
+        extra["build_args"] = {k: v for k, v in args.items() if k != "REQUIREMENTS"}
+        if req_path and "REQUIREMENTS" in parsed.arguments:
+            args["REQUIREMENTS"] = str(req_path.resolve())
+        build_args = args
+    key = cache_key(recipe_text, req_text, wheelhouse.wheels if wheelhouse else {},
+                    builder, version, extra)
+    entry = cache_dir / "images" / key
+    image_name = "image.sif" if builder == "apptainer" else "image"
+    logdir = cache_dir / "logs"
+    logdir.mkdir(parents=True, exist_ok=True)
+    logfile = logdir / f"{key[:16]}-{_dt.datetime.now().strftime('%Y%m%dT%H%M%S')}.log"
+
+    with file_lock(cache_dir / "images" / f"{key}.lock"):
+        if no_cache and entry.exists():
+            shutil.rmtree(entry)
+        cached = (entry / ".complete").exists()
+        if cached:
+            log(f"cache hit {key[:16]}: {entry}")
+            facts = json.loads((entry / "manifest.json").read_text())
+        else:
+            log(f"cache miss {key[:16]}: building ({builder} {version}); log: {logfile}")
+            entry_tmp = entry.with_name(f".{key}.tmp-{os.getpid()}")
+            shutil.rmtree(entry_tmp, ignore_errors=True)
+            entry_tmp.mkdir(parents=True)
+            try:
+                tb = time.monotonic()
+                if builder == "charliecloud":
+                    facts = build_charliecloud(recipe, wheelhouse, entry_tmp, cache_dir, tools,
+                                               suite, mirror, sde, logfile)
+                    img = entry_tmp / "image"
+                    runner = ch_run_command(str(img), [], ch_run=tools["ch-run"])
+                    env = clean_env()
+                    facts["packages"] = image_packages(runner, env)
+                    facts["content_digest"] = content_digest(img)
+                    facts["tree_size_bytes"] = tree_size(img)
+                else:
+                    sif = entry_tmp / "image.sif"
+                    cmd = apptainer_build_command(str(sif), str(recipe.resolve()), build_args,
+                                                  fakeroot=fakeroot, apptainer=tools["apptainer"])
+                    # %files sources relative to the repository root, as in the recipes
+                    run_logged(cmd, logfile, cwd=str(REPO_ROOT))
+                    facts = {"build_command": cmd, "build_args": build_args}
+                    runner = apptainer_exec_command(str(sif), [], apptainer=tools["apptainer"])
+                    facts["packages"] = image_packages(runner, dict(os.environ))
+                    facts["content_digest"] = content_digest(sif)
+                    facts["content_digest_note"] = "sha256 of the SIF file (SIF builds are not bit-reproducible)"
+                    facts["tree_size_bytes"] = tree_size(sif)
+                facts["cold_build_seconds"] = round(time.monotonic() - tb, 1)
+                facts["built_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+                facts["built_on"] = socket.gethostname()
+                facts["log"] = str(logfile)
+                write_json_atomic(entry_tmp / "manifest.json", facts)
+                (entry_tmp / ".complete").write_text(key + "\n")
+                if entry.exists():
+                    shutil.rmtree(entry)
+                os.rename(entry_tmp, entry)
+            except BaseException:
+                shutil.rmtree(entry_tmp, ignore_errors=True)
+                raise
+        src = entry / image_name
+        squashfs_cached = None
+        if builder == "charliecloud" and fmt == "squashfs":
+            sqfs = entry / "image.sqfs"
+            squashfs_cached = sqfs.exists()
+            if not squashfs_cached:
+                missing = [p for p in CH_RUN_MOUNT_POINTS if not os.path.lexists(src / p)]
+                if missing:
+                    raise BuildError(f"{src} lacks ch-run mount points {missing}")
+                tmp = entry / f".image.sqfs.tmp-{os.getpid()}"
+                sde_img = (facts.get("base") or {}).get("source_date_epoch", DEFAULT_SOURCE_DATE_EPOCH)
+                run_logged(mksquashfs_command(str(src), str(tmp), sde_img, tools["mksquashfs"]),
+                           logfile, env=clean_env())
+                os.replace(tmp, sqfs)
+            src = sqfs
+        placement = place_image(src, out, link)
+
+    man = {
+        "schema": MANIFEST_SCHEMA,
+        "image": str(out),
+        "format": fmt,
+        "recipe": {"path": str(recipe), "sha256": sha256_text(recipe_text)},
+        "requirements": ({"path": str(req_path), "sha256": sha256_file(req_path)} if req_path else None),
+        "cache_key": key,
+        "cache_entry": str(entry),
+        "cached": cached,
+        "placement": placement,
+        "builder": {"name": builder, "version": version,
+                    "tools": {k: v for k, v in tools.items() if k != "python_for_ch_image"}},
+        "base": facts.get("base"),
+        "build_args": facts.get("build_args"),
+        "packages": facts.get("packages"),
+        "wheels": ([{"file": n, "sha256": h} for n, h in wheelhouse.wheels.items()] if wheelhouse else None),
+        "wheelhouse": ({"path": str(wheelhouse.path), "key": wheelhouse.key, "cached": wheelhouse.cached,
+                        "local_pins": wheelhouse.local_pins} if wheelhouse else None),
+        "size_bytes": tree_size(out),
+        "tree_size_bytes": facts.get("tree_size_bytes"),
+        "content_digest": facts.get("content_digest"),
+        "content_digest_method": DIGEST_METHOD if builder == "charliecloud" else facts.get("content_digest_note"),
+        "build_seconds": round(time.monotonic() - t0, 2),
+        "cold_build_seconds": facts.get("cold_build_seconds"),
+        "built_at": facts.get("built_at"),
+        "built_on": facts.get("built_on"),
+        "log": str(logfile) if logfile.exists() else facts.get("log"),
+    }
+    if squashfs_cached is not None:
+        man["squashfs_cached"] = squashfs_cached
+    if fmt == "squashfs":
+        man["file_sha256"] = sha256_file(out)
+    write_json_atomic(manifest, man)
+    return man
+
+
+# ----------------------------------------------------------------------- CLI
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--builder", required=True, choices=sorted(BUILDER_TOOLS))
+    p.add_argument("--recipe", required=True, help="Dockerfile (charliecloud) or .def (apptainer)")
+    p.add_argument("--requirements", help="payload requirements (charliecloud: required)")
+    p.add_argument("--out", required=True, help="image path: directory, .sqfs or .sif")
+    p.add_argument("--manifest", required=True, help="provenance JSON (written atomically)")
+    p.add_argument("--cache-dir", default=str(DEFAULT_CACHE),
+                   help="cache root: images/, wheelhouse/, base/, wheels/ (default $SCALESWEEP_CACHE or ~/.cache/scalesweep)")
+    p.add_argument("--format", choices=("dir", "squashfs", "sif"), help="default: dir (charliecloud), sif (apptainer)")
+    p.add_argument("--build-args", dest="build_args_file", help="apptainer: KEY=VALUE file")
+    p.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE", help="apptainer: override")
+    p.add_argument("--fakeroot", action="store_true", help="apptainer build --fakeroot")
+    p.add_argument("--link", choices=("hardlink", "symlink", "copy"), default="hardlink",
+                   help="how a cached image is placed at --out (default hardlink)")
+    p.add_argument("--python", default=sys.executable, help="interpreter whose pip stages the wheelhouse")
+    p.add_argument("--find-links", action="append", default=[], help="extra local wheel directory")
+    p.add_argument("--no-cache", action="store_true", help="rebuild even if the cache has the key")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    overrides = {}
+    for kv in a.build_arg:
+        k, sep, v = kv.partition("=")
+        if not sep:
+            print(f"build_image: error: --build-arg {kv!r}: expected KEY=VALUE", file=sys.stderr)
+            return 2
+        overrides[k] = v
+    try:
+        man = build_image(
+            a.builder, a.recipe, a.out, a.manifest, requirements=a.requirements,
+            cache_dir=a.cache_dir, fmt=a.format, build_args_file=a.build_args_file,
+            build_args=overrides, fakeroot=a.fakeroot, link=a.link, python=a.python,
+            find_links=a.find_links, no_cache=a.no_cache,
+        )
+    except BuildError as e:
+        print(f"build_image: error: {e}", file=sys.stderr)
+        return 1
+    how = "cached" if man["cached"] else "built"
+    if man.get("squashfs_cached") is False:
+        how += " (squashfs packed now)"
+    log(f"{how} {man['image']} ({man['placement']}) "
+        f"{man['size_bytes'] / 1e6:.0f} MB digest {man['content_digest']} in {man['build_seconds']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

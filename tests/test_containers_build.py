@@ -1,0 +1,510 @@
+"""Image builds: command lines, cache key, preflight, recipe lint, and the real build.
+
+Unit tests pin the exact builder command lines (``scripts/build_image.py`` builds them
+with pure functions) and the cache-key rules. The ``container`` test builds the real
+Charliecloud image through the script with the shared cache ``~/.cache/scalesweep``
+(minutes the first time on a machine, seconds after) and runs it with ``ch-run``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import build_image as bi  # noqa: E402
+
+SCRIPT = REPO / "scripts" / "build_image.py"
+DOCKERFILE = REPO / "containers" / "charliecloud" / "Dockerfile"
+REQUIREMENTS = REPO / "envs" / "payload-requirements.txt"
+APPTAINER_DIR = REPO / "containers" / "apptainer"
+DEFS = sorted(APPTAINER_DIR.glob("*.def"))
+FRONTIER_ARGS = APPTAINER_DIR / "frontier.args"
+SHARED_CACHE = Path(os.environ.get("SCALESWEEP_CACHE", "~/.cache/scalesweep")).expanduser()
+
+
+# ----------------------------------------------------------------- command lines
+
+
+def test_apptainer_build_command_plain():
+    assert bi.apptainer_build_command("X.sif", "containers/apptainer/pytorch-rocm.def") == [
+        "apptainer", "build", "X.sif", "containers/apptainer/pytorch-rocm.def",
+    ]
+
+
+def test_apptainer_build_command_fakeroot_and_args_in_order():
+    cmd = bi.apptainer_build_command(
+        "out/pytorch.sif", "containers/apptainer/pytorch-rocm.def",
+        {"ROCM_VERSION": "6.2.4", "MPICH_VERSION": "3.4.2"}, fakeroot=True,
+    )
+    assert cmd == [
+        "apptainer", "build", "--fakeroot", "--warn-unused-build-args",
+        "--build-arg", "ROCM_VERSION=6.2.4", "--build-arg", "MPICH_VERSION=3.4.2",
+        "out/pytorch.sif", "containers/apptainer/pytorch-rocm.def",
+    ]
+
+
+def test_apptainer_build_args_come_from_the_config_file():
+    args = bi.load_build_args(FRONTIER_ARGS)
+    cmd = bi.apptainer_build_command("p.sif", "pytorch-rocm.def", args, fakeroot=True)
+    pairs = [cmd[i + 1] for i, c in enumerate(cmd) if c == "--build-arg"]
+    assert pairs == [f"{k}={v}" for k, v in args.items()]
+    assert "ROCM_VERSION=6.2.4" in pairs
+    assert any(p.startswith("MPICH_VERSION=3.4.") for p in pairs)
+    assert cmd[-2:] == ["p.sif", "pytorch-rocm.def"]
+
+
+def test_load_build_args_rejects_garbage(tmp_path):
+    f = tmp_path / "bad.args"
+    f.write_text("# fine\nA=1\nthis is not an assignment\n")
+    with pytest.raises(bi.BuildError, match="bad.args:3"):
+        bi.load_build_args(f)
+
+
+def test_ch_image_build_command():
+    cmd = bi.ch_image_build_command(
+        "containers/charliecloud/Dockerfile", "scalesweep-build-1", "/c/tmp/st",
+        context="containers/charliecloud", binds={"/c/wheelhouse/k": "/wheelhouse"},
+        build_args={"SOURCE_DATE_EPOCH": "1747699200"},
+    )
+    assert cmd == [
+        "/usr/bin/python3", "ch-image", "-s", "/c/tmp/st", "--no-cache", "build", "--force",
+        "-b", "/c/wheelhouse/k:/wheelhouse", "--build-arg", "SOURCE_DATE_EPOCH=1747699200",
+        "-t", "scalesweep-build-1", "-f", "containers/charliecloud/Dockerfile",
+        "containers/charliecloud",
+    ]
+
+
+def test_ch_image_import_and_debootstrap_commands():
+    assert bi.ch_image_import_command("/c/base.tar", "localhost/scalesweep-debian:bookworm", "/c/st") == [
+        "/usr/bin/python3", "ch-image", "-s", "/c/st", "--no-cache", "import", "/c/base.tar",
+        "localhost/scalesweep-debian:bookworm",
+    ]
+    assert bi.debootstrap_command("/c/rootfs", "bookworm", "http://deb.debian.org/debian") == [
+        "unshare", "--mount", "--propagation", "private",
+        "debootstrap", "--variant=minbase", "bookworm", "/c/rootfs", "http://deb.debian.org/debian",
+    ]
+
+
+def test_base_tarball_never_carries_device_nodes():
+    cmd = bi.base_tar_command("/c/rootfs", "/c/base.tar")
+    for d in ("dev", "proc", "sys"):
+        assert f"--exclude=./{d}/*" in cmd
+    assert "--numeric-owner" in cmd and "--sort=name" in cmd
+
+
+def test_squashfs_and_ch_run_commands():
+    assert bi.mksquashfs_command("/c/img", "/c/img.sqfs", 1747699200) == [
+        "mksquashfs", "/c/img", "/c/img.sqfs", "-b", "65536", "-noappend", "-all-root",
+        "-no-xattrs", "-all-time", "1747699200", "-mkfs-time", "1747699200", "-no-progress",
+    ]
+    assert bi.ch_run_command("img", ["python", "-V"], binds=("/a:/mnt/data",)) == [
+        "ch-run", "-b", "/a:/mnt/data", "img", "--", "python", "-V",
+    ]
+
+
+# -------------------------------------------------------------------- cache key
+
+BASE_KEY_ARGS = dict(
+    recipe_text="FROM localhost/scalesweep-debian:bookworm\nRUN true\n",
+    requirements_text="torch==2.13.0\nnumpy==2.4.6\n",
+    wheel_hashes={"torch-2.13.0+cpu-cp311.whl": "aa", "numpy-2.4.6-cp311.whl": "bb"},
+    builder="charliecloud",
+    builder_version="0.31",
+    extra={"base": {"suite": "bookworm"}},
+)
+
+
+def key(**changes):
+    return bi.cache_key(**{**BASE_KEY_ARGS, **changes})
+
+
+def test_cache_key_is_stable():
+    k = key()
+    assert re.fullmatch(r"[0-9a-f]{64}", k)
+    assert key() == k
+    # wheel order and comments/blank lines in the requirements do not matter
+    assert key(wheel_hashes=dict(reversed(list(BASE_KEY_ARGS["wheel_hashes"].items())))) == k
+    assert key(requirements_text="# pins\ntorch==2.13.0\n\nnumpy==2.4.6   # the array lib\n") == k
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"recipe_text": BASE_KEY_ARGS["recipe_text"] + "RUN echo more\n"},
+        {"requirements_text": "torch==2.13.0\nnumpy==2.4.5\n"},
+        {"requirements_text": "torch==2.13.0\nnumpy==2.4.6\nllama-cpp-python==0.3.36\n"},
+        {"wheel_hashes": {"torch-2.13.0+cpu-cp311.whl": "aa", "numpy-2.4.6-cp311.whl": "cc"}},
+        {"builder_version": "0.32"},
+        {"builder": "apptainer"},
+        {"extra": {"base": {"suite": "trixie"}}},
+    ],
+    ids=["recipe", "requirement-version", "requirement-added", "wheel-bytes", "builder-version",
+         "builder", "base"],
+)
+def test_cache_key_changes_with_inputs(change):
+    assert key(**change) != key()
+
+
+def test_cache_key_of_the_real_recipe_changes_when_it_is_edited():
+    text = DOCKERFILE.read_text()
+    req = REQUIREMENTS.read_text()
+    k = bi.cache_key(text, req, {}, "charliecloud", "0.31")
+    assert bi.cache_key(text, req, {}, "charliecloud", "0.31") == k
+    assert bi.cache_key(text + "\nRUN true\n", req, {}, "charliecloud", "0.31") != k
+    assert bi.cache_key(text, req + "pyyaml==6.0.3\n", {}, "charliecloud", "0.31") != k
+
+
+# ---------------------------------------------------------------- preflight
+
+
+def test_missing_charliecloud_names_the_debian_package():
+    with pytest.raises(bi.BuilderMissing) as e:
+        bi.check_builder("charliecloud", which=lambda tool: None)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert "ch-image" in msg and "apt-get install charliecloud" in msg
+
+
+def test_missing_debootstrap_and_squashfs_tools_are_named():
+    have = {"ch-image", "ch-run", "unshare", "tar", "cp"}
+    with pytest.raises(bi.BuilderMissing, match="debootstrap"):
+        bi.check_builder("charliecloud", which=lambda t: f"/usr/bin/{t}" if t in have else None)
+    have |= {"debootstrap"}
+    with pytest.raises(bi.BuilderMissing, match="squashfs-tools"):
+        bi.check_builder("charliecloud", "squashfs", which=lambda t: f"/usr/bin/{t}" if t in have else None)
+
+
+def test_missing_apptainer_names_what_to_install():
+    with pytest.raises(bi.BuilderMissing) as e:
+        bi.check_builder("apptainer", which=lambda tool: None)
+    assert "apptainer" in str(e.value).lower() and "module load apptainer" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_missing_builder_fails_before_doing_anything(tmp_path):
+    """The CLI exits 1 with one line on stderr and creates nothing (no cache, no out)."""
+    cache = tmp_path / "cache"
+    env = dict(os.environ, PATH=str(tmp_path / "empty-bin"))
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--builder", "apptainer",
+         "--recipe", str(APPTAINER_DIR / "pytorch-rocm.def"),
+         "--build-args", str(FRONTIER_ARGS),
+         "--out", str(tmp_path / "x.sif"), "--manifest", str(tmp_path / "x.json"),
+         "--cache-dir", str(cache)],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=60,
+    )
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("build_image: error:"), proc.stderr
+    assert "apptainer" in lines[0]
+    assert not cache.exists() and not (tmp_path / "x.sif").exists() and not (tmp_path / "x.json").exists()
+
+
+FAKE_APPTAINER = """#!/bin/sh
+# stand-in for apptainer: records its argv, writes a fake SIF on build
+echo "$@" >> "$FAKE_APPTAINER_LOG"
+case "$1" in
+  --version) echo "apptainer version 1.3.0" ;;
+  build) for last; do :; done
+         out=""; prev=""; for a; do [ "$a" = "$last" ] && out="$prev"; prev="$a"; done
+         printf 'SIF-%s' "$last" > "$out" ;;
+  *) echo "fake apptainer: $1 not supported" >&2; exit 1 ;;
+esac
+"""
+
+
+def test_apptainer_flow_with_a_stand_in_binary(tmp_path):
+    """The apptainer path end to end (cache miss, then hit) with a fake ``apptainer``."""
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    (fakebin / "apptainer").write_text(FAKE_APPTAINER)
+    (fakebin / "apptainer").chmod(0o755)
+    argv_log = tmp_path / "argv.log"
+    env = dict(os.environ, PATH=f"{fakebin}:{os.environ['PATH']}", FAKE_APPTAINER_LOG=str(argv_log))
+    cmd = [sys.executable, str(SCRIPT), "--builder", "apptainer",
+           "--recipe", str(APPTAINER_DIR / "pytorch-rocm.def"), "--build-args", str(FRONTIER_ARGS),
+           "--build-arg", "TORCH_VERSION=2.7.1", "--fakeroot",
+           "--requirements", str(REQUIREMENTS), "--cache-dir", str(tmp_path / "cache"),
+           "--out", str(tmp_path / "img/pytorch-rocm.sif"), "--manifest", str(tmp_path / "img/m.json")]
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert first.returncode == 0, first.stderr
+    m1 = json.loads((tmp_path / "img/m.json").read_text())
+    assert m1["cached"] is False
+    assert (m1["builder"]["name"], m1["builder"]["version"]) == ("apptainer", "1.3.0")
+    build_lines = [line.split() for line in argv_log.read_text().splitlines() if line.startswith("build")]
+    assert len(build_lines) == 1
+    argv = build_lines[0]
+    assert argv[:3] == ["build", "--fakeroot", "--warn-unused-build-args"]
+    assert argv[-1] == str((APPTAINER_DIR / "pytorch-rocm.def").resolve())
+    assert argv[-2].endswith("/image.sif")
+    pairs = [argv[i + 1] for i, a in enumerate(argv) if a == "--build-arg"]
+    assert "ROCM_VERSION=6.2.4" in pairs and "TORCH_VERSION=2.7.1" in pairs
+    assert f"REQUIREMENTS={REQUIREMENTS.resolve()}" in pairs
+    assert (tmp_path / "img/pytorch-rocm.sif").read_bytes().startswith(b"SIF-")
+    assert m1["build_args"]["TORCH_VERSION"] == "2.7.1"
+
+    second = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert second.returncode == 0, second.stderr
+    m2 = json.loads((tmp_path / "img/m.json").read_text())
+    assert m2["cached"] is True and m2["cache_key"] == m1["cache_key"]
+    assert len([line for line in argv_log.read_text().splitlines() if line.startswith("build")]) == 1
+
+    cmd[cmd.index("TORCH_VERSION=2.7.1")] = "TORCH_VERSION=2.8.0"
+    third = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert third.returncode == 0, third.stderr
+    assert json.loads((tmp_path / "img/m.json").read_text())["cache_key"] != m1["cache_key"]
+
+
+# --------------------------------------------------------------- recipe lint
+
+
+@pytest.mark.parametrize("deffile", DEFS, ids=[d.name for d in DEFS])
+def test_apptainer_def_lint(deffile):
+    text = deffile.read_text()
+    d = bi.parse_apptainer_def(text)  # header first, known sections, defaults for all vars
+    first = next(line for line in text.splitlines() if line.strip() and not line.startswith("#"))
+    assert first.startswith("Bootstrap:")
+    assert d.header["bootstrap"] == "docker" and d.header["from"]
+    assert {name for name, _ in d.sections} <= bi.APPTAINER_SECTIONS
+    assert d.used_vars <= set(d.arguments)
+    assert all(d.arguments[v] for v in d.used_vars), "every {{ VAR }} needs a non-empty default"
+    # the base image is a build arg, not a literal
+    assert bi.TEMPLATE_VAR_RE.fullmatch(d.header["from"])
+    # versions are build args: no default version literal outside %arguments/comments
+    body = "\n".join(
+        line for name, sbody in d.sections if name != "arguments"
+        for line in sbody.splitlines() if not line.strip().startswith("#")
+    )
+    for k, v in d.arguments.items():
+        if k.endswith("_VERSION"):
+            assert v not in body, f"{deffile.name}: {k}'s value {v} is written out in the body"
+    post = "\n".join(b for n, b in d.sections if n == "post")
+    for target in ("/mnt/data", "/mnt/code", "/mnt/out"):
+        assert target in post
+
+
+def test_pytorch_rocm_def_follows_the_olcf_recipe():
+    d = bi.parse_apptainer_def((APPTAINER_DIR / "pytorch-rocm.def").read_text())
+    assert d.arguments["MPICH_VERSION"].startswith("3.4.")  # cray-mpich-abi: libmpi.so.12
+    assert {"PYTORCH_BASE_IMAGE", "ROCM_VERSION", "TORCH_VERSION", "MPICH_VERSION"} <= d.used_vars
+    post = "\n".join(b for n, b in d.sections if n == "post")
+    assert "--with-device=ch4:ofi" in post
+    assert 'MPICC="/opt/mpich/bin/mpicc -shared"' in post and "--no-binary=mpi4py" in post
+    assert "/opt/venv" in post
+
+
+def test_ollama_def_pins_a_release():
+    d = bi.parse_apptainer_def((APPTAINER_DIR / "ollama.def").read_text())
+    assert re.fullmatch(r"\d+\.\d+\.\d+", d.arguments["OLLAMA_VERSION"])
+    assert {"OLLAMA_BASE_IMAGE", "OLLAMA_VERSION"} <= d.used_vars
+
+
+def test_frontier_args_only_set_known_arguments():
+    known = set().union(*(bi.parse_apptainer_def(p.read_text()).arguments for p in DEFS))
+    assert set(bi.load_build_args(FRONTIER_ARGS)) <= known
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("From: x\nBootstrap: docker\n", "must start with 'Bootstrap:'"),
+        ("Bootstrap: docker\nFrom: a\n%bogus\n", "unknown section"),
+        ("Bootstrap: docker\nFrom: {{ B }}\n%post\n  true\n", "without a %arguments default: B"),
+        ("Bootstrap: docker\n%post\n  true\n", "needs a 'From:'"),
+    ],
+    ids=["header-order", "unknown-section", "missing-default", "missing-from"],
+)
+def test_def_lint_catches_mistakes(text, match):
+    with pytest.raises(bi.BuildError, match=re.escape(match)):
+        bi.parse_apptainer_def(text)
+
+
+def test_dockerfile_takes_pins_from_the_requirements_file():
+    text = DOCKERFILE.read_text()
+    assert bi.BASE_FROM_RE.search(text).group(1) == "bookworm"
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    for pkg in ("torch", "numpy", "pillow"):
+        assert not re.search(rf"\b{pkg}\s*==", code)
+    assert "--no-index" in code and "-r /wheelhouse/requirements.txt" in code
+    assert "mkdir -p /mnt/data /mnt/code /mnt/out" in code
+    for pkg in ("python3", "python3-venv", "ca-certificates", "libopenmpi3", "openmpi-bin"):
+        assert re.search(rf"\s{re.escape(pkg)}(\s|$)", code)
+
+
+# --------------------------------------------------- requirements and sources
+
+
+def test_local_wheel_pins_pick_the_local_cpu_torch(tmp_path):
+    for name in ("torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+                 "torch-2.12.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+                 "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"):
+        (tmp_path / name).write_bytes(b"")
+    req = "torch==2.13.0\nnumpy==2.4.6\nllama-cpp-python[server]==0.3.36  # local build\n"
+    pins = bi.local_wheel_pins(req, [tmp_path])
+    assert pins["torch"].name.startswith("torch-2.13.0+cpu")
+    assert pins["llama-cpp-python"].name.startswith("llama_cpp_python-0.3.36")
+    assert "numpy" not in pins
+    assert bi.exact_pins(req) == {"torch": "2.13.0", "numpy": "2.4.6", "llama-cpp-python": "0.3.36"}
+    assert not bi.local_version_matches("2.13.0", "2.13.1+cpu")
+
+
+def test_payload_requirements_are_pinned():
+    pins = bi.exact_pins(REQUIREMENTS.read_text())
+    assert pins["torch"] == "2.13.0" and pins["numpy"] == "2.4.6" and pins["pillow"] == "13.0.0"
+
+
+def test_host_mirror_from_deb822_sources():
+    text = (
+        "Types: deb\n# http://snapshot.debian.org/archive/debian/20250520T000000Z\n"
+        "URIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\nComponents: main\n\n"
+        "Types: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\n"
+    )
+    entries = bi.parse_apt_sources(text, deb822=True)
+    assert entries[0] == bi.Mirror("http://deb.debian.org/debian", "bookworm",
+                                   "http://snapshot.debian.org/archive/debian/20250520T000000Z")
+    assert bi.source_date_epoch(entries[0]) == 1747699200 or "SOURCE_DATE_EPOCH" in os.environ
+    assert bi.parse_apt_sources("deb [arch=amd64] http://m/debian bookworm main\n", deb822=False) == [
+        bi.Mirror("http://m/debian", "bookworm")
+    ]
+
+
+# ------------------------------------------------------- digest and placement
+
+
+def make_tree(root: Path) -> Path:
+    (root / "usr/bin").mkdir(parents=True)
+    (root / "usr/bin/tool").write_text("#!/bin/sh\necho hi\n")
+    (root / "usr/bin/tool").chmod(0o755)
+    (root / "etc").mkdir()
+    (root / "etc/conf").write_text("a=1\n")
+    (root / "bin").symlink_to("usr/bin")
+    (root / "ch").mkdir()
+    (root / "ch/metadata.json").write_text('{"created": "now"}')
+    return root
+
+
+def test_content_digest_ignores_mtimes_and_ch_metadata(tmp_path):
+    a = make_tree(tmp_path / "a")
+    b = make_tree(tmp_path / "b")
+    os.utime(b / "etc/conf", (1, 1))
+    (b / "ch/metadata.json").write_text('{"created": "later"}')
+    da = bi.content_digest(a)
+    assert da.startswith("sha256:") and bi.content_digest(b) == da
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda r: (r / "etc/conf").write_text("a=2\n"),
+    lambda r: (r / "usr/bin/tool").chmod(0o700),
+    lambda r: ((r / "bin").unlink(), (r / "bin").symlink_to("usr/sbin")),
+    lambda r: (r / "etc/new").write_text(""),
+], ids=["content", "mode", "symlink", "new-file"])
+def test_content_digest_sees_real_changes(tmp_path, mutate):
+    a = make_tree(tmp_path / "a")
+    before = bi.content_digest(a)
+    mutate(a)
+    assert bi.content_digest(a) != before
+
+
+def test_place_image_hardlinks_and_replaces(tmp_path):
+    src = make_tree(tmp_path / "cache/image")
+    out = tmp_path / "resources/images/default"
+    assert bi.place_image(src, out) == "hardlink"
+    assert os.stat(out / "etc/conf").st_ino == os.stat(src / "etc/conf").st_ino
+    assert (out / "bin").is_symlink()
+    (out / "stale").write_text("x")
+    assert bi.place_image(src, out) == "hardlink"
+    assert not (out / "stale").exists() and not (src / "stale").exists()
+    assert bi.place_image(src, tmp_path / "link", "symlink") == "symlink"
+    assert (tmp_path / "link").resolve() == src.resolve()
+
+
+def test_manifest_is_written_atomically(tmp_path):
+    target = tmp_path / "m.json"
+    bi.write_json_atomic(target, {"a": 1})
+    bi.write_json_atomic(target, {"a": 2})
+    assert json.loads(target.read_text()) == {"a": 2}
+    assert [p.name for p in tmp_path.iterdir()] == ["m.json"]
+
+
+# ------------------------------------------------------------ the real build
+
+
+def _can_build() -> str | None:
+    if shutil.which("ch-image") is None or shutil.which("ch-run") is None:
+        return "ch-image/ch-run not installed (apt-get install charliecloud)"
+    have_base = any((SHARED_CACHE / "base").glob("debian-bookworm-*.tar"))
+    if os.geteuid() != 0 and not have_base:
+        return "the Debian base rootfs (debootstrap) needs root once"
+    return None
+
+
+def _build(out: Path, manifest: Path, timeout: int = 1800) -> tuple[dict, float]:
+    t0 = time.monotonic()
+    env = dict(os.environ)
+    env.setdefault("USER", "root" if os.geteuid() == 0 else str(os.getuid()))
+    SHARED_CACHE.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # hard links need one filesystem; a symlink avoids copying 1.2 GB into a tmpfs /tmp
+    same_fs = os.stat(SHARED_CACHE).st_dev == os.stat(out.parent).st_dev
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--builder", "charliecloud",
+         "--recipe", str(DOCKERFILE), "--requirements", str(REQUIREMENTS),
+         "--out", str(out), "--manifest", str(manifest), "--cache-dir", str(SHARED_CACHE),
+         "--link", "hardlink" if same_fs else "symlink"],
+        capture_output=True, text=True, cwd=REPO, env=env, timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    return json.loads(manifest.read_text()), time.monotonic() - t0
+
+
+@pytest.mark.container
+@pytest.mark.skipif(_can_build() is not None, reason=_can_build() or "")
+def test_real_charliecloud_image_builds_caches_and_runs(tmp_path):
+    out, manifest = tmp_path / "images/default", tmp_path / "images/default.manifest.json"
+    first, _ = _build(out, manifest)  # cold on a fresh machine, a cache hit afterwards
+    assert first["schema"] == bi.MANIFEST_SCHEMA
+    assert first["recipe"]["sha256"] == bi.sha256_file(DOCKERFILE)
+    assert first["content_digest"].startswith("sha256:")
+    assert first["packages"]["pip"]["torch"] == "2.13.0+cpu"
+    assert first["packages"]["pip"]["numpy"] == "2.4.6"
+    assert "python3" in first["packages"]["dpkg"] and "openmpi-bin" in first["packages"]["dpkg"]
+    assert first["size_bytes"] > 300e6 and first["base"]["suite"] == "bookworm"
+
+    second, seconds = _build(out, manifest)
+    assert second["cached"] is True and second["cache_key"] == first["cache_key"]
+    assert second["content_digest"] == first["content_digest"]
+    assert seconds < 60, f"a cached build took {seconds:.1f} s"
+
+    env = dict(os.environ)
+    env.setdefault("USER", "root" if os.geteuid() == 0 else str(os.getuid()))
+    run = subprocess.run(
+        bi.ch_run_command(str(out), ["/opt/venv/bin/python", "-c", "import torch; print(torch.__version__)"]),
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "2.13.0+cpu"
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "hello.txt").write_text("from the host\n")
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    run = subprocess.run(
+        bi.ch_run_command(str(out), ["sh", "-c", "test -d /mnt/data && test -d /mnt/code && test -d /mnt/out "
+                                     "&& cat /mnt/data/hello.txt > /mnt/out/copied.txt"],
+                          binds=(f"{data}:/mnt/data", f"{outdir}:/mnt/out", f"{REPO}:/mnt/code")),
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert (outdir / "copied.txt").read_text() == "from the host\n"

@@ -1,0 +1,124 @@
+"""Failures come in pieces: a killed point fails alone, a re-run redoes only it, and
+nothing measured is ever lost or rewritten."""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, SNAKEMAKE, have, run_snakemake, tiny_config
+
+pytestmark = pytest.mark.integration
+PROFILE = str(REPO / "profiles" / "local")
+
+
+def _payload_pids(marker: str) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "train_cnn.py" in cmd and marker in cmd:
+            pids.append(int(proc.name))
+    return pids
+
+
+def _kill_when_training(log: Path, marker: str, killed: list, deadline: float) -> None:
+    while time.time() < deadline:
+        if log.is_file() and "epoch 1/" in log.read_text(errors="replace"):
+            for pid in _payload_pids(marker):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            return
+        time.sleep(0.2)
+
+
+@pytest.mark.skipif(not have("mpirun"), reason="mpirun not installed")
+def test_sigkill_mid_run_fails_one_point_and_rerun_redoes_only_it(campaign):
+    cfg = tiny_config()
+    cfg["sweep"]["repeats"] = 1
+    cfg["workloads"]["cnn_ddp"]["epochs"] = 4
+    wd = campaign(cfg)
+    target = "cnn_ddp/native/n1-g0-r2-t1/rep1"
+    killed: list = []
+    watcher = threading.Thread(
+        target=_kill_when_training,
+        args=(wd / "results/runs" / target / "run.log", target, killed, time.time() + 600),
+        daemon=True,
+    )
+    watcher.start()
+    first = run_snakemake(wd, "--profile", PROFILE, check=False)
+    watcher.join(timeout=5)
+    assert killed, "the watcher never saw the target point training"
+    assert first.returncode != 0
+
+    other = wd / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/metrics.json"
+    assert other.is_file(), "the independent point must finish despite the failure"
+    failed_dir = wd / "results/runs" / target
+    assert not (failed_dir / "metrics.json").exists()
+    failure = json.loads((failed_dir / "failure.json").read_text())
+    assert failure["state"] == "failed" and failure["exit_code"] != 0
+    assert failure["log"].endswith("run.log")
+
+    status = subprocess.run([str(Path(SNAKEMAKE).parent / "scalesweep"), "status", "-d", str(wd),
+                             "--json"], capture_output=True, text=True, check=True)
+    states = {p["path"]: p["state"] for p in json.loads(status.stdout)["points"]}
+    assert states == {target: "failed", "cnn_ddp/native/n1-g0-r1-t1/rep1": "done"}
+
+    before = other.read_bytes()
+    dry = run_snakemake(wd, "--profile", PROFILE, "-n").stdout
+    assert dry.count("rule run_point:") == 1 and target in dry
+    second = run_snakemake(wd, "--profile", PROFILE)
+    assert "Finished" in second.stdout + second.stderr
+    assert other.read_bytes() == before, "a finished measurement was rewritten"
+    assert (failed_dir / "metrics.json").is_file()
+    assert not (failed_dir / "failure.json").exists()
+    attempts = [json.loads(line) for line in (failed_dir / "attempts.jsonl").read_text().splitlines()]
+    assert [a["state"] for a in attempts] == ["failed", "done"]
+
+
+def test_adding_a_repeat_runs_only_the_new_points(campaign):
+    cfg = tiny_config()
+    cfg["sweep"].update(ranks_per_node=[1], repeats=1)
+    wd = campaign(cfg)
+    run_snakemake(wd, "--profile", PROFILE)
+    first = (wd / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/metrics.json").read_bytes()
+    out = run_snakemake(wd, "--profile", PROFILE, "--config", "sweep={repeats: 2}", "-n").stdout
+    assert out.count("rule run_point:") == 1
+    assert "n1-g0-r1-t1/rep2/metrics.json" in out
+    assert (wd / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/metrics.json").read_bytes() == first
+
+
+def test_code_change_does_not_rerun_finished_measurements(campaign, tmp_path):
+    """rerun-triggers: [input] in profiles/default: parameter edits never redo a measurement."""
+    cfg = tiny_config()
+    cfg["sweep"].update(ranks_per_node=[1], repeats=1)
+    wd = campaign(cfg)
+    run_snakemake(wd, "--profile", PROFILE)
+    cfg["workloads"]["cnn_ddp"]["batch_size"] = 8  # changes the rule's params
+    (wd / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    out = run_snakemake(wd, "--profile", PROFILE, "-n").stdout
+    assert "rule run_point:" not in out
+
+
+def test_corrupted_dataset_stops_before_any_point_runs(campaign):
+    cfg = tiny_config()
+    cfg["sweep"].update(ranks_per_node=[1], repeats=1)
+    wd = campaign(cfg)
+    run_snakemake(wd, "--profile", PROFILE, "--until", "stage_dataset")
+    victim = sorted((wd / "resources/datasets/tiny/a").iterdir())[0]
+    victim.write_bytes(b"not a png")
+    proc = run_snakemake(wd, "--profile", PROFILE, check=False)
+    assert proc.returncode != 0
+    log = (wd / "logs/datasets/tiny.verify.log").read_text()
+    assert "checksum mismatch" in log and victim.name in log
+    assert not list((wd / "results").rglob("metrics.json"))
