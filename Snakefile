@@ -11,6 +11,7 @@ report: "workflow/report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/datasets.smk"
 include: "workflow/rules/models.smk"
+include: "workflow/rules/containers.smk"
 include: "workflow/rules/run.smk"
 include: "workflow/rules/aggregate.smk"
 
@@ -38,3 +39,4 @@ rule all:
         rules.aggregate.output,
         rules.plot_scaling.output,
         rules.plot_llm.output,
+        expand(rules.container_startup.output, runtime=container_runtimes()),

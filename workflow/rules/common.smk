@@ -1,5 +1,6 @@
 # Helpers shared by the rules: config validation, sweep expansion, input functions.
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -31,7 +32,8 @@ envvars:
 
 def _typed(value):
     """--config parses nested values with YAML's BaseLoader (every scalar a string):
-    re-read them with the safe loader so `--config sweep='{repeats: 3}'` gives an int."""
+    re-read them with the safe loader so `--config sweep='{repeats: 3}'` gives an int.
+    """
     if isinstance(value, dict):
         return {k: _typed(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -102,6 +104,30 @@ def dataset_params(wildcards):
     return config["datasets"][wildcards.dataset]
 
 
+def image_manifest(wildcards):
+    """The image's provenance manifest: what a container point waits for."""
+    c = config["containers"]
+    if c["prebuilt"]:
+        return []
+    return f"resources/images/{c['image']}.manifest.json"
+
+
+def image_format_args(wildcards):
+    c = config["containers"]
+    args = []
+    if c["format"]:
+        args += ["--format", c["format"]]
+    if c["build_args"]:
+        args += ["--build-args", c["build_args"]]
+    if c["fakeroot"]:
+        args.append("--fakeroot")
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def container_runtimes():
+    return sorted({p.runtime for p in POINTS} - {"native"})
+
+
 def run_inputs(wildcards):
     point = point_of(wildcards)
     wl = config["workloads"][point.workload]
@@ -111,6 +137,8 @@ def run_inputs(wildcards):
         inputs["verified"] = f"resources/datasets/{wl['dataset']}.verified.json"
     elif wl["payload"] == "llm":
         inputs["model"] = f"resources/models/{wl['model']}"
+    if point.runtime != "native" and image_manifest(wildcards):
+        inputs["image_manifest"] = image_manifest(wildcards)
     return inputs
 
 

@@ -39,22 +39,106 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _scontrol_job(job_id: str) -> dict[str, str]:
+    """``scontrol show job -o JOB`` as a dict ({} if it fails): the allocation's truth.
+
+    The environment cannot be trusted for it inside a job submitted by Snakemake's Slurm
+    executor: its jobstep strips every SLURM_* variable but SLURM_JOB_ID (and a few
+    identity ones) before it runs the job, and where it wraps the job in ``srun -n1`` the
+    variables describe that one-task step, not the allocation.
+    """
+    try:
+        res = subprocess.run(["scontrol", "show", "job", "-o", str(job_id)],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    if res.returncode != 0 or not res.stdout.strip():
+        return {}
+    fields: dict[str, str] = {}
+    key = None
+    for token in res.stdout.splitlines()[0].split():
+        name, sep, value = token.partition("=")
+        if sep and name and not name.startswith(("/", ",")) and name[0].isalpha():
+            key, fields[name] = name, value
+        elif key:  # a value with spaces (Comment=..., Reason=...)
+            fields[key] += " " + token
+    return fields
+
+
+def _hostnames(nodelist: str) -> list[str]:
+    """Expand a Slurm node list (n[1-2] -> [n1, n2])."""
+    if not nodelist:
+        return []
+    try:
+        res = subprocess.run(["scontrol", "show", "hostnames", nodelist],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return [nodelist]
+    return res.stdout.split() if res.returncode == 0 and res.stdout.split() else [nodelist]
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(str(value).split(":")[0].split("(")[0])
+    except (TypeError, ValueError):
+        return None
+
+
+def _unset(value: str | None) -> str | None:
+    return None if value in (None, "", "(null)", "*", "N/A") else value
+
+
 def slurm_info() -> dict[str, Any] | None:
+    """The Slurm job this point runs in: id, node list, geometry, queue; None outside Slurm.
+
+    Read from ``scontrol show job`` (see ``_scontrol_job``); environment variables are the
+    fallback when scontrol cannot answer.
+    """
     if "SLURM_JOB_ID" not in os.environ:
         return None
-    keys = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_NTASKS",
-            "SLURM_NTASKS_PER_NODE", "SLURM_CPUS_PER_TASK", "SLURM_JOB_PARTITION",
-            "SLURM_JOB_ACCOUNT", "SLURM_RESTART_COUNT", "SLURM_CLUSTER_NAME")
-    return {k.removeprefix("SLURM_").lower(): os.environ.get(k) for k in keys}
+    env = os.environ.get
+    job_id = env("SLURM_JOB_ID")
+    job = _scontrol_job(job_id)
+    nodelist = job.get("NodeList") or env("SLURM_JOB_NODELIST") or env("SLURM_NODELIST") or ""
+    tres = _unset(job.get("TRES"))
+    gpus = None
+    for item in (tres or "").split(","):
+        if item.startswith("gres/gpu="):  # total GPUs of the allocation
+            gpus = _int_or_none(item.partition("=")[2])
+    ntasks_per_node = _int_or_none(job.get("NtasksPerN:B:S:C")) or _int_or_none(env("SLURM_NTASKS_PER_NODE"))
+    return {
+        "job_id": job_id,
+        "cluster_name": env("SLURM_CLUSTER_NAME"),
+        "job_nodelist": nodelist or None,
+        "hosts": _hostnames(nodelist),
+        "job_num_nodes": _int_or_none(job.get("NumNodes") or env("SLURM_JOB_NUM_NODES")),
+        "ntasks": _int_or_none(job.get("NumTasks") or env("SLURM_NTASKS")),
+        "ntasks_per_node": ntasks_per_node or None,  # None: not requested (--ntasks only)
+        "cpus_per_task": _int_or_none(job.get("CPUs/Task") or env("SLURM_CPUS_PER_TASK")),
+        "gpus": gpus,
+        "tres": tres,
+        "job_partition": job.get("Partition") or env("SLURM_JOB_PARTITION"),
+        "job_account": job.get("Account") or env("SLURM_JOB_ACCOUNT"),
+        "qos": _unset(job.get("QOS")),
+        "time_limit": _unset(job.get("TimeLimit")),
+        "features": _unset(job.get("Features")),
+        "core_spec": _unset(job.get("CoreSpec")),
+        "restart_count": _int_or_none(job.get("Restarts") or env("SLURM_RESTART_COUNT")),
+        "source": "scontrol" if job else "environment",
+    }
 
 
 def first_slurm_host() -> str:
-    """First node of the allocation: the rendezvous host (MASTER_ADDR)."""
-    out = subprocess.run(
-        ["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
-        capture_output=True, text=True, check=True,
-    )
-    return out.stdout.split()[0]
+    """First node of the allocation: the rendezvous host (MASTER_ADDR).
+
+    SLURM_JOB_NODELIST is absent where the executor's jobstep stripped it (multi-rank
+    points): ask scontrol for the job's node list then.
+    """
+    job_id = os.environ["SLURM_JOB_ID"]
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or _scontrol_job(job_id).get("NodeList")
+    if not nodelist:
+        raise RuntimeError(f"cannot find the node list of Slurm job {job_id} (scontrol show job failed)")
+    return _hostnames(nodelist)[0]
 
 
 def choose_launcher(configured: str, world_size: int) -> str:
@@ -120,6 +204,12 @@ def build_launch(
     )
 
 
+def image_location(config: dict) -> str:
+    """The image container points run: a prebuilt one, or the one the workflow builds."""
+    c = config.get("containers", {})
+    return c.get("prebuilt") or f"resources/images/{c.get('image', 'default')}"
+
+
 def _image_provenance(manifest: str | None) -> dict[str, Any] | None:
     if not manifest or not Path(manifest).is_file():
         return None
@@ -149,6 +239,7 @@ def execute(
     payload_json.unlink(missing_ok=True)
 
     env = dict(os.environ)
+    env.setdefault("USER", _user())  # ch-run refuses to start without $USER
     env.update(launch_env(launch))
     rdv = rendezvous_env(launch.launcher) if launch.world_size > 1 else {}
     env.update(rdv)
@@ -218,6 +309,12 @@ def execute(
     payload_json.unlink(missing_ok=True)
     (out_dir / FAILURE_JSON).unlink(missing_ok=True)
     return 0
+
+
+def _user() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
 
 
 def _forward_termination(proc: subprocess.Popen) -> dict:

@@ -7,7 +7,7 @@ sys.stderr = open(snakemake.log[0], "a")  # noqa: F821 (snakemake is injected)
 sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # noqa: F821
 
 from scalesweep.payloads import payload_invocation  # noqa: E402
-from scalesweep.runpoint import build_launch, execute  # noqa: E402
+from scalesweep.runpoint import build_launch, execute, image_location  # noqa: E402
 from scalesweep.sweep import SweepPoint  # noqa: E402
 
 sm = snakemake  # noqa: F821
@@ -22,7 +22,7 @@ launch = build_launch(
     payload=inv.script,
     data_dir=inv.data_dir,
     out_dir=str(out_dir),
-    image=inv.image,
+    image=str(Path(image_location(sm.config)).resolve()) if point.runtime != "native" else "",
 )
 rc = execute(
     point,

@@ -1,0 +1,186 @@
+"""Slurm resources of one sweep point, for snakemake-executor-plugin-slurm (2.8.0).
+
+Every function here is pure: a sweep point + its workload + the config (+ the attempt)
+in, plain values out. ``workflow/rules/common.smk`` wraps them as the resource functions
+of ``rule run_point``; the plugin turns them into the ``sbatch`` line.
+``slurm_partition``, ``slurm_account`` and ``qos`` are not set here: they belong to the site
+profile (``profiles/<site>/config.yaml``, ``default-resources``) or the command line.
+
+The geometry of the allocation is exactly the geometry the point's own ``srun`` asks for
+inside it (``scalesweep.launch.launcher_prefix``)::
+
+    one process (nodes=1, ranks=1)        --nodes=1 --ntasks=1 --cpus-per-task=T
+                                          (+ --gpus=G with G GPUs)
+    several ranks, 1 per node              --nodes=N --ntasks=N --cpus-per-task=T
+    several ranks, R > 1 per node          --nodes=N --ntasks-per-node=R --cpus-per-task=T
+      with GPUs (R ranks, G GPUs per node)   + --gpus-per-task=G/R --gpu-bind=closest
+
+What the plugin and its jobstep do with these (read from their source, checked on the
+local cluster, ``tests/test_slurm_profile.py`` pins it):
+
+* ``mpi``: the jobstep looks only at whether the key *exists*. With it, the job's command
+  runs directly in the batch step, so the point's own ``srun`` can start the ranks; without
+  it, the command is wrapped in ``srun -n1`` and a nested multi-task ``srun`` hangs. A
+  resource function returning ``None`` drops the key (Snakemake leaves ``None`` resources
+  out of the job), so ``mpi`` is ``"srun"`` when the point has more than one rank and
+  ``None`` otherwise. ``""`` would keep the key (no ``srun -n1``) while the submit side
+  treats it as false: never return ``""``.
+* With ``mpi`` the plugin requires ``tasks > 1`` or ``tasks_per_node > 1`` (never both):
+  ``tasks_per_node`` when R > 1, else ``tasks`` = N (the ranks of a 1-per-node layout).
+* GPUs: the plugin's ``gpu`` resource gives ``--gpus=G`` and, when ``tasks`` is set,
+  ``--ntasks-per-gpu=<tasks>`` (wrong for several ranks, and Slurm refuses it together with
+  ``--ntasks-per-node``). So several ranks get ``--gpus-per-task=G/R --gpu-bind=closest``
+  through ``slurm_extra`` (which refuses ``--gpus``/``--gres`` but not ``--gpus-per-task``),
+  and one process gets ``gpu=G`` (``--gpus=G`` on sbatch and on the jobstep's ``srun -n1``).
+* ``constraint``/``slurm_extra``: ``None`` leaves the option out; an empty string would
+  give ``-C ''``. The plugin pastes ``slurm_extra`` into a shell line unquoted, so every
+  token is schema-restricted and shell-quoted here.
+* ``mem_mb``: Snakemake refuses ``None`` for a size resource; ``0`` makes the plugin leave
+  ``--mem`` out (the node's default memory: the whole node where nodes are exclusive).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from scalesweep.sweep import SweepPoint
+
+DEFAULT_MAX_RUNTIME_MIN = 30  # workloads.<name>.max_runtime_min's schema default
+GPU_BIND = "closest"  # each rank gets the GPU(s) nearest its cores (OLCF's Frontier advice)
+
+
+class SlurmConfigError(ValueError):
+    """The config asks for Slurm options that cannot work: raised at planning time."""
+
+
+@dataclass(frozen=True)
+class SlurmRequest:
+    """The executor-plugin resources of one point. ``None`` = not passed to the plugin."""
+
+    nodes: int
+    tasks: int | None
+    tasks_per_node: int | None
+    mpi: str | None
+    cpus_per_task: int
+    gpu: int | None
+    slurm_extra: str | None
+    runtime: int
+    mem_mb: int  # per node; 0 = no --mem
+    constraint: str | None
+
+    def resources(self) -> dict[str, Any]:
+        """What Snakemake hands the plugin: the set ones only."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def runtime_min(workload: dict, machine: dict, attempt: int = 1) -> int:
+    """Wall time (minutes) of an attempt: the workload's base, doubled on each retry.
+
+    Attempt n asks for ``max_runtime_min x 2^(n-1)``: a point that ran out of time gets
+    twice as long, and a slow node never costs more than twice what was needed. Capped at
+    ``machine.max_runtime_min`` (the site's limit, e.g. Frontier's 2 h for up to 91
+    nodes) when that is set, so a retry is never refused by the queue.
+    """
+    base = int(workload.get("max_runtime_min", DEFAULT_MAX_RUNTIME_MIN))
+    minutes = base * 2 ** (max(1, int(attempt)) - 1)
+    cap = int(machine.get("max_runtime_min", 0) or 0)
+    return min(minutes, cap) if cap else minutes
+
+
+def gpus_per_task(point: SweepPoint) -> int:
+    """GPUs each rank sees (the same rule as the launcher's ``srun --gpus-per-task``)."""
+    return max(1, point.gpus // point.ranks) if point.gpus else 0
+
+
+def forbidden_extra(tokens: list[str]) -> list[str]:
+    """Tokens the plugin refuses in ``slurm_extra`` (options it sets itself)."""
+    try:
+        from snakemake_executor_plugin_slurm.validation import get_forbidden_slurm_options
+    except ImportError:  # the plugin checks again at submission
+        return []
+    line = " ".join(tokens) + " "
+    return [name for pattern, name in get_forbidden_slurm_options().items() if re.search(pattern, line)]
+
+
+def extra_tokens(point: SweepPoint, machine: dict) -> list[str]:
+    """sbatch options the plugin has no resource for, in a fixed order."""
+    tokens: list[str] = []
+    if point.gpus and point.world_size > 1:
+        tokens += [f"--gpus-per-task={gpus_per_task(point)}", f"--gpu-bind={GPU_BIND}"]
+    core_spec = machine.get("core_spec")
+    if core_spec is not None:
+        tokens.append(f"--core-spec={int(core_spec)}")
+    site = [str(t) for t in machine.get("slurm_extra", []) or []]
+    bad = forbidden_extra(site)
+    if bad:
+        raise SlurmConfigError(
+            f"machine.slurm_extra {site} sets what the Slurm executor plugin sets itself "
+            f"({', '.join(bad)}): use the matching resource or profile key instead"
+        )
+    return tokens + site
+
+
+def constraint(workload: dict, config: dict) -> str | None:
+    """Node features: ``machine.node_local_constraint`` (Frontier: nvme) when the point's
+    dataset is copied to node-local storage (``datasets.<name>.node_local``)."""
+    feature = config.get("machine", {}).get("node_local_constraint", "") or ""
+    dataset = config.get("datasets", {}).get(workload.get("dataset") or "", {}) or {}
+    if workload.get("payload") == "cnn" and dataset.get("node_local") and feature:
+        return feature
+    return None
+
+
+def slurm_request(point: SweepPoint, workload: dict, config: dict, attempt: int = 1) -> SlurmRequest:
+    """All executor-plugin resources of one point (see the module docstring)."""
+    machine = config.get("machine", {}) or {}
+    multi = point.world_size > 1
+    tokens = extra_tokens(point, machine)
+    mem = int(machine.get("mem_mb_per_node", 0) or 0)
+    return SlurmRequest(
+        nodes=point.nodes,
+        tasks=point.world_size if multi and point.ranks == 1 else None,
+        tasks_per_node=point.ranks if multi and point.ranks > 1 else None,
+        mpi="srun" if multi else None,
+        cpus_per_task=point.threads,
+        gpu=point.gpus if point.gpus and not multi else None,
+        slurm_extra=shlex.join(tokens) if tokens else None,
+        runtime=runtime_min(workload, machine, attempt),
+        mem_mb=mem,
+        constraint=constraint(workload, config),
+    )
+
+
+_ENV_REF = re.compile(r"\$(\w+)|\$\{(\w+)\}")
+
+
+def account_problem(raw: str | int | None, environ: Any) -> str | None:
+    """Why the profile's ``slurm_account`` cannot work, or None.
+
+    ``raw`` is the profile's default-resources expression (e.g. ``'$SBATCH_ACCOUNT'``);
+    Snakemake expands ``$VAR`` in it when it evaluates it. None = no account configured
+    (not a Slurm profile, or the plugin's own guess): nothing to check.
+    """
+    if raw is None:
+        return None
+    text = str(raw)
+    names = [a or b for a, b in _ENV_REF.findall(text)]
+    value = _ENV_REF.sub(lambda m: environ.get(m[1] or m[2], m[0]), text)
+    value = value.strip().strip("'\"").strip()
+    if value and "$" not in value:
+        return None
+    if names:
+        unset = [n for n in names if not environ.get(n)]
+        return (
+            f"the Slurm account is empty: the profile's default-resources take it from "
+            f"{', '.join('$' + n for n in unset or names)}, which is not set. Set it to your "
+            f"project's allocation, e.g. `export {(unset or names)[0]}=abc123` "
+            "(sbatch reads SBATCH_ACCOUNT too), or pass "
+            "--default-resources slurm_account=<project> on the command line"
+        )
+    return (
+        "the Slurm account is empty (default-resources slurm_account): "
+        "set it in the profile or with --default-resources slurm_account=<project>"
+    )
