@@ -46,7 +46,8 @@ apt_install() {
 
 apt_install "${APT_PACKAGES[@]}"
 if [[ $want_test -eq 1 ]]; then
-  scripts/slurm-cluster install-deps
+  apt_install chromium # the report test renders report.html in a real browser
+  scripts/slurm-cluster install-deps # the local multi-node Slurm cluster of the Slurm tests
 fi
 
 # Python: re-install only when the pins or this script change.

@@ -112,13 +112,23 @@ def image_manifest(wildcards):
     return f"resources/images/{c['image']}.manifest.json"
 
 
+def in_repo(path):
+    """Relative paths in the config name files of the repository, not of the campaign."""
+    return str(Path(workflow.basedir) / path) if not Path(path).is_absolute() else path
+
+
+def image_recipe_inputs(wildcards):
+    c = config["containers"]
+    return {"recipe": in_repo(c["recipe"]), "requirements": in_repo(c["requirements"])}
+
+
 def image_format_args(wildcards):
     c = config["containers"]
     args = []
     if c["format"]:
         args += ["--format", c["format"]]
     if c["build_args"]:
-        args += ["--build-args", c["build_args"]]
+        args += ["--build-args", in_repo(c["build_args"])]
     if c["fakeroot"]:
         args.append("--fakeroot")
     return " ".join(shlex.quote(a) for a in args)

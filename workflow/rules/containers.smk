@@ -3,8 +3,7 @@
 
 rule build_image:
     input:
-        recipe=config["containers"]["recipe"],
-        requirements=config["containers"]["requirements"],
+        unpack(image_recipe_inputs),
     output:
         image=directory("resources/images/{image}"),
         manifest="resources/images/{image}.manifest.json",

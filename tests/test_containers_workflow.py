@@ -1,0 +1,83 @@
+"""The real workflow with the Charliecloud runtime: the image is built by the workflow
+(cached per machine under ~/.cache/scalesweep), then the CNN (1 and 2 ranks) and the LLM
+run natively and in the container."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, have, run_snakemake, tiny_config
+from scalesweep.metrics import read_metrics
+
+pytestmark = [pytest.mark.integration, pytest.mark.container]
+
+
+@pytest.fixture(scope="module")
+def campaign_dir(tmp_path_factory):
+    for tool in ("ch-run", "ch-image", "debootstrap", "mpirun"):
+        if not have(tool):
+            pytest.skip(f"{tool} not installed (scripts/install.sh installs it)")
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        pytest.skip("llama-cpp-python not installed (scripts/install.sh installs it)")
+    cfg = tiny_config()
+    cfg["sweep"]["runtimes"] = ["native", "charliecloud"]
+    cfg["workloads"]["llm"] = {
+        "payload": "llm", "model": "tiny_llama", "max_tokens": 16, "warmup": 1,
+        "num_requests": 4, "sweep": {"gpus_per_node": [0], "baseline": None},
+    }
+    cfg["models"] = {"tiny_llama": {"source": "synthetic", "seed": 1}}
+    cfg["containers"] = {"startup_repeats": 3}
+    wd = tmp_path_factory.mktemp("containers")
+    (wd / "config").mkdir()
+    import yaml
+    (wd / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    run_snakemake(wd, "--profile", str(REPO / "profiles" / "local"), timeout=1800)
+    return wd
+
+
+def test_image_manifest_has_provenance(campaign_dir):
+    m = json.loads((campaign_dir / "resources/images/default.manifest.json").read_text())
+    assert m["content_digest"].startswith("sha256:")
+    assert m["builder"]["name"] == "charliecloud" and m["builder"]["version"]
+    assert m["size_bytes"] > 100_000_000
+    assert m["packages"]["pip"]["torch"].startswith("2.13.0")
+    assert "python3" in m["packages"]["dpkg"]
+
+
+def test_container_points_ran_in_the_image_and_carry_its_digest(campaign_dir):
+    digest = json.loads((campaign_dir / "resources/images/default.manifest.json").read_text())["content_digest"]
+    for ranks in (1, 2):
+        m = read_metrics(campaign_dir / f"results/runs/cnn_ddp/charliecloud/n1-g0-r{ranks}-t1/rep1/metrics.json")
+        assert m["image"]["content_digest"] == digest
+        assert "ch-run" in m["command"] and "/mnt/code/scripts/train_cnn.py" in m["command"]
+        assert m["ranks"] == ranks and m["final_accuracy"] >= 0
+        native = read_metrics(campaign_dir / f"results/runs/cnn_ddp/native/n1-g0-r{ranks}-t1/rep1/metrics.json")
+        assert native["image"] is None and "ch-run" not in native["command"]
+
+
+def test_llm_greedy_outputs_match_native_and_container(campaign_dir):
+    def texts(runtime):
+        path = campaign_dir / f"results/runs/llm/{runtime}/n1-g0-r1-t1/rep1/outputs.jsonl"
+        return [json.loads(line)["text"] for line in path.read_text().splitlines()]
+
+    native, container = texts("native"), texts("charliecloud")
+    assert len(native) == 4 and all(native)
+    assert native == container
+    m = read_metrics(campaign_dir / "results/runs/llm/charliecloud/n1-g0-r1-t1/rep1/metrics.json")
+    assert m["model"]["synthetic"] is True
+    assert m["tokens_per_s"] > 0 and m["ttft_s"]["p50"] > 0
+
+
+def test_overhead_and_startup_tables(campaign_dir):
+    overhead = pd.read_csv(campaign_dir / "results/summary/overhead.csv")
+    assert set(overhead["runtime"]) == {"charliecloud"}
+    assert len(overhead) == 3  # cnn 1 rank, cnn 2 ranks, llm
+    row = overhead.iloc[0]
+    assert row["overhead_pct"] == pytest.approx((row["time_s"] - row["native_s"]) / row["native_s"] * 100)
+    startup = read_metrics(campaign_dir / "results/startup/charliecloud.json")
+    noop = startup["probes"]["noop"]
+    assert noop["container"]["n"] == 3 and noop["container"]["median_s"] > 0
+    assert "ch-run" in noop["command"][0]
