@@ -81,3 +81,23 @@ def test_overhead_and_startup_tables(campaign_dir):
     noop = startup["probes"]["noop"]
     assert noop["container"]["n"] == 3 and noop["container"]["median_s"] > 0
     assert "ch-run" in noop["command"][0]
+
+
+def test_payload_failing_inside_the_container_fails_only_that_point(campaign, tmp_path):
+    """A container missing what the payload needs (here: its interpreter) fails its own
+    points with a recorded reason; native points finish."""
+    for tool in ("ch-run", "ch-image", "debootstrap"):
+        if not have(tool):
+            pytest.skip(f"{tool} not installed")
+    cfg = tiny_config()
+    cfg["sweep"].update(runtimes=["native", "charliecloud"], ranks_per_node=[1])
+    cfg["containers"] = {"site": {"python": "/opt/venv/bin/python-missing"}}
+    wd = campaign(cfg)
+    proc = run_snakemake(wd, "--profile", str(REPO / "profiles" / "local"), check=False, timeout=1800)
+    assert proc.returncode != 0
+    assert (wd / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/metrics.json").is_file()
+    bad = wd / "results/runs/cnn_ddp/charliecloud/n1-g0-r1-t1/rep1"
+    assert not (bad / "metrics.json").exists()
+    failure = json.loads((bad / "failure.json").read_text())
+    assert failure["exit_code"] != 0 and "python-missing" in failure["command"]
+    assert "python-missing" in (bad / "run.log").read_text()

@@ -14,6 +14,7 @@ import sys
 COMMANDS = [
     "scalesweep.analysis_cli",
     "scalesweep.status",
+    "scalesweep.campaign",
 ]
 
 
