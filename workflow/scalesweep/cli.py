@@ -15,6 +15,9 @@ COMMANDS = [
     "scalesweep.analysis_cli",
     "scalesweep.status",
     "scalesweep.campaign",
+    "scalesweep.compare",
+    "scalesweep.plan",
+    "scalesweep.fits_cli",
 ]
 
 
