@@ -102,6 +102,14 @@ def _workload_points(config: dict, name: str) -> Iterable[SweepPoint]:
     payload = wl["payload"]
     parallel = wl.get("parallel", "ddp")
 
+    per_node_axis = "gpus_per_node" if (payload == "llm" or parallel == "dp" or gpu_machine) else "ranks_per_node"
+    required = ["runtimes", "nodes"] + ([] if payload == "llm" else [per_node_axis])
+    missing = [axis for axis in required if axis not in axes]
+    if missing:
+        raise SweepError(
+            f"workload {name}: sweep axis {', '.join(missing)} is not set "
+            "(neither under sweep: nor under the workload's own sweep:)"
+        )
     runtimes = _as_list(axes["runtimes"])
     for rt in runtimes:
         if rt not in RUNTIMES:
