@@ -46,7 +46,9 @@ def _typed(value):
     return value
 
 
-update_config(config, _typed(workflow.config_settings.overwrite_config or {}))
+# Only --config values (config_settings.config): --configfile values are typed YAML
+# already, and re-reading them would turn a quoted "1" into 1 or "" into None.
+update_config(config, _typed(dict(workflow.config_settings.config or {})))
 try:
     check_config(config)
 except ConfigError as exc:
@@ -247,3 +249,57 @@ localrules:
     aggregate,
     plot_scaling,
     plot_llm,
+
+
+# --- Report (workflow/rules/report.smk): which figures exist and how they are labelled ---
+# Labels come from the config's sweep, not from the data, so a figure reads the same while
+# points are still missing (analysis.partial).
+from scalesweep.sweep import RUNTIMES, scaling_count  # noqa: E402
+
+
+def report_workloads(payload=None):
+    """The sweep's workloads; only those with this payload kind ("cnn", "llm") if given."""
+    return sorted(
+        {
+            p.workload
+            for p in POINTS
+            if payload is None or config["workloads"][p.workload]["payload"] == payload
+        }
+    )
+
+
+def _report_span(values):
+    values = sorted(set(values))
+    return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
+
+
+def workload_report_labels(figure):
+    """report() labels of a per-workload figure: workload, runtimes compared, scale swept."""
+
+    def report_labels(wildcards):
+        mine = [p for p in POINTS if p.workload == wildcards.workload]
+        payload = config["workloads"][wildcards.workload]["payload"]
+        unit = "GPUs" if payload == "llm" or any(p.gpus for p in mine) else "ranks"
+        counts = [scaling_count(p, payload) for p in mine]
+        runtimes = [r for r in RUNTIMES if any(p.runtime == r for p in mine)]
+        return {
+            "workload": wildcards.workload,
+            "runtimes": ", ".join(runtimes),
+            "scale": f"nodes {_report_span(p.nodes for p in mine)}, {unit} {_report_span(counts)}",
+            "figure": figure,
+        }
+
+    return report_labels
+
+
+# --- Scaling-law fits (workflow/rules/fits.smk) -------------------------------------------
+def fit_series():
+    """Every training series swept, as expand(..., zip) keywords: one fit figure each."""
+    series = sorted(
+        {
+            (p.workload, p.runtime)
+            for p in POINTS
+            if config["workloads"][p.workload]["payload"] == "cnn"
+        }
+    )
+    return {"workload": [w for w, _ in series], "runtime": [r for _, r in series]}

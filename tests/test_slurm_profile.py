@@ -1,0 +1,350 @@
+"""The sbatch lines the Slurm executor plugin derives for sweep points (no Slurm needed).
+
+The resources come from scalesweep.slurm (what rule run_point's resource functions
+return); the sbatch line from the plugin's own functions (snakemake-executor-plugin-slurm
+2.8.0: submit_string.get_submit_command + utils.set_gres_string, exactly what its
+run_job() concatenates), given a minimal job stand-in carrying those resources. Then the
+real dry runs of the Frontier and Odo designs through their profiles.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, run_snakemake, tiny_config
+from scalesweep.config import load_config, schema_errors
+from scalesweep.slurm import SlurmConfigError, account_problem, runtime_min, slurm_request
+from scalesweep.sweep import SweepPoint, sweep_points
+
+submit_string = pytest.importorskip("snakemake_executor_plugin_slurm.submit_string")
+from snakemake_executor_plugin_slurm.utils import set_gres_string  # noqa: E402
+from snakemake_executor_plugin_slurm.validation import validate_slurm_extra  # noqa: E402
+from snakemake_executor_plugin_slurm_jobstep import (  # noqa: E402
+    get_cpu_setting,
+    get_gpu_setting,
+    get_node_setting,
+)
+
+FRONTIER = [REPO / "config" / "config.yaml", REPO / "config" / "frontier.yaml"]
+ODO = FRONTIER + [REPO / "config" / "odo.yaml"]
+PREFIX = "sbatch --parsable --job-name UUID --output LOG --export=ALL --comment rule_run_point"
+
+
+class _Resources(dict):
+    """Like Snakemake's job.resources: .get() and attribute access, missing = absent."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class _Job:
+    def __init__(self, resources: dict, threads: int):
+        self.resources = _Resources(resources)
+        self.threads = threads
+
+
+def profile(name: str) -> dict:
+    return yaml.safe_load((REPO / "profiles" / name / "config.yaml").read_text())
+
+
+def job_for(point: SweepPoint, config: dict, profile_name: str | None = None, attempt: int = 1) -> _Job:
+    """The job as the plugin sees it: profile default-resources, then the rule's own."""
+    resources: dict = {}
+    if profile_name:
+        resources.update(profile(profile_name)["default-resources"])
+    resources.update(slurm_request(point, config["workloads"][point.workload], config, attempt).resources())
+    return _Job(resources, threads=point.ranks * point.threads)
+
+
+def sbatch_line(job: _Job, account: str = "abc123", partition: str = "batch") -> str:
+    """What the plugin's run_job() submits, minus --wrap, whitespace normalised."""
+    validate_slurm_extra(job)  # the plugin's own check of slurm_extra
+    params = {"run_uuid": "UUID", "slurm_logfile": "LOG", "comment_str": "rule_run_point",
+              "account": f" -A {shlex.quote(account)}", "partition": f" -p {shlex.quote(partition)}",
+              "workdir": "/work"}
+    call = submit_string.get_submit_command(job, params) + set_gres_string(job)
+    return " ".join(call.split())
+
+
+def geometry(line: str) -> str:
+    assert line.startswith(PREFIX), line
+    return line[len(PREFIX):].strip()
+
+
+@pytest.fixture(scope="module")
+def frontier() -> dict:
+    return load_config(FRONTIER)
+
+
+def the_point(config: dict, **want) -> SweepPoint:
+    found = [p for p in sweep_points(config) if all(getattr(p, k) == v for k, v in want.items())]
+    assert found, f"no point {want} in the design"
+    return found[0]
+
+
+# --------------------------------------------------------------------- Frontier lines
+
+
+def test_frontier_2_nodes_x_8_gpus_apptainer(frontier):
+    point = the_point(frontier, workload="cnn_ddp", runtime="apptainer", nodes=2, repeat=1)
+    assert (point.gpus, point.ranks, point.threads) == (8, 8, 7)
+    job = job_for(point, frontier, "frontier")
+    assert geometry(sbatch_line(job)) == (
+        "-A abc123 -p batch -t 30 -C nvme --nodes=2 --ntasks-per-node=8 --cpus-per-task=7 "
+        "--gpus-per-task=1 --gpu-bind=closest --core-spec=8 -D /work"
+    )
+    # no srun -n1 around the job (the point's own srun starts the 16 ranks)
+    assert job.resources["mpi"] == "srun"
+
+
+def test_frontier_30_nodes_apptainer_hostmpi(frontier):
+    point = the_point(frontier, workload="cnn_ddp", runtime="apptainer-hostmpi", nodes=30)
+    assert geometry(sbatch_line(job_for(point, frontier, "frontier"))) == (
+        "-A abc123 -p batch -t 30 -C nvme --nodes=30 --ntasks-per-node=8 --cpus-per-task=7 "
+        "--gpus-per-task=1 --gpu-bind=closest --core-spec=8 -D /work"
+    )
+
+
+def test_frontier_dataparallel_1_node_4_gpus(frontier):
+    point = the_point(frontier, workload="cnn_dp", runtime="native", gpus=4)
+    assert (point.nodes, point.ranks, point.threads) == (1, 1, 7)
+    job = job_for(point, frontier, "frontier")
+    # one process: the plugin's GPU path (--gpus=4, no --ntasks-per-gpu), no mpi
+    assert geometry(sbatch_line(job)) == (
+        "-A abc123 -p batch -t 30 -C nvme --nodes=1 --cpus-per-task=7 --core-spec=8 -D /work --gpus=4"
+    )
+    assert "mpi" not in job.resources
+    # ... so the jobstep wraps it in `srun -n1` with the same CPUs, GPUs and node
+    assert get_cpu_setting(job, True) == "--cpus-per-task=7"
+    assert get_gpu_setting(job) == "--gpus=4"
+    assert get_node_setting(job) == "--nodes=1"
+
+
+def test_frontier_llm_cpu_only_and_8_gpus(frontier):
+    cpu = the_point(frontier, workload="llm_astrollama", runtime="apptainer", gpus=0)
+    assert geometry(sbatch_line(job_for(cpu, frontier, "frontier"))) == (
+        "-A abc123 -p batch -t 30 --nodes=1 --ntasks=1 --cpus-per-task=56 --core-spec=8 -D /work"
+    )
+    gpu = the_point(frontier, workload="llm_codellama", runtime="native", gpus=8)
+    assert geometry(sbatch_line(job_for(gpu, frontier, "frontier"))) == (
+        "-A abc123 -p batch -t 60 --nodes=1 --cpus-per-task=56 --core-spec=8 -D /work --gpus=8"
+    )
+
+
+def test_every_frontier_point_fits_a_node(frontier):
+    for p in sweep_points(frontier):
+        req = slurm_request(p, frontier["workloads"][p.workload], frontier)
+        assert p.ranks * req.cpus_per_task <= frontier["machine"]["cores_per_node"] == 56
+        per_task = re.search(r"--gpus-per-task=(\d+)", req.slurm_extra or "")
+        gpus = p.ranks * int(per_task[1]) if per_task else (req.gpu or 0)
+        assert gpus == p.gpus <= 8
+        assert (req.mpi == "srun") == (p.world_size > 1)
+
+
+def test_retries_double_the_time_limit_up_to_the_site_cap(frontier):
+    point = the_point(frontier, workload="cnn_ddp", runtime="native", nodes=16)
+    wl = frontier["workloads"]["cnn_ddp"]
+    assert [slurm_request(point, wl, frontier, a).runtime for a in (1, 2, 3, 4)] == [30, 60, 120, 120]
+    lines = [sbatch_line(job_for(point, frontier, "frontier", attempt=a)) for a in (1, 2, 3)]
+    assert [re.search(r" -t (\d+) ", line)[1] for line in lines] == ["30", "60", "120"]
+    # without a cap (machine.max_runtime_min: 0) it keeps doubling
+    assert [runtime_min({"max_runtime_min": 7}, {}, a) for a in (1, 2, 3, 4)] == [7, 14, 28, 56]
+    assert runtime_min({}, {}, 1) == 30  # the schema's default base
+    # the profile gives the retries that use it
+    assert profile("frontier")["retries"] >= 1
+
+
+# --------------------------------------------------------------------- local cluster lines
+
+
+def test_local_cluster_lines():
+    config = tiny_config()
+    config["sweep"].update(nodes=[1, 2], ranks_per_node=[1, 2])
+    config["machine"]["mem_mb_per_node"] = 1000
+    config["workloads"]["cnn_ddp"]["max_runtime_min"] = 5
+    lines = {}
+    for p in sweep_points(config):
+        lines[(p.nodes, p.ranks)] = geometry(
+            sbatch_line(job_for(p, config, "local-slurm"), account="scalesweep", partition="debug"))
+    base = "-A scalesweep -p debug -t 5 --mem 1000"
+    assert lines == {
+        (1, 1): f"{base} --nodes=1 --ntasks=1 --cpus-per-task=1 -D /work",
+        (1, 2): f"{base} --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 -D /work",
+        (2, 1): f"{base} --nodes=2 --ntasks=2 --cpus-per-task=1 -D /work",
+        (2, 2): f"{base} --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 -D /work",
+    }
+
+
+def test_no_memory_request_leaves_mem_out():
+    config = tiny_config()
+    point = sweep_points(config)[0]
+    job = job_for(point, config)
+    assert job.resources["mem_mb"] == 0  # Snakemake refuses None for a size resource
+    assert "--mem" not in sbatch_line(job)
+    assert "constraint" not in job.resources and "-C" not in sbatch_line(job).split()
+
+
+# --------------------------------------------------------------------- config checks
+
+
+def test_site_slurm_extra_is_appended_and_forbidden_options_refused(frontier):
+    point = the_point(frontier, workload="cnn_ddp", nodes=1, runtime="native")
+    cfg = {**frontier, "machine": {**frontier["machine"], "slurm_extra": ["--exclusive", "--network=single_node_vni"]}}
+    line = sbatch_line(job_for(point, cfg, "frontier"))
+    assert "--core-spec=8 --exclusive --network=single_node_vni -D /work" in line
+    for bad in (["--ntasks=4"], ["-c", "7"], ["--gpus=8"], ["--time=10"], ["-C", "nvme"]):
+        cfg = {**frontier, "machine": {**frontier["machine"], "slurm_extra": bad}}
+        with pytest.raises(SlurmConfigError, match="machine.slurm_extra"):
+            slurm_request(point, frontier["workloads"]["cnn_ddp"], cfg)
+
+
+def test_schema_refuses_unsafe_slurm_values():
+    config = tiny_config()
+    config["machine"].update(slurm_extra=["--comment=a;rm -rf /"], node_local_constraint="nvme $(x)")
+    errors = " ".join(schema_errors(config))
+    assert "machine.slurm_extra.0" in errors and "machine.node_local_constraint" in errors
+
+
+def test_account_problem_names_the_variable():
+    msg = account_problem("'$SBATCH_ACCOUNT'", {})
+    assert msg and "$SBATCH_ACCOUNT" in msg and "export SBATCH_ACCOUNT=" in msg
+    assert account_problem("'$SBATCH_ACCOUNT'", {"SBATCH_ACCOUNT": ""})
+    assert account_problem("'$SBATCH_ACCOUNT'", {"SBATCH_ACCOUNT": "abc123"}) is None
+    assert account_problem("scalesweep", {}) is None  # a literal account
+    assert account_problem(None, {}) is None  # no Slurm profile
+    assert account_problem("''", {})  # explicitly empty
+
+
+def test_profiles():
+    for site in ("frontier", "odo"):
+        prof = profile(site)
+        res = prof["default-resources"]
+        assert prof["executor"] == "slurm"
+        assert res["slurm_account"] == "'$SBATCH_ACCOUNT'" and res["slurm_partition"] == "batch"
+        assert prof["keep-going"] is True and prof["retries"] >= 1
+        assert prof["jobs"] <= 100  # Frontier: 100 queued jobs per user in all
+    # the workflow profile applies everywhere: nothing site-specific in it
+    default = profile("default")
+    assert not {"executor", "default-resources", "jobs", "retries"} & set(default)
+
+
+# --------------------------------------------------------------------- dry runs
+
+
+def _dry_run(tmp_path: Path, monkeypatch, configs: list[Path], site: str, account: str | None):
+    (tmp_path / "config").mkdir(exist_ok=True)
+    shutil.copy(REPO / "config" / "config.yaml", tmp_path / "config" / "config.yaml")
+    for name in ("containers", "envs"):  # image recipes are named relative to the workdir
+        (tmp_path / name).symlink_to(REPO / name)
+    if account is None:
+        monkeypatch.delenv("SBATCH_ACCOUNT", raising=False)
+    else:
+        monkeypatch.setenv("SBATCH_ACCOUNT", account)
+    return run_snakemake(tmp_path, "-n", "--profile", str(REPO / "profiles" / site),
+                         "--configfile", *map(str, configs[1:]), check=account is not None, timeout=300)
+
+
+def _planned_resources(stdout: str) -> dict[str, dict[str, str]]:
+    """output path -> resources, for every run_point job of a dry run."""
+    planned = {}
+    for block in stdout.split("rule run_point:")[1:]:
+        output = re.search(r"^\s+output: (\S+)$", block, re.M)[1]
+        line = re.search(r"^\s+resources: (.*)$", block, re.M)[1]
+        planned[output] = dict(item.partition("=")[::2] for item in line.split(", "))
+    return planned
+
+
+@pytest.mark.parametrize("site,configs", [("frontier", FRONTIER), ("odo", ODO)])
+def test_dry_run_lists_every_point_with_its_resources(tmp_path, monkeypatch, site, configs):
+    proc = _dry_run(tmp_path, monkeypatch, configs, site, account="abc123")
+    config = load_config(configs)
+    points = sweep_points(config)
+    planned = _planned_resources(proc.stdout)
+    assert len(points) == 186
+    assert set(planned) == {f"results/runs/{p.path}/metrics.json" for p in points}
+    for p in points:
+        got = planned[f"results/runs/{p.path}/metrics.json"]
+        want = slurm_request(p, config["workloads"][p.workload], config).resources()
+        assert {k: got.get(k) for k in want} == {k: str(v) for k, v in want.items()}, p
+        absent = {"tasks", "tasks_per_node", "mpi", "gpu", "slurm_extra", "constraint"} - set(want)
+        assert not absent & set(got), (p, got)  # None resources never reach the plugin
+        assert got["slurm_account"] == "abc123" and got["slurm_partition"] == "batch"
+    constrained = {p.workload for p in points if "constraint" in planned[f"results/runs/{p.path}/metrics.json"]}
+    assert constrained == ({"cnn_ddp", "cnn_dp"} if site == "frontier" else set())
+
+
+def test_dry_run_without_account_names_the_variable(tmp_path, monkeypatch):
+    proc = _dry_run(tmp_path, monkeypatch, FRONTIER, "frontier", account=None)
+    assert proc.returncode != 0
+    assert "SBATCH_ACCOUNT" in proc.stdout + proc.stderr
+
+
+def test_default_workflow_ignores_slurm_resources(tmp_path, monkeypatch, campaign):
+    """Without a Slurm profile (no account in default-resources) nothing is checked and
+    the Slurm resources are inert."""
+    monkeypatch.delenv("SBATCH_ACCOUNT", raising=False)
+    workdir = campaign(tiny_config())
+    proc = run_snakemake(workdir, "-n", "--profile", str(REPO / "profiles" / "local"))
+    assert "rule run_point" in proc.stdout
+
+
+# --------------------------------------------------------------------- inside the job
+
+# `scontrol show job -o` of a 2-node, 2-task job as the executor submits it (captured on
+# the local cluster); inside such a job the jobstep left only SLURM_JOB_ID & co.
+SCONTROL_JOB = (
+    "JobId=61 JobName=31a48a5d UserId=root(0) GroupId=root(0) Account=scalesweep QOS=normal "
+    "JobState=RUNNING Reason=None Restarts=0 TimeLimit=00:05:00 Partition=debug "
+    "NodeList=n[1-2] BatchHost=n1 NumNodes=2 NumCPUs=2 NumTasks=2 CPUs/Task=1 "
+    "ReqB:S:C:T=0:0:*:* TRES=cpu=2,mem=600M,node=2,billing=2,gres/gpu=4 Socks/Node=* "
+    "NtasksPerN:B:S:C=0:0:*:* CoreSpec=* Features=nvme Comment=rule_run_point_wildcards_x y "
+    "StdOut=/tmp/61.log Power="
+)
+
+
+@pytest.fixture
+def fake_scontrol(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "scontrol"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"if [ \"$2\" = job ]; then echo {shlex.quote(SCONTROL_JOB)}; exit 0; fi\n"
+        "if [ \"$2\" = hostnames ] && [ \"$3\" = 'n[1-2]' ]; then printf 'n1\\nn2\\n'; exit 0; fi\n"
+        "exit 1\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    for var in list(os.environ):
+        if var.startswith("SLURM_"):
+            monkeypatch.delenv(var)
+    monkeypatch.setenv("SLURM_JOB_ID", "61")  # all the jobstep keeps
+
+
+def test_slurm_info_reads_the_allocation_from_scontrol(fake_scontrol):
+    from scalesweep.runpoint import first_slurm_host, slurm_info
+
+    info = slurm_info()
+    assert info["source"] == "scontrol"
+    assert (info["job_id"], info["job_nodelist"], info["hosts"]) == ("61", "n[1-2]", ["n1", "n2"])
+    assert (info["job_num_nodes"], info["ntasks"], info["cpus_per_task"], info["gpus"]) == (2, 2, 1, 4)
+    assert info["ntasks_per_node"] is None  # --ntasks only
+    assert (info["job_partition"], info["job_account"], info["qos"]) == ("debug", "scalesweep", "normal")
+    assert (info["time_limit"], info["features"], info["core_spec"]) == ("00:05:00", "nvme", None)
+    assert first_slurm_host() == "n1"  # MASTER_ADDR without SLURM_JOB_NODELIST
+
+
+def test_slurm_info_outside_slurm_is_none(monkeypatch):
+    from scalesweep.runpoint import slurm_info
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert slurm_info() is None

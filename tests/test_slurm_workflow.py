@@ -1,0 +1,188 @@
+"""The real workflow through real Slurm: profiles/local-slurm on the project's 3-node
+cluster (scripts/slurm-cluster), every sweep point one sbatch job of the point's geometry.
+
+A tiny config (synthetic images, 1 epoch): nodes [1, 2] x ranks per node [1, 2], native;
+then a Charliecloud point on 2 nodes (skipped without Charliecloud). Each point's
+metrics.json must name its Slurm job, node list and geometry; the 2-node DDP ranks must
+have run on two different nodes; sacct must show every job COMPLETED with the point's
+geometry, the ranks as one step of world-size tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, have, run_snakemake, tiny_config
+from slurm_fixtures import slurm_cluster, slurm_skip_reason  # noqa: F401  (session fixture)
+from scalesweep.sweep import SweepPoint, sweep_points
+
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.integration,
+    pytest.mark.skipif(slurm_skip_reason() is not None, reason=str(slurm_skip_reason())),
+]
+
+PROFILE = str(REPO / "profiles" / "local-slurm")
+
+
+def slurm_config(runtime: str, nodes: list[int], ranks: list[int]) -> dict:
+    config = tiny_config()
+    config["sweep"].update(runtimes=[runtime], nodes=nodes, ranks_per_node=ranks,
+                           baseline=min(nodes) * min(ranks))
+    config["machine"]["mem_mb_per_node"] = 1000  # --mem 1000 (each node declares 4096)
+    # 1 epoch of a few seconds; a hung job is killed after 5 minutes
+    config["workloads"]["cnn_ddp"].update(epochs=1, max_runtime_min=5)
+    return config
+
+
+def run_through_slurm(cluster, workdir: Path, config: dict):
+    (workdir / "config").mkdir(parents=True, exist_ok=True)
+    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    for name in ("containers", "envs"):  # image recipe and pins, named relative to the workdir
+        if not (workdir / name).exists():
+            (workdir / name).symlink_to(REPO / name)
+    saved = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = cluster.env["SLURM_CONF"]
+    try:
+        t0 = time.monotonic()
+        proc = run_snakemake(workdir, "--profile", PROFILE, timeout=600, check=False)
+        wall = time.monotonic() - t0
+    finally:
+        if saved is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = saved
+    print(f"\nworkflow through Slurm: {len(sweep_points(config))} points in {wall:.1f} s")
+    return proc, wall
+
+
+def metrics_of(workdir: Path, config: dict) -> dict[SweepPoint, dict]:
+    out = {}
+    for p in sweep_points(config):
+        path = workdir / "results" / "runs" / p.path / "metrics.json"
+        assert path.is_file(), f"{p.path}: no metrics.json"
+        out[p] = json.loads(path.read_text())
+    return out
+
+
+def sacct_rows(cluster, job_ids: list[str], want_final: int, timeout: float = 20) -> list[list[str]]:
+    """Allocation + step rows of the jobs; polls until the allocations are final."""
+    deadline = time.monotonic() + timeout
+    while True:
+        res = cluster.run("sacct", "-j", ",".join(job_ids), "-n", "-P",
+                          "-o", "JobID,State,NNodes,NTasks,NCPUS,Comment", check=False)
+        rows = [line.split("|") for line in res.stdout.splitlines() if line]
+        done = [r for r in rows if "." not in r[0] and r[1] == "COMPLETED"]
+        if len(done) >= want_final or time.monotonic() > deadline:
+            return rows
+        time.sleep(1)
+
+
+def check_points(cluster, metrics: dict[SweepPoint, dict]) -> None:
+    for p, m in metrics.items():
+        s = m["slurm"]
+        assert s and s["job_id"], p
+        assert s["source"] == "scontrol", s
+        assert s["job_num_nodes"] == p.nodes and len(s["hosts"]) == p.nodes, s
+        assert set(s["hosts"]) <= set(cluster.nodes)
+        assert s["ntasks"] == p.world_size and s["cpus_per_task"] == p.threads, s
+        assert s["job_account"] == "scalesweep" and s["job_partition"] == "debug"
+        assert s["time_limit"] == "00:05:00"
+        # the ranks ran where Slurm put them, one process per rank
+        hosts = [r["host"] for r in m["per_rank"]]
+        assert len(hosts) == p.world_size and set(hosts) == set(s["hosts"]), (p, hosts, s)
+        assert sorted(m["hosts"]) == sorted(s["hosts"])
+        for h in s["hosts"]:
+            assert hosts.count(h) == p.ranks, (p, hosts)
+        assert m["launcher"] == ("srun" if p.world_size > 1 else "local")
+
+    ids = [m["slurm"]["job_id"] for m in metrics.values()]
+    rows = sacct_rows(cluster, ids, want_final=len(ids))
+    alloc = {r[0]: r for r in rows if "." not in r[0]}
+    steps = {r[0]: r for r in rows if r[0].endswith(".0")}
+    for p, m in metrics.items():
+        job = m["slurm"]["job_id"]
+        assert alloc[job][1] == "COMPLETED", alloc.get(job)
+        assert int(alloc[job][2]) == p.nodes and int(alloc[job][4]) == p.world_size * p.threads
+        assert alloc[job][5].startswith("rule_run_point_wildcards_"), alloc[job]
+        # step 0 is the point's own srun (all ranks) or, for one process, the jobstep's
+        # srun -n1: either way world-size tasks on the point's nodes
+        assert int(steps[f"{job}.0"][3]) == p.world_size and int(steps[f"{job}.0"][2]) == p.nodes
+
+
+CHARLIECLOUD = have("ch-run") and have("ch-image")
+
+
+@pytest.fixture(scope="module")
+def slurm_run(slurm_cluster, tmp_path_factory):  # noqa: F811
+    """One workflow run for every test here (dataset staging once, points in parallel)."""
+    workdir = tmp_path_factory.mktemp("slurm-workflow")
+    config = slurm_config("native", nodes=[1, 2], ranks=[1, 2])
+    if CHARLIECLOUD:  # plus 2 nodes in Charliecloud (and natively: overhead's baseline)
+        config["workloads"]["cnn_ch"] = dict(
+            config["workloads"]["cnn_ddp"],
+            sweep={"runtimes": ["native", "charliecloud"], "nodes": [2], "ranks_per_node": [1],
+                   "baseline": 2})
+    proc, wall = run_through_slurm(slurm_cluster, workdir, config)
+    return workdir, config, proc, wall
+
+
+def only(config: dict, workload: str) -> dict:
+    """The config restricted to one workload (for sweep_points)."""
+    return {**config, "workloads": {workload: config["workloads"][workload]}}
+
+
+def test_workflow_through_slurm_completes(slurm_run):
+    workdir, config, proc, _ = slurm_run
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
+    assert "sweep complete" in proc.stdout + proc.stderr
+    jobs = list((workdir / ".snakemake" / "slurm_logs" / "rule_run_point").iterdir())
+    assert len(jobs) == len(sweep_points(config))  # one sbatch job per point
+    summary = (workdir / "results" / "summary" / "runs.csv").read_text()
+    assert summary.count("\n") == 1 + len(sweep_points(config))
+
+
+def test_native_points_record_their_slurm_job_and_geometry(slurm_cluster, slurm_run):  # noqa: F811
+    workdir, config, _, _ = slurm_run
+    metrics = metrics_of(workdir, only(config, "cnn_ddp"))
+    assert len(metrics) == 4
+    check_points(slurm_cluster, metrics)
+
+
+def test_two_node_ddp_ranks_ran_on_two_nodes(slurm_run):
+    workdir, config, _, _ = slurm_run
+    for p, m in metrics_of(workdir, only(config, "cnn_ddp")).items():
+        if p.nodes == 2:
+            assert len({r["host"] for r in m["per_rank"]}) == 2, m["per_rank"]
+            assert m["parallel"] == "ddp" and len(m["per_rank"]) == p.world_size
+            assert m["command"].startswith("MASTER_ADDR=" + m["slurm"]["hosts"][0])
+
+
+def test_rerun_measures_nothing_again(slurm_cluster, slurm_run):  # noqa: F811
+    """The same command again plans no measurement, no staging, no image build (report
+    rules added to the workflow since may still run: they only read results)."""
+    workdir, _, _, _ = slurm_run
+    proc = run_snakemake(workdir, "--profile", PROFILE, "-n", timeout=120)
+    planned = re.findall(r"^(?:local)?rule (\w+):", proc.stdout, re.M)
+    assert not {"run_point", "stage_dataset", "verify_dataset", "build_image"} & set(planned), planned
+
+
+@pytest.mark.container
+@pytest.mark.skipif(not CHARLIECLOUD, reason="Charliecloud (ch-run, ch-image) is not installed")
+def test_charliecloud_point_on_two_nodes(slurm_cluster, slurm_run):  # noqa: F811
+    """The image comes from the workflow's build_image rule (a local rule: a cache hit in
+    seconds once ~/.cache/scalesweep holds it); ch-run starts under srun on 2 nodes."""
+    workdir, config, _, _ = slurm_run
+    metrics = metrics_of(workdir, only(config, "cnn_ch"))
+    check_points(slurm_cluster, metrics)
+    (m,) = [m for p, m in metrics.items() if p.runtime == "charliecloud"]
+    assert m["runtime"] == "charliecloud"
+    assert " ch-run " in m["command"] and m["command"].split(" srun ")[1].startswith("--nodes=2")
+    assert m["image"] and m["image"]["content_digest"].startswith("sha256:")
