@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from scalesweep.dataset import INFO, DatasetError, verify, write_manifest  # noqa: E402
+from scalesweep.dataset import INFO, DatasetError, stage_copy, verify, write_manifest  # noqa: E402
 from scalesweep.metrics import write_json_atomic  # noqa: E402
 
 FASHION_CLASSES = [
@@ -159,10 +159,18 @@ def main(argv: list[str] | None = None) -> int:
     v = sub.add_parser("verify", help="check a staged dataset against its manifest")
     v.add_argument("root")
     v.add_argument("--report", help="write a JSON verification record here")
+    c = sub.add_parser("copy", help="copy a verified dataset (e.g. to node-local NVMe) and verify the copy")
+    c.add_argument("src")
+    c.add_argument("dest")
     args = p.parse_args(argv)
     try:
         if args.cmd == "stage":
             return stage(args)
+        if args.cmd == "copy":
+            t0 = time.time()
+            stage_copy(args.src, args.dest)
+            print(f"{args.dest}: staged and verified in {time.time() - t0:.2f} s")
+            return 0
         t0 = time.time()
         n = verify(args.root)
         record = {"dataset": args.root, "files": n, "verified_s": round(time.time() - t0, 3)}

@@ -73,3 +73,20 @@ def test_report_renders(finished):
     run_snakemake(finished, "--profile", str(REPO / "profiles" / "local"), "--report", "report.html")
     html = (finished / "report.html").read_text(errors="replace")
     assert "scaling" in html.lower()
+
+
+def test_node_local_staging_copies_and_verifies_before_training(campaign, tmp_path):
+    cfg = tiny_config()
+    cfg["sweep"].update(ranks_per_node=[2], repeats=1, baseline=None)
+    nvme = tmp_path / "nvme-$USER"
+    cfg["datasets"]["tiny"]["node_local"] = str(nvme)
+    wd = campaign(cfg)
+    run_snakemake(wd, "--profile", str(REPO / "profiles" / "local"))
+    m = read_metrics(wd / "results/runs/cnn_ddp/native/n1-g0-r2-t1/rep1/metrics.json")
+    import os
+    import pwd
+    user = os.environ.get("USER") or pwd.getpwuid(os.getuid()).pw_name
+    staged = Path(str(nvme).replace("$USER", user)) / "tiny"
+    assert m["dataset"]["read_from"] == str(staged)
+    assert (staged / "MANIFEST.sha256").is_file()
+    assert m["staging_s"] > 0 and f"--data {staged}" in m["command"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,12 +18,15 @@ class Invocation:
     data_dir: str  # bound read-only-in-spirit as the data mount
     image: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    stage_from: str = ""  # copy this verified dataset to data_dir (node-local) first
 
 
 def cnn_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_dir: Path) -> Invocation:
-    dataset_dir = str(Path(inputs["dataset"]).resolve())
+    shared_dir = str(Path(inputs["dataset"]).resolve())
     ds_name = wl["dataset"]
     ds = config["datasets"][ds_name]
+    node_local = os.path.expandvars(ds.get("node_local") or "")
+    dataset_dir = str(Path(node_local) / ds_name) if node_local else shared_dir
     device = "cpu" if point.gpus == 0 else "cuda"  # ROCm torch also answers to "cuda"
     args = [
         "--data", dataset_dir,
@@ -35,10 +39,11 @@ def cnn_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_
         "--threads", str(point.threads),
         "--seed", str(wl.get("seed", 0)),
     ]
-    info_file = Path(dataset_dir) / "dataset.json"
+    info_file = Path(shared_dir) / "dataset.json"
     info = json.loads(info_file.read_text()) if info_file.is_file() else {}
-    return Invocation("scripts/train_cnn.py", args, dataset_dir,
-                      extra={"dataset": {"name": ds_name, **info}})
+    extra = {"dataset": {"name": ds_name, **info, "read_from": dataset_dir}}
+    return Invocation("scripts/train_cnn.py", args, dataset_dir, extra=extra,
+                      stage_from=shared_dir if node_local else "")
 
 
 GPU_VENDOR = {"rocm": "amd", "cuda": "nvidia", "cpu": "none"}

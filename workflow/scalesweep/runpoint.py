@@ -218,6 +218,16 @@ def _image_provenance(manifest: str | None) -> dict[str, Any] | None:
     return {k: m.get(k) for k in keep if k in m} | {"manifest": str(manifest)}
 
 
+def stage_command(launch: Launch, src: str, dest: str) -> list[str]:
+    """Copy a verified dataset to node-local storage on every node of the point, and
+    verify each copy: one task per node under srun, in-process otherwise."""
+    script = str(Path(launch.code_root) / "scripts" / "stage_dataset.py")
+    cmd = [launch.host_python, script, "copy", src, dest]
+    if launch.launcher == "srun" and launch.nodes > 1:
+        return ["srun", f"--nodes={launch.nodes}", "--ntasks-per-node=1", *cmd]
+    return cmd
+
+
 def execute(
     point: SweepPoint,
     launch: Launch,
@@ -226,6 +236,7 @@ def execute(
     *,
     image_manifest: str | None = None,
     extra: dict[str, Any] | None = None,
+    stage_from: str = "",
 ) -> int:
     """Run the payload; on success write metrics.json, on failure failure.json. Return rc."""
     metrics_path = Path(metrics_path)
@@ -262,19 +273,40 @@ def execute(
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with open(log_path, "a") as log:
-        log.write(f"# {attempt['start']} scalesweep run-point\n# {attempt['command']}\n")
+        log.write(f"# {attempt['start']} scalesweep run-point\n")
+        rc = 0
+        if stage_from:
+            stage = stage_command(launch, stage_from, launch.data_dir)
+            log.write(f"# staging: {shell_line(stage)}\n")
+            log.flush()
+            t_stage = time.perf_counter()
+            rc = subprocess.run(stage, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+            attempt["staging_s"] = time.perf_counter() - t_stage
+            if rc != 0:
+                attempt["reason"] = f"node-local staging failed (exit code {rc})"
+        log.write(f"# {attempt['command']}\n")
         log.flush()
+    if rc == 0:
+        rc = _run_payload(argv, env, log_path)
+    wall = time.perf_counter() - t0
+    attempt.update(end=now_iso(), wall_s=wall, exit_code=rc)
+    return _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_manifest, commit, extra)
+
+
+def _run_payload(argv: list[str], env: dict, log_path: str) -> int:
+    with open(log_path, "a") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
         previous = _forward_termination(proc)
         try:
-            rc = proc.wait()
+            return proc.wait()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-    wall = time.perf_counter() - t0
-    attempt.update(end=now_iso(), wall_s=wall, exit_code=rc)
 
+
+def _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_manifest, commit, extra):
+    out_dir = metrics_path.parent
     if rc == 0 and not payload_json.is_file():
         rc, attempt["reason"] = 70, f"payload exited 0 but wrote no {PAYLOAD_JSON}"
     if rc != 0:
@@ -295,7 +327,8 @@ def execute(
         launcher=launch.launcher,
         command=attempt["command"],
         harness_wall_s=wall,
-        harness_overhead_s=wall - float(payload.get("payload_wall_s", wall)),
+        harness_overhead_s=wall - float(payload.get("payload_wall_s", wall)) - attempt.get("staging_s", 0.0),
+        staging_s=attempt.get("staging_s"),
         slurm=attempt["slurm"],
         image=_image_provenance(image_manifest),
         git_commit=commit or payload.get("git_commit"),

@@ -1,7 +1,12 @@
 """Snakemake glue: turn the job's wildcards and config into a launch, then execute it."""
 
+import os
+import pwd
 import sys
 from pathlib import Path
+
+# $USER appears in site paths (/mnt/bb/$USER) and ch-run needs it; batch jobs may lack it
+os.environ.setdefault("USER", pwd.getpwuid(os.getuid()).pw_name)
 
 sys.stderr = open(snakemake.log[0], "a")  # noqa: F821 (snakemake is injected)
 sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # noqa: F821
@@ -31,5 +36,6 @@ rc = execute(
     sm.log[0],
     image_manifest=sm.input.get("image_manifest"),
     extra=inv.extra,
+    stage_from=inv.stage_from,
 )
 sys.exit(rc)
