@@ -104,3 +104,14 @@ def test_apptainer_hostmpi_binds_host_mpi_first_on_library_path():
 def test_apptainer_hostmpi_without_host_libs_is_refused():
     with pytest.raises(LaunchError, match="host_mpi_lib_dirs"):
         launch_env(make("apptainer-hostmpi", "srun", ranks=2, **FRONTIER))
+
+
+def test_node_local_staging_runs_once_per_node_under_srun():
+    from scalesweep.runpoint import stage_command
+
+    launch = make("apptainer", "srun", nodes=4, ranks=8, threads=7, gpus=8, **FRONTIER)
+    cmd = stage_command(launch, "/lustre/ds", "/mnt/bb/alice/ds")
+    assert cmd[:3] == ["srun", "--nodes=4", "--ntasks-per-node=1"]
+    assert cmd[3:] == ["/venv/bin/python", "/repo/scripts/stage_dataset.py", "copy", "/lustre/ds", "/mnt/bb/alice/ds"]
+    single = stage_command(make(), "/lustre/ds", "/mnt/bb/alice/ds")
+    assert single[0] == "/venv/bin/python"
