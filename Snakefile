@@ -14,6 +14,8 @@ include: "workflow/rules/models.smk"
 include: "workflow/rules/containers.smk"
 include: "workflow/rules/run.smk"
 include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/fits.smk"
+include: "workflow/rules/report.smk"
 
 
 onstart:
@@ -39,4 +41,14 @@ rule all:
         rules.aggregate.output,
         rules.plot_scaling.output,
         rules.plot_llm.output,
+        rules.fits.output,
+        expand(rules.plot_fit.output, zip, **fit_series()),
         expand(rules.container_startup.output, runtime=container_runtimes()),
+        rules.report_run_tables.output,
+        rules.report_points.output,
+        rules.report_startup_table.output,
+        expand(rules.report_startup.output, runtime=container_runtimes()),
+        expand(rules.report_efficiency.output, workload=report_workloads("cnn")),
+        expand(rules.report_overhead.output, workload=report_workloads()),
+        expand(rules.report_epoch_times.output, workload=report_workloads("cnn")),
+        expand(rules.report_memory.output, workload=report_workloads()),

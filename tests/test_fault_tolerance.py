@@ -108,6 +108,9 @@ def test_code_change_does_not_rerun_finished_measurements(campaign, tmp_path):
     (wd / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
     out = run_snakemake(wd, "--profile", PROFILE, "-n").stdout
     assert "rule run_point:" not in out
+    # re-verifying the dataset (or rebuilding the image) does not redo measurements either
+    out = run_snakemake(wd, "--profile", PROFILE, "-n", "--forcerun", "verify_dataset").stdout
+    assert "rule verify_dataset:" in out and "rule run_point:" not in out
 
 
 def test_corrupted_dataset_stops_before_any_point_runs(campaign):

@@ -124,6 +124,11 @@ def image_recipe_inputs(wildcards):
     return {"recipe": in_repo(c["recipe"]), "requirements": in_repo(c["requirements"])}
 
 
+def startup_inputs(wildcards):
+    manifest = image_manifest(wildcards)
+    return {"manifest": ancient(manifest)} if manifest else {}
+
+
 def image_format_args(wildcards):
     c = config["containers"]
     args = []
@@ -151,7 +156,9 @@ def run_inputs(wildcards):
         inputs["model"] = f"resources/models/{wl['model']}"
     if point.runtime != "native" and image_manifest(wildcards):
         inputs["image_manifest"] = image_manifest(wildcards)
-    return inputs
+    # ancient(): a re-staged dataset or rebuilt image never re-runs (and so never
+    # deletes) a finished measurement; points still missing wait for them as usual.
+    return {name: ancient(path) for name, path in inputs.items()}
 
 
 def point_cores(wildcards):

@@ -25,7 +25,7 @@ rule build_image:
 
 rule container_startup:
     input:
-        manifest=image_manifest,
+        unpack(startup_inputs),
     output:
         "results/startup/{runtime}.json",
     log:

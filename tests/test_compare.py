@@ -1,0 +1,204 @@
+"""``scalesweep compare``: synthetic campaigns with known changes, and two real tiny ones."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import REPO, run_snakemake, tiny_config
+from scalesweep import compare
+from scalesweep.metrics import write_metrics
+from scalesweep.sweep import SweepPoint
+
+
+def point(nodes=1, ranks=1, repeat=1, workload="cnn_ddp", runtime="native", gpus=0):
+    return SweepPoint(workload, runtime, nodes, gpus, ranks, 1, repeat)
+
+
+def write_run(campaign: Path, p: SweepPoint, seconds: float) -> None:
+    """A finished point's metrics.json: CNN (steady epoch time = seconds) or LLM (wall)."""
+    record = {"point": p.as_dict(), "harness_wall_s": 3 * seconds + 2, "ranks": p.ranks,
+              "launcher": "local", "versions": {"torch": "2.13.0"}}
+    if p.workload.startswith("llm"):
+        record.update(wall_s=seconds, tokens_per_s=100 / seconds, requests_per_s=8 / seconds)
+    else:
+        record.update(epoch_s=[1.5 * seconds, seconds, seconds], train_s=3.5 * seconds,
+                      images_per_s=64 / seconds, final_loss=0.4, final_accuracy=0.9)
+    write_metrics(campaign / "results" / "runs" / p.path / "metrics.json", record)
+
+
+def make_campaign(root: Path, name: str, points: dict, repeats=4, noise=0.01, seed=0) -> Path:
+    """points: {SweepPoint without repeat (repeat=1): mean seconds}."""
+    rng = np.random.default_rng(seed)
+    campaign = root / name
+    for p, seconds in points.items():
+        for r in range(1, repeats + 1):
+            write_run(campaign, SweepPoint(**{**p.as_dict(), "repeat": r}),
+                      seconds * np.exp(rng.normal(0, noise)))
+    return campaign
+
+
+def scalesweep(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "scalesweep", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def campaigns(tmp_path):
+    base = {point(ranks=1): 10.0, point(ranks=2): 6.0, point(nodes=2): 5.0,
+            point(nodes=4): 3.0, point(workload="llm", gpus=0): 20.0}
+    changed = {point(ranks=1): 13.0,  # +30%: regression
+               point(ranks=2): 6.06,  # +1%: within the threshold
+               point(nodes=2): 3.5,  # -30%: improvement
+               point(workload="llm", gpus=0): 20.1,
+               point(nodes=8): 2.0}  # only in B; nodes=4 only in A
+    a = make_campaign(tmp_path, "a", base, seed=1)
+    b = make_campaign(tmp_path, "b", changed, seed=2)
+    return a, b
+
+
+def test_verdicts_point_by_point(campaigns):
+    runs_a, skipped = compare.campaign_runs(campaigns[0])
+    runs_b, _ = compare.campaign_runs(campaigns[1])
+    assert skipped == [] and len(runs_a) == 20
+    assert set(runs_a["payload"]) == {"cnn", "llm"}  # inferred from the metrics
+    table = compare.compare_runs(runs_a, runs_b, threshold=5)
+    by = {(r.workload, r.nodes, r.ranks): r for r in table.itertuples()}
+    regression = by[("cnn_ddp", 1, 1)]
+    assert regression.verdict == "regression"
+    assert regression.change_pct == pytest.approx(30, abs=3)
+    assert regression.change_ci95_low_pct < regression.change_pct < regression.change_ci95_high_pct
+    assert regression.p_value < 0.001 and regression.n_a == 4 and regression.n_b == 4
+    assert by[("cnn_ddp", 2, 1)].verdict == "improvement"
+    assert by[("cnn_ddp", 2, 1)].change_pct == pytest.approx(-30, abs=3)
+    assert by[("cnn_ddp", 1, 2)].verdict == "within_threshold"
+    assert by[("llm", 1, 1)].verdict == "within_threshold"
+    only_a, only_b = by[("cnn_ddp", 4, 1)], by[("cnn_ddp", 8, 1)]
+    assert only_a.verdict == "only_in_a" and only_a.n_a == 4 and pd.isna(only_a.n_b)
+    assert only_b.verdict == "only_in_b" and only_b.b_s == pytest.approx(2.0, rel=0.05)
+    assert table["verdict"].tolist()[:2] == ["regression", "improvement"]  # worst first
+    assert table.columns.tolist() == compare.COLUMNS
+
+
+def test_change_is_a_ratio_of_means_with_fieller_ci(tmp_path):
+    p = point()
+    a, b = tmp_path / "a", tmp_path / "b"
+    for r, (ta, tb) in enumerate(zip([10, 11, 12], [12, 13, 14]), 1):
+        write_run(a, SweepPoint(**{**p.as_dict(), "repeat": r}), ta)
+        write_run(b, SweepPoint(**{**p.as_dict(), "repeat": r}), tb)
+    row = compare.compare_runs(compare.campaign_runs(a)[0], compare.campaign_runs(b)[0]).iloc[0]
+    assert row["a_s"] == pytest.approx(11) and row["b_s"] == pytest.approx(13)
+    assert row["change_pct"] == pytest.approx(2 / 11 * 100)
+    # Welch's t on (12,13,14) vs (10,11,12): t = 2 / sqrt(2/3), df = 4
+    assert row["p_value"] == pytest.approx(0.0705, abs=0.001)
+    assert row["verdict"] == "not_significant"
+
+
+def test_without_repeats_nothing_is_significant(tmp_path):
+    a = make_campaign(tmp_path, "a", {point(): 10.0}, repeats=1)
+    b = make_campaign(tmp_path, "b", {point(): 20.0}, repeats=1)
+    row = compare.compare_runs(compare.campaign_runs(a)[0], compare.campaign_runs(b)[0]).iloc[0]
+    assert row["change_pct"] == pytest.approx(100, rel=0.05)
+    assert row["verdict"] == "untested" and np.isnan(row["p_value"])
+
+
+def test_threshold_and_significance_both_needed():
+    assert compare.verdict(30, 0.001, 5, 0.05) == "regression"
+    assert compare.verdict(-30, 0.001, 5, 0.05) == "improvement"
+    assert compare.verdict(4, 0.001, 5, 0.05) == "within_threshold"
+    assert compare.verdict(30, 0.2, 5, 0.05) == "not_significant"
+    assert compare.verdict(30, float("nan"), 5, 0.05) == "untested"
+    assert compare.verdict(30, 0.001, 40, 0.05) == "within_threshold"
+
+
+def test_broken_metrics_are_skipped_and_named(campaigns):
+    a, _ = campaigns
+    bad = a / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep9/metrics.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("{not json")
+    stray = a / "results/runs/somewhere/metrics.json"
+    stray.parent.mkdir(parents=True)
+    stray.write_text("{}")
+    runs, skipped = compare.campaign_runs(a)
+    assert len(runs) == 20 and len(skipped) == 2
+    assert any("rep9/metrics.json" in s and "not valid JSON" in s for s in skipped)
+    assert any("not a sweep point path" in s for s in skipped)
+
+
+def test_command_table_figure_and_exit_codes(campaigns, tmp_path):
+    a, b = campaigns
+    out = scalesweep("compare", a, b, "--csv", tmp_path / "cmp.csv", "--plot",
+                     tmp_path / "cmp.png")
+    assert out.returncode == 0, out.stderr
+    table = pd.read_csv(io.StringIO(out.stdout))
+    assert table["verdict"].value_counts().to_dict() == {
+        "regression": 1, "improvement": 1, "within_threshold": 2, "only_in_a": 1,
+        "only_in_b": 1}
+    assert pd.read_csv(tmp_path / "cmp.csv")["verdict"].tolist() == table["verdict"].tolist()
+    assert (tmp_path / "cmp.png").stat().st_size > 10_000
+    assert "6 points (1 regression, 1 improvement, 2 within threshold, 1 only in a, " \
+           "1 only in b)" in out.stderr
+    failing = scalesweep("compare", a, b, "--fail-on-regression")
+    assert failing.returncode == 1 and "1 regression(s); failing as asked" in failing.stderr
+    lenient = scalesweep("compare", a, b, "--fail-on-regression", "--threshold", "50")
+    assert lenient.returncode == 0, lenient.stderr
+
+
+def test_command_refuses_what_is_not_a_campaign(tmp_path, campaigns):
+    (tmp_path / "empty" / "results" / "runs").mkdir(parents=True)
+    for target, message in ((tmp_path / "nowhere", "no such campaign directory"),
+                            (REPO / "config", "no results/runs/"),
+                            (tmp_path / "empty", "no finished runs")):
+        out = scalesweep("compare", campaigns[0], target)
+        assert out.returncode == 2, out.stderr
+        assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_provenance_differences_are_noted(campaigns):
+    a = compare.campaign_runs(campaigns[0])[0]
+    b = a.assign(torch="2.14.0")
+    assert compare.provenance_notes(a, b) == ["torch differs: A 2.13.0; B 2.14.0"]
+
+
+# --- two real campaigns ------------------------------------------------------------------------
+
+def real_campaign(root: Path, name: str, images_per_class: int) -> Path:
+    """The tiny workflow for real: 1 rank, 3 repeats, 3 epochs of synthetic 64x64 images
+    (the time is the mean of epochs 2-3). images_per_class changes the work per epoch (the
+    time) but not the point paths."""
+    config = tiny_config()
+    config["sweep"].update(ranks_per_node=[1], repeats=3)
+    config["workloads"]["cnn_ddp"]["epochs"] = 3
+    config["datasets"]["tiny"]["images_per_class"] = images_per_class
+    wd = root / name
+    (wd / "config").mkdir(parents=True)
+    (wd / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    run_snakemake(wd, "--profile", str(REPO / "profiles" / "local"),
+                  "results/summary/runs.csv", timeout=1800)
+    return wd
+
+
+@pytest.mark.integration
+def test_real_slowdown_is_flagged_and_a_rerun_is_not(tmp_path):
+    a = real_campaign(tmp_path, "a", images_per_class=8)  # 16 images: 1 batch per epoch
+    rerun = real_campaign(tmp_path, "rerun", images_per_class=8)
+    slower = real_campaign(tmp_path, "slower", images_per_class=32)  # 4x the work per epoch
+    # 50%: on a shared 2-core machine an unchanged campaign run minutes later has come out
+    # 20% faster, significantly (the load moved); 4x the images per epoch is +200-300%
+    flagged = scalesweep("compare", a, slower, "--threshold", "50", "--fail-on-regression")
+    print(flagged.stdout, flagged.stderr)
+    assert flagged.returncode == 1, flagged.stderr
+    row = pd.read_csv(io.StringIO(flagged.stdout)).iloc[0]
+    assert row["verdict"] == "regression" and row["change_pct"] > 100
+    assert (row["n_a"], row["n_b"]) == (3, 3)
+    same = scalesweep("compare", a, rerun, "--threshold", "50", "--fail-on-regression")
+    print(same.stdout, same.stderr)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert pd.read_csv(io.StringIO(same.stdout))["verdict"].iloc[0] != "regression"

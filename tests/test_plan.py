@@ -1,0 +1,214 @@
+"""``scalesweep plan``: jobs, node-hours, expectations from earlier campaigns, site limits."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import REPO
+from scalesweep import plan
+from scalesweep.config import load_config
+from scalesweep.metrics import write_metrics
+from scalesweep.slurm import runtime_min
+from scalesweep.sweep import SweepPoint, sweep_points
+
+FRONTIER = REPO / "config" / "frontier.yaml"
+FRONTIER_PROFILE = REPO / "profiles" / "frontier"
+
+
+def scalesweep(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "scalesweep", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def frontier_like(nodes=(1, 100), max_runtime_min=240, repeats=1, site_cap=0) -> dict:
+    """A small self-contained Frontier-shaped config (no dependency on config/*.yaml)."""
+    return {
+        "machine": {"name": "frontier", "device": "rocm", "gpus_per_node": 8,
+                    "cores_per_node": 56, "launcher": "srun", "max_runtime_min": site_cap},
+        "sweep": {"runtimes": ["native"], "nodes": list(nodes), "gpus_per_node": [8],
+                  "threads_per_rank": [7], "repeats": repeats},
+        "datasets": {"imgs": {"source": "synthetic", "classes": ["a", "b"],
+                              "images_per_class": 8, "image_size": 64}},
+        "workloads": {"cnn_ddp": {"payload": "cnn", "parallel": "ddp", "dataset": "imgs",
+                                  "max_runtime_min": max_runtime_min}},
+    }
+
+
+def write_config(directory: Path, config: dict) -> Path:
+    (directory / "config").mkdir(parents=True, exist_ok=True)
+    (directory / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    return directory
+
+
+def run_plan(*args) -> dict:
+    out = scalesweep("plan", *args, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+# --- the Frontier sweep ------------------------------------------------------------------------
+
+@pytest.fixture
+def frontier_configs(tmp_path):
+    """config/frontier.yaml over the embedded default, or a fixture while it is absent."""
+    if FRONTIER.is_file():
+        return ["-d", REPO, "--configfile", FRONTIER], [REPO / "config" / "config.yaml", FRONTIER]
+    cfg = frontier_like(nodes=(1, 2, 4, 8, 16, 30), max_runtime_min=30, repeats=3,
+                        site_cap=120)
+    cfg["sweep"]["runtimes"] = ["native", "apptainer", "apptainer-hostmpi"]
+    write_config(tmp_path, cfg)
+    return ["-d", tmp_path], [tmp_path / "config" / "config.yaml"]
+
+
+def test_frontier_sweep_node_hours_and_queue_limits(frontier_configs):
+    args, files = frontier_configs
+    out = run_plan(*args, "--profile", FRONTIER_PROFILE)
+    config = load_config(files)
+    profile = yaml.safe_load((FRONTIER_PROFILE / "config.yaml").read_text())
+    attempts = 1 + int(profile.get("retries", 0))
+    points = sweep_points(config)
+    requested = worst = 0.0
+    for p in points:
+        minutes = [runtime_min(config["workloads"][p.workload], config["machine"], a)
+                   for a in range(1, attempts + 1)]
+        requested += p.nodes * minutes[0] / 60
+        worst += p.nodes * sum(minutes) / 60
+    datasets = {config["workloads"][p.workload]["dataset"] for p in points
+                if config["workloads"][p.workload]["payload"] == "cnn"}
+    support_h = 2 * len(datasets) * float(profile["default-resources"]["runtime"]) / 60
+    totals = out["totals"]
+    assert out["site"] == "frontier"
+    assert totals["point_jobs"] == len(points) and totals["support_jobs"] == 2 * len(datasets)
+    assert totals["attempts"] == attempts
+    assert totals["requested_node_h"] == pytest.approx(requested + support_h)
+    assert totals["worst_node_h"] == pytest.approx(worst + support_h * attempts)
+    assert totals["expected_node_h"] == pytest.approx(totals["requested_node_h"])
+    jobs = totals["jobs"]
+    warnings = "\n".join(out["warnings"])
+    assert f"OLCF Frontier lets 4 of a user's jobs be eligible to run at once: {jobs} jobs " \
+           f"run in at least {-(-jobs // 4)} waves" in warnings
+    if jobs > 100:  # the OLCF study's sweep: 186 points
+        assert f"{jobs} jobs exceed the 100 a user may have queued on OLCF Frontier" in warnings
+    assert "refused at submission" not in warnings  # 30 nodes x <= 2 h: within the 1-91 bin
+
+
+def test_frontier_text_output(frontier_configs):
+    args, _ = frontier_configs
+    out = scalesweep("plan", *args, "--profile", FRONTIER_PROFILE,
+                     "--allocation-node-hours", "50")
+    assert out.returncode == 0, out.stderr
+    print(out.stdout)
+    assert "Slurm jobs:" in out.stdout and "node-hours: requested " in out.stdout
+    assert "site limits from: OLCF Frontier User Guide" in out.stdout
+    assert "the requested node-hours (" in out.stdout and "exceed the allocation (50.0)" \
+        in out.stdout
+    assert scalesweep("plan", *args, "--profile", FRONTIER_PROFILE, "--strict").returncode == 1
+
+
+def test_walltime_caps_by_node_count(tmp_path):
+    # 100 nodes sits in Frontier's 92-183 bin (6 h): 4 h asks are fine, their 8 h retry is not
+    write_config(tmp_path, frontier_like(nodes=(1, 100), max_runtime_min=240))
+    out = run_plan("-d", tmp_path, "--profile", FRONTIER_PROFILE)
+    warnings = "\n".join(out["warnings"])
+    assert "cnn_ddp: 1 points ask for more walltime than OLCF Frontier allows (e.g. 1 nodes: " \
+           "240 min > 2 h): refused at submission" in warnings
+    assert "cnn_ddp: 1 points' retries would ask for more than OLCF Frontier's walltime cap " \
+           "(e.g. 100 nodes, attempt 2: 480 min > 6 h)" in warnings
+
+
+def test_more_nodes_than_the_machine(tmp_path):
+    write_config(tmp_path, frontier_like(nodes=(10000,), max_runtime_min=60))
+    out = run_plan("-d", tmp_path, "--site", "frontier")
+    assert any("ask for more than OLCF Frontier's 9472 nodes" in w for w in out["warnings"])
+    odo = run_plan("-d", tmp_path, "--site", "odo")
+    assert any("more than OLCF Odo's 30 nodes" in w for w in odo["warnings"])
+
+
+def test_debug_qos_allows_one_job_of_two_hours(tmp_path):
+    write_config(tmp_path, frontier_like(nodes=(1, 2), max_runtime_min=150))
+    out = run_plan("-d", tmp_path, "--profile", FRONTIER_PROFILE, "--qos", "debug")
+    warnings = "\n".join(out["warnings"])
+    assert "exceed the 1 a user may have queued on OLCF Frontier (debug QOS)" in warnings
+    assert "the profile's jobs: 20 exceeds OLCF Frontier (debug QOS)'s 1 queued" in warnings
+    assert "2 points ask for more walltime than OLCF Frontier (debug QOS) allows" in warnings
+
+
+def test_unknown_site_and_missing_config_exit_2(tmp_path):
+    write_config(tmp_path, frontier_like())
+    out = scalesweep("plan", "-d", tmp_path, "--site", "summit")
+    assert out.returncode == 2 and "unknown site 'summit'; known: frontier, odo" in out.stderr
+    out = scalesweep("plan", "-d", tmp_path / "nowhere")
+    assert out.returncode == 2 and "no config:" in out.stderr
+    out = scalesweep("plan", "-d", tmp_path, "--profile", tmp_path / "noprofile")
+    assert out.returncode == 2 and "no config.yaml there" in out.stderr
+
+
+# --- profiles -----------------------------------------------------------------------------------
+
+def test_profile_runtime_overrides_and_list_forms(tmp_path):
+    profile = tmp_path / "prof"
+    profile.mkdir()
+    (profile / "config.yaml").write_text(yaml.safe_dump({
+        "retries": 2, "jobs": 5,
+        "default-resources": ["runtime=15", "mem_mb=0"],
+        "set-resources": ["run_point:runtime=10*attempt"],
+    }))
+    merged = plan.read_profile(profile)
+    assert merged["keep-going"] is True  # profiles/default underneath
+    assert plan.attempts_of(merged) == 3 and plan.support_runtime_min(merged) == 15
+    config = frontier_like(nodes=(2,))
+    assert [plan.point_runtime_min(config, merged, "cnn_ddp", a) for a in (1, 2, 3)] == \
+        [10, 20, 30]
+    assert plan.point_runtime_min(config, plan.read_profile(None), "cnn_ddp", 2) == 480
+    assert plan.minutes("'__import__(\"os\")'") is None  # arithmetic only, never code
+
+
+# --- expectations from earlier campaigns -------------------------------------------------------
+
+def test_expected_times_by_point_nodes_and_fit(tmp_path):
+    history = tmp_path / "before"
+    for nodes, wall in ((1, 1000.0), (2, 520.0), (4, 280.0), (8, 160.0)):
+        for repeat, factor in ((1, 0.98), (2, 1.02)):
+            p = SweepPoint("cnn_ddp", "native", nodes, 8, 8, 7, repeat)
+            write_metrics(history / "results" / "runs" / p.path / "metrics.json", {
+                "point": p.as_dict(), "epoch_s": [1.0, 1.0], "train_s": 2.0,
+                "images_per_s": 1.0, "final_loss": 0.1, "final_accuracy": 0.9,
+                "harness_wall_s": wall * factor})
+    runs = plan.campaign_history([history])
+    points = pd.DataFrame([
+        SweepPoint("cnn_ddp", "native", 2, 8, 8, 7, 1).as_dict(),  # measured: point
+        SweepPoint("cnn_ddp", "native", 4, 4, 4, 7, 1).as_dict(),  # other geometry: nodes
+        SweepPoint("cnn_ddp", "native", 16, 8, 8, 7, 1).as_dict(),  # not run: fit
+        SweepPoint("cnn_ddp", "apptainer", 2, 8, 8, 7, 1).as_dict(),  # nothing: requested
+    ])
+    out = plan.expected_seconds(points, runs)
+    assert out["expected_source"].tolist() == ["point", "nodes", "fit", "requested"]
+    assert out["expected_s"].iloc[0] == pytest.approx(520)
+    assert out["expected_s"].iloc[1] == pytest.approx(280)
+    assert 90 < out["expected_s"].iloc[2] < 110  # Amdahl through 1000/520/280/160 s
+    assert pd.isna(out["expected_s"].iloc[3])
+
+
+def test_plan_uses_earlier_campaigns(tmp_path):
+    write_config(tmp_path / "next", frontier_like(nodes=(1, 2), max_runtime_min=30))
+    history = tmp_path / "before"
+    for repeat in (1, 2):
+        p = SweepPoint("cnn_ddp", "native", 1, 8, 8, 7, repeat)
+        write_metrics(history / "results" / "runs" / p.path / "metrics.json", {
+            "point": p.as_dict(), "epoch_s": [1.0], "train_s": 1.0, "images_per_s": 1.0,
+            "final_loss": 0.1, "final_accuracy": 0.9, "harness_wall_s": 2400.0})
+    out = run_plan("-d", tmp_path / "next", "--from-campaign", history, "--profile",
+                   FRONTIER_PROFILE)
+    workload = out["workloads"][0]
+    assert workload["expected_from"] == "1 point, 1 requested"
+    # 1 node x 40 min measured + 2 nodes x 30 min requested (no measurement) + staging
+    assert workload["expected_node_h"] == pytest.approx(40 / 60 + 2 * 30 / 60)
+    assert any("cnn_ddp: 1 points are expected to take longer than their first attempt asks "
+               "(e.g. 1 nodes: 40.0 min > 30 min)" in w for w in out["warnings"])

@@ -1,0 +1,270 @@
+"""The report's figure and table functions on small synthetic tables: anomalies are drawn,
+NaN confidence intervals are survived, and empty inputs give a figure that says so."""
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+
+from scalesweep import report_figures as rf
+
+
+def texts(fig) -> str:
+    """Every text on a figure: titles, labels, annotations, legends, footers."""
+    found = [t.get_text() for t in fig.findobj(plt.Text)]
+    return "\n".join(t for t in found if t)
+
+
+def scaling(efficiency_2=91.0, flag_2="", runtimes=("native",)):
+    rows = []
+    for rt in runtimes:
+        rows.append(dict(workload="cnn", runtime=rt, threads=1, count=1, time_s=10.0, n=2,
+                         linear_time_s=10.0, efficiency_pct=100.0, flag=""))
+        rows.append(dict(workload="cnn", runtime=rt, threads=1, count=2, n=2,
+                         time_s=5.0 * 100 / efficiency_2, linear_time_s=5.0,
+                         efficiency_pct=efficiency_2, flag=flag_2))
+    return pd.DataFrame(rows)
+
+
+def points(states=("done", "done", "done", "failed")):
+    rows = []
+    for i, state in enumerate(states):
+        rows.append(dict(workload="cnn", runtime="native", nodes=1, gpus=0, ranks=1 + i // 2,
+                         threads=1, repeat=1 + i % 2, path=f"p{i}", state=state,
+                         reason="killed by signal SIGKILL" if state == "failed" else np.nan,
+                         log="results/runs/x/run.log" if state == "failed" else np.nan))
+    return pd.DataFrame(rows)
+
+
+def overhead(low=-3.0, high=9.0, significant=True, p=0.01, runtimes=("charliecloud",)):
+    rows = []
+    for rt in runtimes:
+        for ranks in (1, 2):
+            rows.append(dict(workload="cnn", nodes=1, gpus=0, ranks=ranks, threads=1, runtime=rt,
+                             n_native=2, n=2, native_s=10.0, time_s=10.3, overhead_pct=3.0,
+                             overhead_ci95_low_pct=low, overhead_ci95_high_pct=high,
+                             p_value=p, significant=significant))
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+# --- efficiency ---------------------------------------------------------------------------
+
+def test_efficiency_draws_the_100_percent_line_and_values():
+    fig = rf.efficiency_figure(scaling())
+    ax = fig.axes[0]
+    assert any(np.allclose(line.get_ydata(), 100) for line in ax.get_lines())
+    assert "ideal (100%)" in texts(fig) and "91%" in texts(fig)
+    assert ax.get_xscale() == "linear"  # two counts: linear x
+
+
+def test_efficiency_log2_axis_beyond_two_counts():
+    df = pd.concat([scaling(), scaling().assign(count=4, time_s=3.0, linear_time_s=2.5,
+                                                 efficiency_pct=83.3).iloc[[1]]])
+    ax = rf.efficiency_figure(df).axes[0]
+    assert ax.get_xscale() == "log"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4"]
+
+
+def test_superlinear_and_high_variance_are_marked():
+    fig = rf.efficiency_figure(scaling(efficiency_2=112.0, flag_2="superlinear;high_variance"))
+    text = texts(fig)
+    assert "112%" in text and "superlinear" in text and "high variance" in text
+    stars = [c for c in fig.axes[0].collections
+             if c.get_offsets().shape[0] == 1 and tuple(c.get_offsets()[0]) == (2.0, 112.0)]
+    assert len(stars) >= 2  # the star and the ring on the super-linear point
+
+
+def test_efficiency_repeats_as_dots_and_missing_points_named():
+    runs = pd.DataFrame(dict(workload="cnn", runtime="native", threads=1, count=[1, 1, 2, 2],
+                             time_s=[9.0, 11.0, 5.0, 6.0]))
+    fig = rf.efficiency_figure(scaling(), runs, points())
+    dots = [c for c in fig.axes[0].collections if c.get_offsets().shape[0] == 4]
+    assert dots, "repeats are drawn"
+    assert "NOT IN THIS FIGURE: 1 of 4" in texts(fig)
+    assert "failed: native n1-g0-r2-t1 rep2" in texts(fig)
+
+
+def test_efficiency_single_runtime_single_count():
+    fig = rf.efficiency_figure(scaling().iloc[[0]])
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1"]
+    assert ax.get_lines()[1].get_ydata().tolist() == [100.0]
+
+
+def test_efficiency_baseline_flags_name_their_series():
+    df = scaling(runtimes=("native", "charliecloud")).assign(baseline_count=1)
+    df.loc[2, "flag"] = "high_variance"  # charliecloud's baseline
+    text = texts(rf.efficiency_figure(df))
+    assert "charliecloud: high variance" in text
+    assert "100%\n" not in text  # the baseline is 100% by definition: no value label
+
+
+def test_efficiency_empty_says_no_data():
+    for empty in (pd.DataFrame(), pd.DataFrame(columns=["workload", "runtime", "count"])):
+        assert rf.NO_DATA in texts(rf.efficiency_figure(empty))
+
+
+# --- overhead -----------------------------------------------------------------------------
+
+def test_overhead_prints_the_definition_zero_line_and_significance():
+    fig = rf.overhead_figure(overhead())
+    text = texts(fig)
+    assert "(container - native) / native x 100, positive = container slower" in text
+    assert "+3.0%*" in text and "p=0.01" in text
+    ax = fig.axes[0]
+    assert any(np.allclose(line.get_ydata(), 0) for line in ax.get_lines())
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["n1-g0-r1-t1", "n1-g0-r2-t1"]
+    assert ax.get_ylim()[0] <= -3 and ax.get_ylim()[1] >= 9  # the CI fits
+
+
+def test_overhead_nan_ci_and_untested_points_are_shown_not_dropped():
+    df = overhead(low=np.nan, high=np.nan, significant=pd.NA, p=np.nan)
+    fig = rf.overhead_figure(df)
+    text = texts(fig)
+    assert text.count("no 95% CI") == 2 and text.count("not tested") >= 2
+    assert "+3.0%" in text
+
+
+def test_overhead_from_csv_round_trip_with_empty_cells(tmp_path):
+    df = pd.concat([overhead(), overhead(low=np.nan, high=np.nan, significant=pd.NA, p=np.nan)
+                    .assign(ranks=4)])
+    df.to_csv(tmp_path / "o.csv", index=False)
+    fig = rf.overhead_figure(pd.read_csv(tmp_path / "o.csv"))
+    assert "n1-g0-r4-t1" in texts(fig) and "no 95% CI" in texts(fig)
+
+
+def test_overhead_two_runtimes_side_by_side():
+    fig = rf.overhead_figure(overhead(runtimes=("charliecloud", "apptainer")))
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "charliecloud" in legend and "apptainer" in legend
+
+
+def test_overhead_empty_says_no_data_and_keeps_the_definition():
+    fig = rf.overhead_figure(pd.DataFrame(columns=["workload", "runtime", "overhead_pct"]))
+    assert rf.NO_DATA in texts(fig) and "positive = container slower" in texts(fig)
+
+
+# --- epochs, memory, start-up, completeness ---------------------------------------------
+
+def metrics(runtime="native", ranks=1, repeat=1, epochs=(3.0, 2.0, 2.1), rss=900.0, **extra):
+    return {"point": dict(workload="cnn", runtime=runtime, nodes=1, gpus=0, ranks=ranks,
+                          threads=1, repeat=repeat),
+            "payload": "cnn", "epoch_s": list(epochs), "peak_rss_mb": rss, **extra}
+
+
+def test_epochs_table_marks_the_first_epoch_as_warmup():
+    df = rf.epochs_table([("a", metrics()), ("b", metrics(ranks=2, epochs=(4.0,)))])
+    assert list(df["epoch_s"]) == [3.0, 2.0, 2.1, 4.0]
+    assert list(df["warmup"]) == [True, False, False, False]  # a single epoch is the steady one
+    assert list(df["count"]) == [1, 1, 1, 2]
+
+
+def test_epoch_figure_shows_warmup_and_steady_epochs():
+    recs = [(str(i), metrics(runtime=rt, ranks=r, repeat=rep))
+            for i, (rt, r, rep) in enumerate([(rt, r, rep) for rt in ("native", "charliecloud")
+                                              for r in (1, 2) for rep in (1, 2)])]
+    fig = rf.epoch_time_figure(rf.epochs_table(recs))
+    assert "first epoch (warm-up)" in texts(fig) and "24 epochs of 8 runs" in texts(fig)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["1", "2"]
+
+
+def test_epoch_figure_empty_and_llm_only():
+    assert rf.NO_DATA in texts(rf.epoch_time_figure(rf.epochs_table([])))
+    llm = metrics(epochs=())
+    assert rf.NO_DATA in texts(rf.epoch_time_figure(rf.epochs_table([("x", llm)])))
+
+
+def test_memory_figure_labels_bars_and_survives_missing_values():
+    runs = pd.DataFrame(dict(workload="cnn", runtime=["native", "native", "charliecloud"],
+                             count=[1, 1, 1], nodes=1, threads=1, gpus=0, payload="cnn",
+                             peak_rss_mb=[900.0, 910.0, np.nan]))
+    fig = rf.memory_figure(runs)
+    assert "905 MB" in texts(fig) and "largest rank" in texts(fig)
+    assert rf.NO_DATA in texts(rf.memory_figure(runs.assign(peak_rss_mb=np.nan)))
+    assert rf.NO_DATA in texts(rf.memory_figure(pd.DataFrame()))
+
+
+def test_scale_labels_keep_geometries_apart():
+    df = pd.DataFrame(dict(count=[2, 2, 1], nodes=[1, 2, 1], threads=1))
+    labels, order = rf._scale_labels(df)
+    assert order == ["1\n(n1)", "2\n(n1)", "2\n(n2)"] and labels.iloc[1] == "2\n(n2)"
+
+
+STARTUP = {"runtime": "charliecloud", "image_digest": "sha256:abc", "start": "t0", "probes": {
+    "import_torch": {"native": {"n": 3, "median_s": 1.0, "min_s": 0.9, "samples_s": [0.9, 1.0, 1.1]},
+                     "container": {"n": 3, "median_s": 1.2, "min_s": 1.1, "samples_s": [1.1, 1.2, 1.3]},
+                     "startup_overhead_s": 0.2},
+    "noop": {"native": {"n": 3, "median_s": 0.001, "min_s": 0.001, "samples_s": [0.001] * 3},
+             "container": {"n": 3, "median_s": 0.005, "min_s": 0.004, "samples_s": [0.004, 0.005, 0.006]},
+             "startup_overhead_s": 0.004},
+}}
+
+
+def test_startup_table_and_figure():
+    table = rf.startup_table([STARTUP])
+    assert list(table["probe"]) == ["noop", "import_torch"]  # probe order, not alphabetical
+    assert table.loc[1, "startup_overhead_s"] == pytest.approx(0.2)
+    assert list(table.columns) == rf.STARTUP_COLUMNS
+    samples = rf.startup_samples([STARTUP])
+    assert len(samples) == 12 and set(samples["side"]) == {"native", "container"}
+    fig = rf.startup_figure(samples)
+    assert "+200 ms" in texts(fig) and "+4 ms" in texts(fig)
+    assert "not part of the container overhead" in texts(fig)
+    assert fig.axes[0].get_yscale() == "log"
+
+
+def test_startup_empty():
+    assert rf.startup_table([]).empty and list(rf.startup_table([]).columns) == rf.STARTUP_COLUMNS
+    assert rf.NO_DATA in texts(rf.startup_figure(rf.startup_samples([])))
+
+
+def test_missing_table_and_completeness_figure():
+    pts = points(("done", "done", "missing", "failed"))
+    missing = rf.missing_table(pts)
+    assert list(missing["state"]) == ["missing", "failed"]
+    assert missing.loc[1, "reason"] == "killed by signal SIGKILL" and missing.loc[0, "reason"] == ""
+    assert list(missing.columns) == rf.MISSING_COLUMNS
+    fig = rf.completeness_figure(pts)
+    text = texts(fig)
+    assert "2 of 4 requested runs finished" in text and "1 failed" in text and "1 missing" in text
+    assert rf.missing_table(points(("done",))).empty
+    assert rf.NO_DATA in texts(rf.completeness_figure(pd.DataFrame()))
+
+
+def test_not_done_note():
+    assert rf.not_done_note(None) == ""
+    assert rf.not_done_note(points(("done", "done"))) == "all 2 requested points finished"
+    assert rf.not_done_note(points(), workload="other") == ""
+
+
+def test_provenance_table_collects_versions_and_digests():
+    cnn = metrics(hosts=["a", "b"], launcher="mpirun", git_commit="abc", slurm={"job_id": "42"},
+                  image={"content_digest": "sha256:d", "builder": {"name": "charliecloud",
+                                                                   "version": "0.31"}},
+                  versions={"torch": "2.13.0+cpu", "python": "3.11.2"})
+    llm = {"point": dict(workload="llm", runtime="native", nodes=1, gpus=0, ranks=1, threads=1,
+                         repeat=1), "engine": {"name": "llamacpp", "version": "0.3.36"},
+           "model": {"name": "m", "sha256": "s"}, "slurm_job_id": "7",
+           "host": {"python": "3.11.7", "platform": "Linux"}}
+    df = rf.provenance_table([("c.json", cnn), ("l.json", llm)])
+    assert list(df.columns) == rf.PROVENANCE_COLUMNS
+    c, l_ = df.iloc[0], df.iloc[1]
+    assert (c["hosts"], c["slurm_job_id"], c["image_builder"], c["torch"]) == \
+        ("a;b", "42", "charliecloud 0.31", "2.13.0+cpu")
+    assert (l_["engine_version"], l_["slurm_job_id"], l_["python"]) == ("0.3.36", "7", "3.11.7")
+    assert l_["image_digest"] is None or math.isnan(l_["image_digest"])
+    assert rf.provenance_table([]).empty
+
+
+def test_runtime_colours_are_stable():
+    one = rf.runtime_palette(["charliecloud"])
+    two = rf.runtime_palette(["native", "charliecloud", "apptainer"])
+    assert one["charliecloud"] == two["charliecloud"] != two["native"]

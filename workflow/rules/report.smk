@@ -1,0 +1,178 @@
+# The publishable report: per-workload figures, container start-up apart from the workloads,
+# and the tables a reader needs to trust them (provenance, missing and failed points).
+# Everything reads the aggregate tables, so it follows analysis.partial like aggregate does.
+
+
+rule report_run_tables:
+    input:
+        unpack(aggregate_inputs),
+    output:
+        epochs=report(
+            "results/summary/epochs.csv",
+            caption="../report/epochs_table.rst",
+            category="Tables",
+            labels={"table": "per-epoch times"},
+        ),
+        provenance=report(
+            "results/summary/provenance.csv",
+            caption="../report/provenance.rst",
+            category="Provenance",
+            labels={"table": "per-run provenance"},
+        ),
+    log:
+        "logs/report/run_tables.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    script:
+        "../scripts/report_run_tables.py"
+
+
+rule report_points:
+    input:
+        points=rules.aggregate.output.points,
+    output:
+        missing=report(
+            "results/summary/missing.csv",
+            caption="../report/missing.rst",
+            category="Sweep completeness",
+            labels={"item": "table: missing and failed points"},
+        ),
+        figure=report(
+            "results/plots/completeness.png",
+            caption="../report/completeness.rst",
+            category="Sweep completeness",
+            labels={"item": "figure: finished repeats per point"},
+        ),
+    log:
+        "logs/report/points.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    script:
+        "../scripts/report_points.py"
+
+
+rule report_efficiency:
+    input:
+        scaling=rules.aggregate.output.scaling,
+        runs=rules.aggregate.output.runs,
+        points=rules.aggregate.output.points,
+    output:
+        report(
+            "results/plots/efficiency/{workload}.png",
+            caption="../report/efficiency.rst",
+            category="Scaling efficiency",
+            subcategory="{workload}",
+            labels=workload_report_labels("efficiency vs count"),
+        ),
+    log:
+        "logs/report/efficiency/{workload}.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    script:
+        "../scripts/report_workload_figure.py"
+
+
+rule report_overhead:
+    input:
+        overhead=rules.aggregate.output.overhead,
+        points=rules.aggregate.output.points,
+    output:
+        report(
+            "results/plots/overhead/{workload}.png",
+            caption="../report/overhead.rst",
+            category="Container overhead",
+            subcategory="{workload}",
+            labels=workload_report_labels("overhead per point, 95% CI"),
+        ),
+    log:
+        "logs/report/overhead/{workload}.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    script:
+        "../scripts/report_workload_figure.py"
+
+
+rule report_epoch_times:
+    input:
+        epochs=rules.report_run_tables.output.epochs,
+        points=rules.aggregate.output.points,
+    output:
+        report(
+            "results/plots/epoch_times/{workload}.png",
+            caption="../report/epoch_times.rst",
+            category="Per-epoch time",
+            subcategory="{workload}",
+            labels=workload_report_labels("per-epoch time distribution"),
+        ),
+    log:
+        "logs/report/epoch_times/{workload}.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    script:
+        "../scripts/report_workload_figure.py"
+
+
+rule report_memory:
+    input:
+        runs=rules.aggregate.output.runs,
+        points=rules.aggregate.output.points,
+    output:
+        report(
+            "results/plots/memory/{workload}.png",
+            caption="../report/memory.rst",
+            category="Peak memory",
+            subcategory="{workload}",
+            labels=workload_report_labels("peak RSS"),
+        ),
+    log:
+        "logs/report/memory/{workload}.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    script:
+        "../scripts/report_workload_figure.py"
+
+
+rule report_startup:
+    input:
+        rules.container_startup.output,
+    output:
+        report(
+            "results/plots/startup/{runtime}.png",
+            caption="../report/startup.rst",
+            category="Container start-up",
+            subcategory="{runtime}",
+            labels={"runtime": "{runtime}", "item": "figure: start-up vs native"},
+        ),
+    log:
+        "logs/report/startup/{runtime}.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    script:
+        "../scripts/report_startup.py"
+
+
+rule report_startup_table:
+    input:
+        expand(rules.container_startup.output, runtime=container_runtimes()),
+    output:
+        report(
+            "results/summary/startup.csv",
+            caption="../report/startup_table.rst",
+            category="Container start-up",
+            subcategory="all container runtimes",
+            labels={"runtime": "all", "item": "table: medians native vs container"},
+        ),
+    log:
+        "logs/report/startup_table.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    script:
+        "../scripts/report_startup.py"

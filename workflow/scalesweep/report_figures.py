@@ -1,0 +1,655 @@
+"""Figures and tables of the publishable report (pure: tables or parsed JSON in, Figure or
+DataFrame out; the glue in workflow/scripts/report_*.py reads and writes the files).
+
+Anomalies are drawn, never dropped: super-linear and high-variance points are marked,
+overheads without a confidence interval or a test say so, and every per-workload figure
+ends with a line naming the requested points that did not finish (missing or failed).
+Colours are fixed per runtime (native is always the first colour) across all figures.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterable
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+
+from scalesweep.analysis import OVERHEAD_DEFINITION  # noqa: E402
+from scalesweep.sweep import RUNTIMES, SweepPoint, scaling_count  # noqa: E402
+
+NO_DATA = "no data"
+OVERHEAD_TEXT = (
+    "overhead = " + OVERHEAD_DEFINITION.replace("*", "x") + ", positive = container slower"
+)
+POINT_COLUMNS = ["workload", "runtime", "nodes", "gpus", "ranks", "threads", "repeat"]
+MISSING_COLUMNS = [*POINT_COLUMNS, "state", "reason", "log", "path"]
+EPOCH_COLUMNS = [*POINT_COLUMNS, "count", "epoch", "epoch_s", "warmup"]
+STARTUP_PROBES = ("noop", "python", "import_torch")
+STARTUP_COLUMNS = [
+    "runtime", "probe", "n", "native_median_s", "container_median_s", "startup_overhead_s",
+    "native_min_s", "container_min_s", "image_digest", "start",
+]
+PROVENANCE_COLUMNS = [
+    *POINT_COLUMNS, "hosts", "host_platform", "launcher", "slurm_job_id", "image_digest",
+    "image_builder", "python", "torch", "engine", "engine_version", "model", "model_sha256",
+    "dataset", "git_commit", "start", "end", "path",
+]
+SUPERLINEAR_COLOR = "#d62728"
+VARIANCE_COLOR = "#ff7f0e"
+NOT_DONE_COLOR = "#b22222"
+FOOTER_PT = 9
+# Legends beside the axes: inside, they hide error bars and points.
+OUTSIDE_LEGEND = dict(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+def _theme() -> None:
+    sns.set_theme(style="whitegrid", context="notebook")
+
+
+def runtime_palette(runtimes: Iterable[str]) -> dict[str, tuple]:
+    """The same colour for a runtime in every figure: by its place in RUNTIMES."""
+    colors = sns.color_palette("colorblind", len(RUNTIMES) + 4)
+    known = list(RUNTIMES)
+    extra = sorted(set(runtimes) - set(known))
+    return {rt: colors[(known + extra).index(rt)] for rt in [*known, *extra]}
+
+
+def runtime_order(runtimes: Iterable[str]) -> list[str]:
+    present = set(runtimes)
+    return [rt for rt in RUNTIMES if rt in present] + sorted(present - set(RUNTIMES))
+
+
+def no_data_figure(title: str = "", message: str = NO_DATA) -> plt.Figure:
+    """An empty panel saying why there is nothing to plot (the report must still build)."""
+    _theme()
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.text(0.5, 0.5, message, ha="center", va="center", fontsize="large", wrap=True,
+            transform=ax.transAxes)
+    ax.set_axis_off()
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def _empty(df: pd.DataFrame | None, *columns: str) -> bool:
+    return df is None or df.empty or any(c not in df.columns for c in columns)
+
+
+def point_label(row) -> str:
+    """A sweep point's geometry as in its directory name: n<nodes>-g<gpus>-r<ranks>-t<threads>."""
+    return f"n{int(row['nodes'])}-g{int(row['gpus'])}-r{int(row['ranks'])}-t{int(row['threads'])}"
+
+
+def _scale_labels(df: pd.DataFrame) -> tuple[pd.Series, list[str]]:
+    """x labels for a count axis: the count, plus nodes/threads where those vary too
+    (so 2 nodes x 1 rank and 1 node x 2 ranks never share a box)."""
+    extra = [c for c in ("nodes", "threads") if c in df.columns and df[c].nunique() > 1]
+    def label(row) -> str:
+        text = str(int(row["count"]))
+        if extra:
+            text += "\n(" + " ".join(f"{c[0]}{int(row[c])}" for c in extra) + ")"
+        return text
+    labels = df.apply(label, axis=1) if not df.empty else pd.Series(dtype=str)
+    keys = df[["count", *extra]].drop_duplicates().sort_values(["count", *extra])
+    order = [label(r) for _, r in keys.iterrows()]
+    return labels, order
+
+
+def count_axis_label(df: pd.DataFrame) -> str:
+    """What the count is: GPUs where the points use GPUs, ranks otherwise."""
+    if "gpus" in df.columns and (pd.to_numeric(df["gpus"], errors="coerce") > 0).any():
+        return "GPUs (count)"
+    return "ranks (count)"
+
+
+def not_done_note(points: pd.DataFrame | None, workload: str | None = None,
+                  limit: int = 4) -> str:
+    """One line naming the requested points that did not finish ('' without points.csv)."""
+    if _empty(points, "state"):
+        return ""
+    pts = points if workload is None else points[points["workload"] == workload]
+    if pts.empty:
+        return ""
+    bad = pts[pts["state"] != "done"]
+    if bad.empty:
+        return f"all {len(pts)} requested points finished"
+    names = [f"{r['state']}: {r['runtime']} {point_label(r)} rep{int(r['repeat'])}"
+             for _, r in bad.head(limit).iterrows()]
+    more = f", and {len(bad) - limit} more" if len(bad) > limit else ""
+    return (f"NOT IN THIS FIGURE: {len(bad)} of {len(pts)} requested points did not finish "
+            f"({'; '.join(names)}{more}); see the missing and failed points table")
+
+
+def _finish(fig: plt.Figure, note: str, extra_lines: Iterable[str] = ()) -> plt.Figure:
+    """Footer lines under the axes (definitions first, then what is not shown), wrapped to
+    the figure's width; the figure grows to hold them instead of squeezing the axes."""
+    lines = [(line, "0.25") for line in extra_lines if line]
+    if note:
+        lines.append((note, NOT_DONE_COLOR if note.startswith("NOT") else "0.4"))
+    width_in, height_in = fig.get_size_inches()
+    chars = max(40, int(width_in * 72 / (FOOTER_PT * 0.6)))
+    wrapped = [(part, color) for text, color in lines for part in textwrap.wrap(text, chars)]
+    line_in = FOOTER_PT * 1.4 / 72
+    footer_in = line_in * len(wrapped) + (0.12 if wrapped else 0)
+    total = height_in + footer_in
+    fig.set_size_inches(width_in, total)
+    fig.tight_layout(rect=(0, footer_in / total, 1, 1))
+    for i, (text, color) in enumerate(wrapped):
+        fig.text(0.01, (footer_in - 0.06 - i * line_in) / total, text, ha="left", va="top",
+                 fontsize=FOOTER_PT, color=color)
+    return fig
+
+
+def _counts_axis(ax, counts: list[int]) -> None:
+    if len(counts) > 2:
+        ax.set_xscale("log", base=2)
+        ax.minorticks_off()
+    ax.set_xticks(counts, [str(c) for c in counts])
+    if len(counts) == 1:
+        ax.set_xlim(counts[0] - 1, counts[0] + 1)
+    else:
+        ax.margins(x=0.2)  # room for the labels right of the last count
+
+
+def _series(df: pd.DataFrame) -> pd.Series:
+    """runtime, plus threads per rank where a workload sweeps several."""
+    if "threads" in df.columns and df["threads"].nunique() > 1:
+        return df["runtime"] + " (" + df["threads"].astype(int).astype(str) + " thr/rank)"
+    return df["runtime"].astype(str)
+
+
+# --- figures -----------------------------------------------------------------------------
+
+def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
+                      points: pd.DataFrame | None = None, title: str = "") -> plt.Figure:
+    """Scaling efficiency (%) vs count per runtime, one panel per workload.
+
+    Lines are efficiency of the mean over repeats; small dots are each repeat's efficiency
+    against the same linear time; the dashed line is 100% (ideal). Flags from
+    scaling.csv are drawn: super-linear (red star), high variance (orange ring), single
+    repeat (named in the point's label).
+    """
+    if _empty(scaling, "workload", "runtime", "count", "efficiency_pct"):
+        return _finish(no_data_figure(title or "scaling efficiency",
+                                      "no data: no finished CNN runs to compute efficiency"),
+                       not_done_note(points, _only(scaling, points)))
+    _theme()
+    workloads = sorted(scaling["workload"].unique())
+    fig, axes = plt.subplots(1, len(workloads), figsize=(10 * len(workloads), 5.2),
+                             squeeze=False)
+    palette = runtime_palette(scaling["runtime"])
+    notes_of = {}  # axes -> value labels, placed once the layout is final
+    for ax, workload in zip(axes[0], workloads):
+        table = scaling[scaling["workload"] == workload].copy()
+        table["series"] = _series(table)
+        table["flag"] = table.get("flag", pd.Series("", index=table.index)).fillna("")
+        counts = sorted(int(c) for c in table["count"].unique())
+        ax.axhline(100, color="0.3", linestyle="--", linewidth=1.2, label="ideal (100%)")
+        notes = notes_of[ax] = []  # (count, efficiency, text, colour)
+        for series, s in table.sort_values("count").groupby("series", sort=False):
+            color = palette[s["runtime"].iloc[0]]
+            ax.plot(s["count"], s["efficiency_pct"], marker="o", color=color, label=series,
+                    linewidth=2)
+            dots = _repeat_efficiency(s, runs)
+            if not dots.empty:
+                ax.scatter(dots["count"], dots["efficiency_pct"], color=color, s=14,
+                           alpha=0.45, zorder=3)
+            for _, r in s.iterrows():
+                flags = [f for f in str(r["flag"]).split(";") if f]
+                named = ", ".join(f.replace("_", " ") for f in flags)
+                if r["count"] == r.get("baseline_count"):  # 100% by definition
+                    if named:
+                        notes.append((r["count"], r["efficiency_pct"], f"{series}: {named}", color))
+                else:
+                    text = f"{r['efficiency_pct']:.0f}%" + (f"\n{named}" if named else "")
+                    notes.append((r["count"], r["efficiency_pct"], text, color))
+                if "superlinear" in flags:
+                    ax.scatter([r["count"]], [r["efficiency_pct"]], marker="*", s=260,
+                               color=SUPERLINEAR_COLOR, edgecolor="black", zorder=5)
+                if "high_variance" in flags:
+                    ax.scatter([r["count"]], [r["efficiency_pct"]], marker="o", s=220,
+                               facecolor="none", edgecolor=VARIANCE_COLOR, linewidth=2,
+                               zorder=4)
+        _counts_axis(ax, counts)
+        top = np.nanmax([110.0, *table["efficiency_pct"].tolist()])
+        ax.set_ylim(0, top * 1.15)
+        ax.set_xlabel(count_axis_label(table))
+        ax.set_ylabel("scaling efficiency (%)")
+        ax.set_title(title or workload)
+        handles, labels = ax.get_legend_handles_labels()
+        handles += [
+            Line2D([], [], marker="*", linestyle="", color=SUPERLINEAR_COLOR,
+                   markeredgecolor="black", markersize=13, label="super-linear (> 100%)"),
+            Line2D([], [], marker="o", linestyle="", markerfacecolor="none",
+                   markeredgecolor=VARIANCE_COLOR, markeredgewidth=2, markersize=12,
+                   label="high variance over repeats"),
+            Line2D([], [], marker="o", linestyle="", color="0.5", alpha=0.45, markersize=4,
+                   label="single repeats"),
+        ]
+        ax.legend(handles=handles, **OUTSIDE_LEGEND)
+    _finish(fig, not_done_note(points, workloads[0] if len(workloads) == 1 else None),
+            ["efficiency = linear time / measured time x 100, linear time = baseline "
+             "time x baseline count / count (mean over repeats)"])
+    for ax, notes in notes_of.items():
+        _place_notes(ax, notes)
+    return fig
+
+
+def _place_notes(ax, notes: list[tuple]) -> None:
+    """Value labels right of their points, in the series' colour. Where points of one count
+    lie close (all series are 100% at the baseline) the labels are pushed apart vertically,
+    keeping their order, with a thin line back to the point: never overprinted."""
+    fig = ax.figure
+    points_per_px = 72 / fig.dpi
+    by_count: dict = {}
+    for note in notes:
+        by_count.setdefault(note[0], []).append(note)
+    for group in by_count.values():
+        group.sort(key=lambda n: -n[1] if np.isfinite(n[1]) else 0)
+        bottom = None  # lower edge of the previous label, in points
+        for count, value, text, color in group:
+            height = (text.count("\n") + 1) * 11 + 3
+            y = ax.transData.transform((count, value))[1] * points_per_px
+            centre = y if bottom is None else min(y, bottom - height / 2)
+            bottom = centre - height / 2
+            shift = centre - y
+            ax.annotate(text, (count, value), textcoords="offset points", xytext=(12, shift),
+                        fontsize="x-small", va="center", color=color, zorder=6,
+                        bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none",
+                                  alpha=0.85),
+                        arrowprops=dict(arrowstyle="-", color=color, linewidth=0.6,
+                                        shrinkA=0, shrinkB=4) if abs(shift) > 3 else None)
+
+
+def _only(*tables: pd.DataFrame | None) -> str | None:
+    """The one workload these tables are about, when there is exactly one."""
+    names = set()
+    for t in tables:
+        if not _empty(t, "workload"):
+            names |= set(t["workload"].unique())
+    return names.pop() if len(names) == 1 else None
+
+
+def _repeat_efficiency(series: pd.DataFrame, runs: pd.DataFrame | None) -> pd.DataFrame:
+    if _empty(runs, "workload", "runtime", "count", "threads", "time_s"):
+        return pd.DataFrame(columns=["count", "efficiency_pct"])
+    first = series.iloc[0]
+    mine = runs[(runs["workload"] == first["workload"]) & (runs["runtime"] == first["runtime"])
+                & (runs["threads"] == first["threads"])]
+    merged = mine.merge(series[["count", "linear_time_s"]], on="count")
+    merged["efficiency_pct"] = merged["linear_time_s"] / merged["time_s"] * 100
+    return merged[["count", "efficiency_pct"]]
+
+
+def overhead_figure(overhead: pd.DataFrame, points: pd.DataFrame | None = None,
+                    title: str = "", alpha: float = 0.05) -> plt.Figure:
+    """Container overhead (%) per sweep point and container runtime, 95% CI error bars.
+
+    Filled marker with '*' = significant (Welch p < alpha); open marker = not significant;
+    open grey-edged marker 'not tested' = fewer than two repeats on a side. A missing
+    CI (NaN: too few repeats, or unbounded) is written next to the point, never drawn
+    as zero width.
+    """
+    name = title or "container overhead"
+    if _empty(overhead, "runtime", "overhead_pct", "nodes", "gpus", "ranks", "threads"):
+        return _finish(no_data_figure(name, "no data: no point was measured both natively "
+                                            "and in a container"),
+                       not_done_note(points, _only(overhead, points)), [OVERHEAD_TEXT])
+    _theme()
+    df = overhead.copy().sort_values(["nodes", "gpus", "ranks", "threads"], kind="stable")
+    df["point"] = df.apply(point_label, axis=1)
+    order = list(dict.fromkeys(df["point"]))
+    runtimes = runtime_order(df["runtime"])
+    palette = runtime_palette(runtimes)
+    width = 0.7 / max(1, len(runtimes))
+    fig, ax = plt.subplots(figsize=(max(9.5, 1.2 * len(order) * len(runtimes) + 5), 5.2))
+    ax.axhline(0, color="black", linewidth=1.2)
+    for i, runtime in enumerate(runtimes):
+        rows = df[df["runtime"] == runtime]
+        x = np.array([order.index(p) for p in rows["point"]]) + (i - (len(runtimes) - 1) / 2) * width
+        y = rows["overhead_pct"].to_numpy(float)
+        low, high = _numbers(rows, "overhead_ci95_low_pct"), _numbers(rows, "overhead_ci95_high_pct")
+        has_ci = ~(np.isnan(low) | np.isnan(high))
+        if has_ci.any():
+            yerr = np.vstack([y[has_ci] - low[has_ci], high[has_ci] - y[has_ci]]).clip(min=0)
+            ax.errorbar(x[has_ci], y[has_ci], yerr=yerr, fmt="none", ecolor=palette[runtime],
+                        elinewidth=2, capsize=6, zorder=2)
+        significant = _significance(rows)
+        for xi, yi, ci, sig, p in zip(x, y, has_ci, significant, _numbers(rows, "p_value")):
+            face = palette[runtime] if sig is True else "white" if sig is False else "0.85"
+            edge = palette[runtime]
+            ax.scatter([xi], [yi], s=110, marker="D", facecolor=face, edgecolor=edge,
+                       linewidth=2, zorder=3)
+            text = f"{yi:+.1f}%"
+            text += "*" if sig is True else ""
+            if sig is None:
+                text += "\nnot tested"
+            elif not np.isnan(p):
+                text += f"\np={p:.2g}"
+            if not ci:
+                text += "\nno 95% CI"
+            ax.annotate(text, (xi, yi), textcoords="offset points", xytext=(8, 0),
+                        fontsize="x-small", va="center")
+        ax.scatter([], [], marker="D", s=80, color=palette[runtime], label=runtime)
+    ax.set_xticks(range(len(order)), order)
+    ax.set_xlim(-0.6, len(order) - 0.4)
+    ax.set_xlabel("sweep point (nodes-GPUs-ranks-threads per rank)")
+    ax.set_ylabel("container overhead (%)")
+    ax.set_title(name)
+    values = np.concatenate([_numbers(df, "overhead_pct"), _numbers(df, "overhead_ci95_low_pct"),
+                             _numbers(df, "overhead_ci95_high_pct")])
+    lo, hi = np.nanmin([0.0, *values]), np.nanmax([0.0, *values])
+    pad = max(2.0, (hi - lo) * 0.12)
+    ax.set_ylim(lo - pad, hi + pad)
+    handles, _ = ax.get_legend_handles_labels()
+    handles += [
+        Line2D([], [], marker="D", linestyle="", color="0.4", markersize=8,
+               label=f"significant (Welch p < {alpha:g}), marked *"),
+        Line2D([], [], marker="D", linestyle="", markerfacecolor="white",
+               markeredgecolor="0.4", markeredgewidth=2, markersize=8, label="not significant"),
+        Line2D([], [], marker="D", linestyle="", markerfacecolor="0.85",
+               markeredgecolor="0.4", markeredgewidth=2, markersize=8,
+               label="not tested (< 2 repeats on a side)"),
+        Line2D([], [], color="0.4", linewidth=2, label="95% CI (Fieller)"),
+    ]
+    ax.legend(handles=handles, **OUTSIDE_LEGEND)
+    return _finish(fig, not_done_note(points, _only(overhead)),
+                   [OVERHEAD_TEXT + "; mean over repeats, same point natively and in the container"])
+
+
+def _numbers(df: pd.DataFrame, col: str) -> np.ndarray:
+    """A column as floats, NaN where empty or absent (CSV round trips leave '' or nothing)."""
+    if col not in df:
+        return np.full(len(df), np.nan)
+    return pd.to_numeric(df[col], errors="coerce").to_numpy(float)
+
+
+def _significance(rows: pd.DataFrame) -> list[bool | None]:
+    if "significant" not in rows:
+        return [None] * len(rows)
+    out = []
+    for v in rows["significant"]:
+        if pd.isna(v):
+            out.append(None)
+        elif isinstance(v, str):
+            out.append({"true": True, "false": False}.get(v.strip().lower()))
+        else:
+            out.append(bool(v))
+    return out
+
+
+def epoch_time_figure(epochs: pd.DataFrame, points: pd.DataFrame | None = None,
+                      title: str = "") -> plt.Figure:
+    """Distribution of per-epoch seconds per runtime x count: boxes over steady-state
+    epochs of all repeats, dots for each of them, 'x' for first (warm-up) epochs, which
+    the steady-state time excludes but the figure still shows."""
+    name = title or "per-epoch time"
+    if _empty(epochs, "runtime", "count", "epoch_s"):
+        return _finish(no_data_figure(name, "no data: no finished CNN runs"),
+                       not_done_note(points, _only(epochs, points)))
+    _theme()
+    df = epochs.copy()
+    df["warmup"] = df["warmup"].astype(bool) if "warmup" in df else False
+    df["x"], order = _scale_labels(df)
+    hue_order = runtime_order(df["runtime"])
+    palette = runtime_palette(hue_order)
+    fig, ax = plt.subplots(figsize=(max(9.5, 1.6 * len(order) * len(hue_order) + 5.5), 5.2))
+    steady = df[~df["warmup"]]
+    warm = df[df["warmup"]]
+    common = dict(x="x", y="epoch_s", hue="runtime", order=order, hue_order=hue_order, ax=ax)
+    if not steady.empty:
+        sns.boxplot(data=steady, palette=palette, showfliers=False, width=0.6,
+                    boxprops={"alpha": 0.35}, legend=True, **common)
+        sns.stripplot(data=steady, palette=palette, dodge=True, jitter=0.12, size=5,
+                      edgecolor="black", linewidth=0.5, legend=False, **common)
+    if not warm.empty:
+        sns.stripplot(data=warm, palette=palette, dodge=True, jitter=0.05, size=8,
+                      marker="X", edgecolor="black", linewidth=0.6, legend=steady.empty,
+                      **common)
+    ax.set_xlabel(count_axis_label(df))
+    ax.set_ylabel("seconds per epoch")
+    ax.set_ylim(bottom=0)
+    ax.set_title(name)
+    handles, labels = ax.get_legend_handles_labels()
+    handles += [Line2D([], [], marker="X", linestyle="", color="0.4", markeredgecolor="black",
+                       markersize=9, label="first epoch (warm-up)")]
+    ax.legend(handles=handles, **OUTSIDE_LEGEND)
+    n_runs = df.groupby(["runtime", "count", "repeat"]).ngroups if "repeat" in df else len(df)
+    return _finish(fig, not_done_note(points, _only(epochs)),
+                   [f"{len(df)} epochs of {n_runs} runs; boxes: steady-state epochs (all but "
+                    "the first, when a run has several) pooled over repeats"])
+
+
+def memory_figure(runs: pd.DataFrame, points: pd.DataFrame | None = None,
+                  title: str = "") -> plt.Figure:
+    """Peak resident memory per runtime x count: bars are the mean over repeats, dots each
+    repeat. CNN: the largest rank's peak RSS; LLM: the inference server's peak RSS."""
+    name = title or "peak memory"
+    if _empty(runs, "runtime", "count", "peak_rss_mb") or runs["peak_rss_mb"].isna().all():
+        return _finish(no_data_figure(name, "no data: no finished run recorded peak memory"),
+                       not_done_note(points, _only(runs, points)))
+    _theme()
+    df = runs.dropna(subset=["peak_rss_mb"]).copy()
+    df["x"], order = _scale_labels(df)
+    hue_order = runtime_order(df["runtime"])
+    palette = runtime_palette(hue_order)
+    fig, ax = plt.subplots(figsize=(max(9.5, 1.6 * len(order) * len(hue_order) + 5.5), 5.2))
+    common = dict(x="x", y="peak_rss_mb", hue="runtime", order=order, hue_order=hue_order, ax=ax)
+    sns.barplot(data=df, palette=palette, errorbar=None, alpha=0.6, **common)
+    for container in ax.containers:
+        ax.bar_label(container, fmt="%.0f MB", fontsize="small", label_type="center")
+    sns.stripplot(data=df, palette=palette, dodge=True, jitter=0.1, size=5, edgecolor="black",
+                  linewidth=0.5, legend=False, **common)
+    llm = "payload" in df and (df["payload"] == "llm").all()
+    ax.set_ylabel("inference server peak RSS (MB)" if llm
+                  else "peak RSS (MB, largest rank)")
+    ax.set_xlabel("GPUs (0 = CPU only)" if llm else count_axis_label(df))
+    ax.set_ylim(0, df["peak_rss_mb"].max() * 1.18)
+    ax.set_title(name)
+    ax.legend(**OUTSIDE_LEGEND)
+    return _finish(fig, not_done_note(points, _only(runs)),
+                   ["bars: mean over repeats, dots: each repeat"])
+
+
+def startup_figure(samples: pd.DataFrame, title: str = "") -> plt.Figure:
+    """Container start-up cost, apart from any workload: per probe (no-op, python start,
+    import torch) the native and in-container start times, median bars and each sample,
+    log scale, with the difference of medians written above each probe."""
+    name = title or "container start-up"
+    if _empty(samples, "runtime", "probe", "side", "seconds"):
+        return no_data_figure(name, "no data: no container runtime in this sweep")
+    _theme()
+    runtimes = runtime_order(samples["runtime"])
+    fig, axes = plt.subplots(1, len(runtimes), figsize=(7.5 * len(runtimes), 5), squeeze=False)
+    palette = runtime_palette(runtimes)
+    for ax, runtime in zip(axes[0], runtimes):
+        df = samples[samples["runtime"] == runtime]
+        probes = [p for p in STARTUP_PROBES if p in set(df["probe"])] + sorted(
+            set(df["probe"]) - set(STARTUP_PROBES))
+        side_palette = {"native": palette["native"], "container": palette[runtime]}
+        common = dict(x="probe", y="seconds", hue="side", order=probes,
+                      hue_order=["native", "container"], palette=side_palette, ax=ax)
+        sns.barplot(data=df, estimator="median", errorbar=None, alpha=0.55, **common)
+        sns.stripplot(data=df, dodge=True, jitter=0.12, size=4, edgecolor="black",
+                      linewidth=0.4, legend=False, **common)
+        ax.set_yscale("log")
+        medians = df.groupby(["probe", "side"])["seconds"].median()
+        for i, probe in enumerate(probes):
+            if (probe, "native") in medians and (probe, "container") in medians:
+                diff = medians[(probe, "container")] - medians[(probe, "native")]
+                top = df[df["probe"] == probe]["seconds"].max()
+                ax.annotate(f"{diff * 1000:+.0f} ms", (i, top), textcoords="offset points",
+                            xytext=(0, 8), ha="center", fontsize="small")
+        ax.set_ylim(top=df["seconds"].max() * 3)
+        ax.set_xlabel("probe")
+        ax.set_ylabel("start-up time (s, log scale)")
+        ax.set_title(f"{runtime}: start-up vs native" if not title else title)
+        ax.legend(fontsize="small", loc="upper left")
+    return _finish(fig, "", ["bars: median, dots: each sample; the number above a probe is "
+                             "container median - native median",
+                             "measured apart from the workloads: not part of the container "
+                             "overhead of any sweep point"])
+
+
+def completeness_figure(points: pd.DataFrame) -> plt.Figure:
+    """Finished repeats per requested point: one row per workload x runtime, one column per
+    geometry; cells say done/requested and name failures, coloured by the fraction done."""
+    if _empty(points, "workload", "runtime", "state"):
+        return no_data_figure("sweep completeness", "no data: no requested points")
+    _theme()
+    df = points.copy()
+    df["row"] = df["workload"] + " / " + df["runtime"]
+    df["point"] = df.apply(point_label, axis=1)
+    grouped = df.groupby(["row", "point"])
+    frac = grouped["state"].apply(lambda s: (s == "done").mean()).unstack()
+    text = grouped["state"].apply(_cell_text).unstack().fillna("")
+    rows = sorted(frac.index, key=lambda r: (r.split(" / ")[0],
+                                             runtime_order([r.split(" / ")[1], *RUNTIMES])
+                                             .index(r.split(" / ")[1])))
+    frac, text = frac.loc[rows], text.loc[rows]
+    fig, ax = plt.subplots(figsize=(max(6.5, 1.9 * frac.shape[1] + 3.5),
+                                    max(2.8, 0.7 * frac.shape[0] + 2)))
+    sns.heatmap(frac, annot=text, fmt="", cmap="RdYlGn", vmin=0, vmax=1, cbar=True,
+                cbar_kws={"label": "fraction of repeats done"}, linewidths=1, linecolor="white",
+                ax=ax, annot_kws={"fontsize": "small"})
+    ax.set_xlabel("sweep point (nodes-GPUs-ranks-threads per rank)")
+    ax.set_ylabel("workload / runtime")
+    ax.tick_params(axis="y", rotation=0)
+    ax.grid(False)
+    done, total = int((df["state"] == "done").sum()), len(df)
+    ax.set_title(f"sweep completeness: {done} of {total} requested runs finished")
+    return _finish(fig, "", ["empty cell: that point was not requested; failed and missing "
+                             "points are listed with reason and log in the table"])
+
+
+def _cell_text(states: pd.Series) -> str:
+    done = int((states == "done").sum())
+    text = f"{done}/{len(states)} done"
+    for state in ("failed", "missing"):
+        n = int((states == state).sum())
+        if n:
+            text += f"\n{n} {state}"
+    return text
+
+
+# --- tables --------------------------------------------------------------------------------
+
+def missing_table(points: pd.DataFrame) -> pd.DataFrame:
+    """The requested points that did not finish: state (failed/missing), reason, log."""
+    if _empty(points, "state"):
+        return pd.DataFrame(columns=MISSING_COLUMNS)
+    bad = points[points["state"] != "done"].copy()
+    for col in MISSING_COLUMNS:
+        if col not in bad:
+            bad[col] = ""
+    bad[["reason", "log"]] = bad[["reason", "log"]].fillna("")
+    return bad[MISSING_COLUMNS].reset_index(drop=True)
+
+
+def epochs_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
+    """One row per epoch of every run that has epoch_s (tidy: point, count, epoch, seconds,
+    warmup = first epoch of a run that has several, excluded from the steady-state time).
+    count is the run's scaling count, as in runs.csv."""
+    rows = []
+    for _path, m in records:
+        epochs = m.get("epoch_s") or []
+        point = m["point"]
+        count = scaling_count(SweepPoint(**point), m.get("payload") or "cnn")
+        for i, seconds in enumerate(epochs, start=1):
+            rows.append({**{c: point.get(c) for c in POINT_COLUMNS}, "count": count,
+                         "epoch": i, "epoch_s": float(seconds),
+                         "warmup": i == 1 and len(epochs) > 1})
+    if not rows:
+        return pd.DataFrame(columns=EPOCH_COLUMNS)
+    return pd.DataFrame(rows, columns=EPOCH_COLUMNS).sort_values(
+        ["workload", "runtime", "count", "threads", "repeat", "epoch"], ignore_index=True)
+
+
+def provenance_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
+    """Where and with what each run was measured: hosts, launcher, Slurm job, image digest,
+    library and engine versions, model and dataset, git commit, times, metrics file."""
+    rows = []
+    for path, m in records:
+        image = m.get("image") or {}
+        engine = m.get("engine") or {}
+        model = m.get("model") or {}
+        versions = m.get("versions") or {}
+        host = m.get("host") or {}
+        dataset = m.get("dataset") or {}
+        slurm = m.get("slurm") or {}
+        rows.append({
+            **{c: m["point"].get(c) for c in POINT_COLUMNS},
+            "hosts": ";".join(m.get("hosts") or []),
+            "host_platform": host.get("platform"),
+            "launcher": m.get("launcher"),
+            "slurm_job_id": slurm.get("job_id") or m.get("slurm_job_id"),
+            "image_digest": image.get("content_digest"),
+            "image_builder": _builder(image.get("builder")),
+            "python": versions.get("python") or host.get("python"),
+            "torch": versions.get("torch"),
+            "engine": engine.get("name"),
+            "engine_version": engine.get("version"),
+            "model": model.get("name"),
+            "model_sha256": model.get("sha256"),
+            "dataset": dataset.get("name"),
+            "git_commit": m.get("git_commit"),
+            "start": m.get("harness_start") or m.get("start"),
+            "end": m.get("harness_end") or m.get("end"),
+            "path": str(path),
+        })
+    if not rows:
+        return pd.DataFrame(columns=PROVENANCE_COLUMNS)
+    return pd.DataFrame(rows, columns=PROVENANCE_COLUMNS).sort_values(
+        ["workload", "runtime", "nodes", "gpus", "ranks", "threads", "repeat"], ignore_index=True)
+
+
+def _builder(builder) -> str | None:
+    if isinstance(builder, dict):
+        return " ".join(str(v) for v in (builder.get("name"), builder.get("version")) if v)
+    return builder
+
+
+def startup_samples(records: Iterable[dict]) -> pd.DataFrame:
+    """Tidy start-up samples: runtime, probe, side (native/container), seconds."""
+    rows = [
+        {"runtime": r["runtime"], "probe": probe, "side": side, "seconds": float(s)}
+        for r in records
+        for probe, sides in (r.get("probes") or {}).items()
+        for side in ("native", "container")
+        for s in (sides.get(side) or {}).get("samples_s", [])
+    ]
+    return pd.DataFrame(rows, columns=["runtime", "probe", "side", "seconds"])
+
+
+def startup_table(records: Iterable[dict]) -> pd.DataFrame:
+    """Per container runtime and probe: native and container medians and their difference."""
+    rows = []
+    for r in records:
+        for probe, sides in (r.get("probes") or {}).items():
+            native, container = sides.get("native") or {}, sides.get("container") or {}
+            rows.append({
+                "runtime": r["runtime"], "probe": probe,
+                "n": container.get("n"),
+                "native_median_s": native.get("median_s"),
+                "container_median_s": container.get("median_s"),
+                "startup_overhead_s": sides.get("startup_overhead_s"),
+                "native_min_s": native.get("min_s"),
+                "container_min_s": container.get("min_s"),
+                "image_digest": r.get("image_digest"),
+                "start": r.get("start"),
+            })
+    if not rows:
+        return pd.DataFrame(columns=STARTUP_COLUMNS)
+    df = pd.DataFrame(rows, columns=STARTUP_COLUMNS)
+    df["_probe"] = [STARTUP_PROBES.index(p) if p in STARTUP_PROBES else 99 for p in df["probe"]]
+    return df.sort_values(["runtime", "_probe", "probe"]).drop(columns="_probe").reset_index(drop=True)
