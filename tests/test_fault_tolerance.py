@@ -125,3 +125,34 @@ def test_corrupted_dataset_stops_before_any_point_runs(campaign):
     log = (wd / "logs/datasets/tiny.verify.log").read_text()
     assert "checksum mismatch" in log and victim.name in log
     assert not list((wd / "results").rglob("metrics.json"))
+
+
+def test_partial_aggregation_leaves_out_series_without_baseline_or_native(campaign):
+    """A partial sweep (baseline or native twin missing) still aggregates; the gaps are
+    named in the log and listed in points.csv, not papered over."""
+    from scalesweep.metrics import write_metrics
+    from scalesweep.sweep import SweepPoint
+
+    cfg = tiny_config()
+    cfg["sweep"].update(runtimes=["native", "charliecloud"], repeats=1)
+    wd = campaign(cfg)
+
+    def fake(runtime, ranks):
+        p = SweepPoint("cnn_ddp", runtime, 1, 0, ranks, 1, 1)
+        write_metrics(wd / "results/runs" / p.path / "metrics.json", {
+            "point": p.as_dict(), "epoch_s": [2.0, 1.0], "train_s": 3.0, "images_per_s": 10.0,
+            "final_loss": 0.5, "final_accuracy": 0.8, "hosts": ["h"], "peak_rss_mb": 100.0})
+
+    fake("native", 2)  # native lacks its 1-rank baseline
+    fake("charliecloud", 1)  # no native twin at 1 rank
+    out = run_snakemake(wd, "results/summary/scaling.csv", "--cores", "1",
+                        "--config", "analysis={partial: true}")
+    assert out.returncode == 0
+    log = (wd / "logs/aggregate.log").read_text()
+    assert "has no finished baseline count 1; left out" in log
+    assert "has no finished native run; left out" in log
+    import pandas as pd
+    points = pd.read_csv(wd / "results/summary/points.csv")
+    assert sorted(points["state"]) == ["done", "done", "missing", "missing"]
+    scaling = pd.read_csv(wd / "results/summary/scaling.csv")
+    assert set(scaling["runtime"]) == {"charliecloud"}

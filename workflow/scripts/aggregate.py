@@ -17,19 +17,28 @@ cfg = sm.config
 runs = collect_runs(sm.input.metrics, cfg)
 runs.to_csv(sm.output.runs, index=False)
 
+# With a partial sweep a series may lack its baseline, or a point its native twin: such
+# series are left out of the derived tables (and named in the log); points.csv and the
+# report's missing-points table say what is missing.
 tables = []
 trained = runs[runs["payload"] == "cnn"] if not runs.empty else runs
-for workload, df in trained.groupby("workload", sort=True):
-    baseline = workload_axes(cfg, workload).get("baseline")
-    table = scaling_table(
-        df,
-        count_col="count",
-        time_col="time_s",
-        group_cols=["workload", "runtime", "threads"],
-        baseline=baseline,
-        cv_threshold=cfg.get("analysis", {}).get("cv_threshold", 0.05),
+series_keys = ["workload", "runtime", "threads"]
+for key, df in trained.groupby(series_keys, sort=True):
+    baseline = workload_axes(cfg, key[0]).get("baseline")
+    if baseline is not None and baseline not in set(df["count"]):
+        print(f"scaling: {dict(zip(series_keys, key))} has no finished baseline "
+              f"count {baseline}; left out", file=sys.stderr)
+        continue
+    tables.append(
+        scaling_table(
+            df,
+            count_col="count",
+            time_col="time_s",
+            group_cols=series_keys,
+            baseline=baseline,
+            cv_threshold=cfg.get("analysis", {}).get("cv_threshold", 0.05),
+        )
     )
-    tables.append(table)
 scaling = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 scaling.to_csv(sm.output.scaling, index=False, float_format="%.10g")
 
@@ -48,8 +57,14 @@ llm_table.to_csv(sm.output.llm, index=False, float_format="%.10g")
 
 # Container overhead: every container runtime against native at the same point.
 keys = ["workload", "nodes", "gpus", "ranks", "threads"]
-if not runs.empty and runs["runtime"].nunique() > 1 and (runs["runtime"] == "native").any():
-    overhead = overhead_table(runs, "runtime", "time_s", keys, baseline_runtime="native")
+paired = runs
+if not runs.empty:
+    has_native = runs.groupby(keys)["runtime"].transform(lambda r: (r == "native").any())
+    for key in runs.loc[~has_native, keys].drop_duplicates().itertuples(index=False):
+        print(f"overhead: {dict(zip(keys, key))} has no finished native run; left out", file=sys.stderr)
+    paired = runs[has_native]
+if not paired.empty and paired["runtime"].nunique() > 1:
+    overhead = overhead_table(paired, "runtime", "time_s", keys, baseline_runtime="native")
 else:
     overhead = pd.DataFrame(columns=[*keys, "runtime", "native_s", "time_s", "overhead_pct"])
 overhead.to_csv(sm.output.overhead, index=False, float_format="%.10g")
