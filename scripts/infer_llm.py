@@ -715,6 +715,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(exit 0); a client elsewhere then runs with --servers",
     )
     ap.add_argument("--ready-file", default=None, help="with --serve-only: written (host:port) once the server is healthy")
+    ap.add_argument("--stop-file", default=None,
+                    help="with --serve-only: stop serving (cleanly, metrics written) once this file exists")
     ap.add_argument("--threads", type=int, default=0, help="server CPU threads (default: the CPUs this process may use)")
     ap.add_argument("--ctx", type=int, default=2048, help="context size (llamacpp n_ctx)")
     ap.add_argument("--api", choices=APIS, default="chat", help="chat|completions (OpenAI /v1) or generate (Ollama native, with its timing fields)")
@@ -753,6 +755,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--serve-only starts a server; --servers uses running ones: choose one")
     if args.api == "generate" and args.engine != "ollama":
         ap.error("--api generate is Ollama's native API; use chat or completions with llamacpp")
+    # one server per node (srun --ntasks-per-node=1): each task writes its own files
+    rank = next((os.environ[v] for v in ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+                 if os.environ.get(v)), "0")
+    for name in ("out", "ready_file", "server_log"):
+        if getattr(args, name):
+            setattr(args, name, getattr(args, name).replace("{rank}", rank))
     try:
         gpu_env = gpu_visibility_env(args.gpus, args.gpu_vendor, os.environ)
     except ValueError as exc:
@@ -886,6 +894,8 @@ def main(argv: list[str] | None = None) -> int:
             t_serve = time.perf_counter()
             try:
                 while proc.poll() is None:
+                    if args.stop_file and Path(args.stop_file).exists():
+                        raise Terminated(signal.SIGTERM)  # same clean path as a signal
                     time.sleep(0.5)
             except (Terminated, KeyboardInterrupt):
                 record.update(status="ok", served_s=time.perf_counter() - t_serve)

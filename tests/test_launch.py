@@ -115,3 +115,30 @@ def test_node_local_staging_runs_once_per_node_under_srun():
     assert cmd[3:] == ["/venv/bin/python", "/repo/scripts/stage_dataset.py", "copy", "/lustre/ds", "/mnt/bb/alice/ds"]
     single = stage_command(make(), "/lustre/ds", "/mnt/bb/alice/ds")
     assert single[0] == "/venv/bin/python"
+
+
+def test_multinode_llm_is_one_server_per_node_and_one_client():
+    from dataclasses import replace as dc_replace
+
+    from scalesweep.runpoint import llm_multinode_launches
+
+    llm = dc_replace(make("native", "srun", nodes=3, ranks=1, threads=2), payload="scripts/infer_llm.py",
+                     args=("--engine", "llamacpp", "--model", "/m/model.gguf", "--prompts", "/repo/p.txt",
+                           "--out", f"{OUT}/payload.json", "--outputs", f"{OUT}/outputs.jsonl",
+                           "--server-log", f"{OUT}/server.log"))
+    servers, client = llm_multinode_launches(llm)
+    s = launch_command(servers)
+    assert s[:5] == ["srun", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1", "--cpus-per-task=2"]
+    assert "--serve-only" in s and f"{OUT}/servers/ready-{{rank}}" in s and "--outputs" not in s
+    c = launch_command(client)
+    assert c[0] == "/venv/bin/python" and "--serve-only" not in c
+    assert c[c.index("--out") + 1] == f"{OUT}/payload.json"
+
+
+def test_multinode_llm_without_slurm_is_refused():
+    from dataclasses import replace as dc_replace
+
+    from scalesweep.runpoint import llm_multinode_launches
+
+    with pytest.raises(LaunchError, match="needs Slurm"):
+        llm_multinode_launches(dc_replace(make("native", "mpirun", nodes=2), payload="scripts/infer_llm.py"))

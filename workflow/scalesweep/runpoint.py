@@ -15,10 +15,18 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from scalesweep.launch import ContainerSite, Launch, launch_command, launch_env, shell_line
+from scalesweep.launch import (
+    ContainerSite,
+    Launch,
+    LaunchError,
+    launch_command,
+    launch_env,
+    shell_line,
+)
 from scalesweep.metrics import (
     git_commit,
     now_iso,
@@ -286,11 +294,108 @@ def execute(
                 attempt["reason"] = f"node-local staging failed (exit code {rc})"
         log.write(f"# {attempt['command']}\n")
         log.flush()
-    if rc == 0:
+    if rc == 0 and is_multinode_llm(launch):
+        servers, client = llm_multinode_launches(launch)
+        attempt["command"] = " ; ".join(shell_line(launch_command(x), added_env) for x in (servers, client))
+        rc = _run_llm_servers_and_client(servers, client, env, log_path, attempt)
+    elif rc == 0:
         rc = _run_payload(argv, env, log_path)
     wall = time.perf_counter() - t0
     attempt.update(end=now_iso(), wall_s=wall, exit_code=rc)
     return _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_manifest, commit, extra)
+
+
+LLM_PAYLOAD = "scripts/infer_llm.py"
+SERVER_START_TIMEOUT_S = 900
+
+
+def is_multinode_llm(launch: Launch) -> bool:
+    return launch.payload == LLM_PAYLOAD and launch.nodes > 1
+
+
+def _without(args: tuple[str, ...], options: set[str]) -> list[str]:
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in options:
+            skip = True
+        else:
+            out.append(a)
+    return out
+
+
+def llm_multinode_launches(launch: Launch) -> tuple[Launch, Launch]:
+    """Throughput mode: one server per node (srun, one task per node) and one client on
+    the first node spreading the prompt set across all of them."""
+    if launch.launcher != "srun":
+        raise LaunchError("a multi-node LLM point needs Slurm (srun starts one server per node)")
+    servers_dir = Path(launch.out_dir) / "servers"
+    base = _without(launch.args, {"--out", "--outputs", "--server-log"})
+    server_args = base + [
+        "--serve-only", "--host", "0.0.0.0", "--port", "0",
+        "--ready-file", str(servers_dir / "ready-{rank}"),
+        "--stop-file", str(servers_dir / "stop"),
+        "--out", str(servers_dir / "server-{rank}.json"),
+        "--server-log", str(servers_dir / "server-{rank}.log"),
+    ]
+    client_args = base + [
+        "--out", str(Path(launch.out_dir) / PAYLOAD_JSON),
+        "--outputs", str(Path(launch.out_dir) / "outputs.jsonl"),
+    ]
+    servers = replace(launch, ranks_per_node=1, args=tuple(server_args))
+    client = replace(launch, launcher="local", nodes=1, ranks_per_node=1, args=tuple(client_args))
+    return servers, client
+
+
+def _run_llm_servers_and_client(servers: Launch, client: Launch, env: dict, log_path: str,
+                                attempt: dict) -> int:
+    ready_dir = Path(servers.out_dir) / "servers"
+    ready_dir.mkdir(parents=True, exist_ok=True)
+    for stale in [*ready_dir.glob("ready-*"), ready_dir / "stop"]:
+        stale.unlink(missing_ok=True)
+    with open(log_path, "a") as log:
+        log.write(f"# servers: {shell_line(launch_command(servers))}\n")
+        log.flush()
+        srv = subprocess.Popen(launch_command(servers), stdout=log, stderr=subprocess.STDOUT,
+                               env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+        while len(list(ready_dir.glob("ready-*"))) < servers.nodes:
+            if srv.poll() is not None:
+                attempt["reason"] = f"LLM servers exited ({srv.returncode}) before all were ready"
+                return srv.returncode or 1
+            if time.monotonic() > deadline:
+                attempt["reason"] = f"LLM servers not ready within {SERVER_START_TIMEOUT_S} s"
+                return 124
+            time.sleep(0.5)
+        urls = sorted(p.read_text().strip() for p in ready_dir.glob("ready-*"))
+        attempt["servers"] = urls
+        argv = launch_command(replace(client, args=client.args + ("--servers", ",".join(urls))))
+        with open(log_path, "a") as log:
+            log.write(f"# client: {shell_line(argv)}\n")
+        return _run_payload(argv, env, log_path)
+    finally:
+        # servers stop cleanly (and write their own metrics) on the stop file; a signal
+        # only if they do not
+        (ready_dir / "stop").touch()
+        try:
+            srv.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            _stop_group(srv)
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
 
 
 def _run_payload(argv: list[str], env: dict, log_path: str) -> int:

@@ -1,0 +1,41 @@
+"""LLM throughput mode on the local Slurm cluster: one server per node, one client
+spreading the prompt set across them (the OLCF study's 'future work')."""
+
+import json
+
+import pytest
+
+from conftest import REPO, run_snakemake, tiny_config
+from scalesweep.metrics import read_metrics
+
+pytestmark = [pytest.mark.slurm, pytest.mark.integration]
+
+
+def test_two_node_llm_point_serves_from_both_nodes(slurm_cluster, campaign):
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        pytest.skip("llama-cpp-python not installed (scripts/install.sh installs it)")
+    cfg = tiny_config()
+    cfg["workloads"] = {"llm": {"payload": "llm", "model": "tiny_llama", "max_tokens": 8,
+                                "warmup": 1, "num_requests": 8, "max_runtime_min": 5,
+                                "sweep": {"nodes": [2], "gpus_per_node": [0], "baseline": None}}}
+    cfg["models"] = {"tiny_llama": {"source": "synthetic", "seed": 2}}
+    cfg["machine"]["launcher"] = "srun"
+    wd = campaign(cfg)
+    run_snakemake(wd, "--profile", str(REPO / "profiles" / "local-slurm"), timeout=1200)
+    point = wd / "results/runs/llm/native/n2-g0-r1-t1/rep1"
+    m = read_metrics(point / "metrics.json")
+    servers = m["servers"]
+    assert len(servers) == 2
+    hosts = {s.split("//")[-1].split(":")[0] for s in servers}
+    assert len(hosts) == 2, f"both servers on one node: {servers}"
+    assert m["n_ok"] == 8 and m["n_failed"] == 0
+    per_server = {}
+    for r in m["requests"]:
+        per_server[r.get("server")] = per_server.get(r.get("server"), 0) + 1
+    assert len([k for k in per_server if k]) == 2, per_server
+    for i in (0, 1):
+        srv = json.loads((point / "servers" / f"server-{i}.json").read_text())
+        assert srv["status"] == "ok" and srv["served_s"] > 0
+    assert m["slurm"]["job_id"]
