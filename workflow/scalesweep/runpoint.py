@@ -280,6 +280,7 @@ def execute(
     }
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    record = _termination_recorder(out_dir, attempt, t0)
     with open(log_path, "a") as log:
         log.write(f"# {attempt['start']} scalesweep run-point\n")
         rc = 0
@@ -297,9 +298,9 @@ def execute(
     if rc == 0 and is_multinode_llm(launch):
         servers, client = llm_multinode_launches(launch)
         attempt["command"] = " ; ".join(shell_line(launch_command(x), added_env) for x in (servers, client))
-        rc = _run_llm_servers_and_client(servers, client, env, log_path, attempt)
+        rc = _run_llm_servers_and_client(servers, client, env, log_path, attempt, record)
     elif rc == 0:
-        rc = _run_payload(argv, env, log_path)
+        rc = _run_payload(argv, env, log_path, record)
     wall = time.perf_counter() - t0
     attempt.update(end=now_iso(), wall_s=wall, exit_code=rc)
     return _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_manifest, commit, extra)
@@ -349,7 +350,7 @@ def llm_multinode_launches(launch: Launch) -> tuple[Launch, Launch]:
 
 
 def _run_llm_servers_and_client(servers: Launch, client: Launch, env: dict, log_path: str,
-                                attempt: dict) -> int:
+                                attempt: dict, record=None) -> int:
     ready_dir = Path(servers.out_dir) / "servers"
     ready_dir.mkdir(parents=True, exist_ok=True)
     for stale in [*ready_dir.glob("ready-*"), ready_dir / "stop"]:
@@ -374,7 +375,7 @@ def _run_llm_servers_and_client(servers: Launch, client: Launch, env: dict, log_
         argv = launch_command(replace(client, args=client.args + ("--servers", ",".join(urls))))
         with open(log_path, "a") as log:
             log.write(f"# client: {shell_line(argv)}\n")
-        return _run_payload(argv, env, log_path)
+        return _run_payload(argv, env, log_path, record)
     finally:
         # servers stop cleanly (and write their own metrics) on the stop file; a signal
         # only if they do not
@@ -398,11 +399,11 @@ def _stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
         pass
 
 
-def _run_payload(argv: list[str], env: dict, log_path: str) -> int:
+def _run_payload(argv: list[str], env: dict, log_path: str, record=None) -> int:
     with open(log_path, "a") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
-        previous = _forward_termination(proc)
+        previous = _forward_termination(proc, record)
         try:
             return proc.wait()
         finally:
@@ -414,12 +415,14 @@ def _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_
     out_dir = metrics_path.parent
     if rc == 0 and not payload_json.is_file():
         rc, attempt["reason"] = 70, f"payload exited 0 but wrote no {PAYLOAD_JSON}"
+    recorded = attempt.pop("_recorded", False)  # at the termination signal, in attempts.jsonl
     if rc != 0:
         attempt.setdefault("reason", _reason(rc))
         attempt["state"] = "failed"
         write_json_atomic(out_dir / FAILURE_JSON, attempt)
-        _append_attempt(out_dir, attempt)
-        print(f"point {point.path} failed: {attempt['reason']}; log: {log_path}", file=sys.stderr)
+        if not recorded:
+            _append_attempt(out_dir, attempt)
+        print(f"point {point.path} failed: {attempt['reason']}; log: {attempt['log']}", file=sys.stderr)
         return rc if rc > 0 else 128 - rc
 
     payload = json.loads(payload_json.read_text())
@@ -455,13 +458,46 @@ def _user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
 
 
-def _forward_termination(proc: subprocess.Popen) -> dict:
-    """Pass SIGTERM/SIGINT (scancel, Ctrl-C) to the payload's whole process group."""
+def _termination_recorder(out_dir: Path, attempt: dict, t0: float):
+    """A callback that writes the failure record the moment a termination signal arrives.
+
+    On a Slurm time limit or scancel every process of the job gets SIGTERM, the batch
+    script exits on it at once, and Slurm then kills what is left of the job (this harness
+    included) within a fraction of a second, whatever KillWait says. A record written only
+    after the payload has exited loses that race (seen on the local cluster: the temporary
+    failure.json left unrenamed), and the point then shows as missing, without sacct's
+    verdict. So: failure.json and the attempts.jsonl line now (no fsync: speed matters
+    more than surviving a power cut here); ``_finish`` completes failure.json if the
+    harness lives that long.
+    """
+    def record(signum: int) -> None:
+        if attempt.get("_recorded"):
+            return
+        attempt["_recorded"] = True
+        snapshot = {k: v for k, v in attempt.items() if k != "_recorded"}
+        snapshot.update(end=now_iso(), wall_s=time.perf_counter() - t0, exit_code=-signum,
+                        reason=_reason(-signum), state="failed")
+        attempt["reason"] = snapshot["reason"]  # the cause, whatever exit code follows
+        try:
+            tmp = out_dir / f".{FAILURE_JSON}.{os.getpid()}.signal"
+            tmp.write_text(json.dumps(snapshot, indent=2, sort_keys=True, default=str) + "\n")
+            os.replace(tmp, out_dir / FAILURE_JSON)
+            _append_attempt(out_dir, snapshot)
+        except OSError:
+            pass
+    return record
+
+
+def _forward_termination(proc: subprocess.Popen, record=None) -> dict:
+    """Pass SIGTERM/SIGINT (scancel, Ctrl-C) to the payload's whole process group, and
+    record the failure at once (see ``_termination_recorder``)."""
     def forward(signum, _frame):
         try:
             os.killpg(proc.pid, signum)
         except ProcessLookupError:
             pass
+        if record is not None:
+            record(signum)
 
     previous = {}
     for sig in (signal.SIGTERM, signal.SIGINT):

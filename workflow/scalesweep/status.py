@@ -31,20 +31,35 @@ def slurm_states(job_ids: list[str]) -> dict[str, str]:
     return states
 
 
-def _marked_incomplete(directory: Path, output: str) -> bool:
+def _incomplete_marker(directory: Path, output: str) -> Path:
     """Snakemake marks an output incomplete while its job runs (or after it was killed);
     the marker is the output path, urlsafe-base64 encoded, split into 254-char parts."""
     b64 = base64.urlsafe_b64encode(output.encode()).decode()
     parts = [b64[i:i + 254] for i in range(0, len(b64), 254)]
     parts = ["@" + p for p in parts[:-1]] + parts[-1:]
-    return (directory / ".snakemake" / "incomplete").joinpath(*parts).exists()
+    return (directory / ".snakemake" / "incomplete").joinpath(*parts)
+
+
+def _in_flight(directory: Path, path: str, state: str) -> bool:
+    """A missing point whose output is marked incomplete is running; so is a failed one
+    whose marker is newer than its failure.json: a retry (Snakemake's own, or a re-run)
+    was submitted after that attempt failed. A failed job's marker is removed when the
+    failure is handled, and a marker older than the failure is that attempt's own."""
+    marker = _incomplete_marker(directory, f"results/runs/{path}/metrics.json")
+    if state == "missing":
+        return marker.exists()
+    if state != "failed":
+        return False
+    failure = directory / "results" / "runs" / path / "failure.json"
+    try:
+        return marker.stat().st_mtime >= failure.stat().st_mtime
+    except OSError:  # no marker, or no failure.json (an unreadable metrics.json)
+        return False
 
 
 def status_table(config: dict, directory: Path):
     table = point_states(sweep_points(config), str(directory / "results"))
-    in_flight = table["state"].eq("missing") & table["path"].map(
-        lambda p: _marked_incomplete(directory, f"results/runs/{p}/metrics.json")
-    )
+    in_flight = [_in_flight(directory, p, s) for p, s in zip(table["path"], table["state"])]
     table.loc[in_flight, "state"] = "running"
     failed = table["state"].eq("failed")
     job_ids, jobs = [], {}
