@@ -381,7 +381,7 @@ def test_llamacpp_end_to_end_twice_identical(synthetic, tmp_path):
         assert rec["model"]["synthetic"] is True and rec["model"]["sha256"] == card["sha256"]
         assert rec["gpus"] == 0 and rec["gpu_env"]["CUDA_VISIBLE_DEVICES"] == "-1" and rec["threads"] == 1
         assert rec["memory"]["server_peak_rss_mb"] > 10 and rec["memory"]["server_vmhwm_mb"] > 10
-        assert rec["start"] and rec["end"] and rec["hosts"][0]["hostname"]
+        assert rec["start"] and rec["end"] and rec["hosts"][0] and rec["host"]["hostname"]
         assert len(rec["requests"]) == 4 and all(r["ok"] for r in rec["requests"])
         assert not _pid_alive(rec["server_pid"])  # the server was stopped
         assert [o["index"] for o in outputs] == [0, 1, 2, 3]
