@@ -190,14 +190,21 @@ from scalesweep.slurm import (  # noqa: E402
     slurm_request,
 )
 
+# (point, attempt) -> SlurmRequest: run_point has 10 resource functions, and each used to
+# compute the whole request again (10 slurm_request calls per job).
+_SLURM_REQUESTS = {}
+
 
 def point_slurm(wildcards, attempt=1):
-    try:
-        return slurm_request(
-            point_of(wildcards), run_workload(wildcards), config, attempt
-        )
-    except SlurmConfigError as exc:
-        raise WorkflowError(f"scalesweep config: {exc}") from None
+    point = point_of(wildcards)
+    request = _SLURM_REQUESTS.get((point, attempt))
+    if request is None:
+        try:
+            request = slurm_request(point, run_workload(wildcards), config, attempt)
+        except SlurmConfigError as exc:
+            raise WorkflowError(f"scalesweep config: {exc}") from None
+        _SLURM_REQUESTS[(point, attempt)] = request
+    return request
 
 
 def slurm_nodes(wildcards):

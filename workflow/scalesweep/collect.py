@@ -91,13 +91,23 @@ def collect_runs(metrics_paths: Iterable[str], config: dict) -> pd.DataFrame:
     )
 
 
-def point_states(points: Iterable[SweepPoint], results: str = "results") -> pd.DataFrame:
-    """done / failed (with reason) / missing for every requested point."""
+def point_states(
+    points: Iterable[SweepPoint], results: str = "results", done: Iterable[str] = ()
+) -> pd.DataFrame:
+    """done / failed (with reason) / missing for every requested point.
+
+    ``done``: metrics files already read and validated (collect_runs' ``path`` column, as
+    aggregate passes it): they are not parsed a second time (at 100,000 runs that second
+    pass was 13 s of a 37 s aggregation).
+    """
+    done = {str(Path(f)) for f in done}
     rows = []
     for p in points:
         d = Path(results) / "runs" / p.path
         state, reason, log = "missing", "", ""
-        if (d / "metrics.json").is_file():
+        if str(d / "metrics.json") in done:
+            state = "done"
+        elif (d / "metrics.json").is_file():
             try:
                 read_metrics(d / "metrics.json")
                 state = "done"

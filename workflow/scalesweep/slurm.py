@@ -97,6 +97,8 @@ def gpus_per_task(point: SweepPoint) -> int:
 
 def forbidden_extra(tokens: list[str]) -> list[str]:
     """Tokens the plugin refuses in ``slurm_extra`` (options it sets itself)."""
+    if not tokens:  # the usual case: no scan of the plugin's 22 patterns per point
+        return []
     try:
         from snakemake_executor_plugin_slurm.validation import get_forbidden_slurm_options
     except ImportError:  # the plugin checks again at submission

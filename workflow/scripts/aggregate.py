@@ -69,6 +69,6 @@ else:
     overhead = pd.DataFrame(columns=[*keys, "runtime", "native_s", "time_s", "overhead_pct"])
 overhead.to_csv(sm.output.overhead, index=False, float_format="%.10g")
 
-states = point_states(sweep_points(cfg))
+states = point_states(sweep_points(cfg), done=runs["path"])  # read once, by collect_runs
 states.to_csv(sm.output.points, index=False)
 print(states["state"].value_counts().to_string(), file=sys.stderr)
