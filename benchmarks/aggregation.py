@@ -100,7 +100,6 @@ def synthetic_metrics(point, payload: str, templates: dict, rng: random.Random) 
 
 
 def generate(root: Path, runs: int, seed: int = 0) -> tuple[dict, list[str], float]:
-    from scalesweep.metrics import write_metrics  # noqa: F401  (the writer's format, below)
     from scalesweep.sweep import sweep_points
 
     config = sweep_config(runs)
@@ -116,7 +115,7 @@ def generate(root: Path, runs: int, seed: int = 0) -> tuple[dict, list[str], flo
         d = root / "results" / "runs" / p.path
         d.mkdir(parents=True, exist_ok=True)
         f = d / "metrics.json"
-        # write_metrics' format (indent=2, sorted keys) without its fsync per file
+        # scalesweep.metrics.write_metrics' format (indent=2, sorted keys), without its fsync per file
         f.write_text(json.dumps(synthetic_metrics(p, payload, templates, rng), indent=2,
                                 sort_keys=True, default=str) + "\n")
         paths.append(f"results/runs/{p.path}/metrics.json")

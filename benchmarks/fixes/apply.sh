@@ -13,7 +13,11 @@ tar -C "$repo" --exclude=./.venv --exclude=./.git --exclude=./results --exclude=
     --exclude=./logs --exclude=./.snakemake --exclude=./.hypothesis --exclude=./.pytest_cache \
     -cf - . | tar -C "$dest" -xf -
 for p in "${patches[@]}"; do
-  patch -d "$dest" -p1 -s < "$p"
+  if patch -d "$dest" -p1 -s -f --dry-run -R < "$p" >/dev/null 2>&1; then
+    echo "already in the tree: $(basename "$p")"  # applied on main since it was measured
+    continue
+  fi
+  patch -d "$dest" -p1 -s -f < "$p"
   echo "applied $(basename "$p")"
 done
 echo "$dest/Snakefile"
