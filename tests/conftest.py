@@ -61,5 +61,20 @@ def campaign(tmp_path: Path):
     return make
 
 
+def payload_pids(marker: str, payload: str = "train_cnn.py") -> list[int]:
+    """Processes of a running payload whose command line contains ``marker`` (a point path)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if payload in cmd and marker in cmd:
+            pids.append(int(proc.name))
+    return pids
+
+
 def have(binary: str) -> bool:
     return shutil.which(binary) is not None

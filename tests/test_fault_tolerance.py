@@ -12,30 +12,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, SNAKEMAKE, have, run_snakemake, tiny_config
+from conftest import REPO, SNAKEMAKE, have, payload_pids, run_snakemake, tiny_config
 
 pytestmark = pytest.mark.integration
 PROFILE = str(REPO / "profiles" / "local")
 
 
-def _payload_pids(marker: str) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if "train_cnn.py" in cmd and marker in cmd:
-            pids.append(int(proc.name))
-    return pids
-
-
 def _kill_when_training(log: Path, marker: str, killed: list, deadline: float) -> None:
     while time.time() < deadline:
         if log.is_file() and "epoch 1/" in log.read_text(errors="replace"):
-            for pid in _payload_pids(marker):
+            for pid in payload_pids(marker):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
             return

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, have, run_snakemake, tiny_config
+from conftest import REPO, have, payload_pids, run_snakemake, tiny_config
 
 pytestmark = pytest.mark.integration
 PROFILE = str(REPO / "profiles" / "local")
@@ -111,19 +111,12 @@ def screenshot_ok(shot: Path) -> None:
 def kill_target_payload(marker: str, stop: Path, killed: list, deadline: float) -> None:
     """SIGKILL the target point's training processes (all ranks) whenever they run."""
     while time.time() < deadline and not stop.exists():
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
+        for pid in payload_pids(marker):
             try:
-                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if "train_cnn.py" in cmd and marker in cmd:
-                try:
-                    os.kill(int(proc.name), signal.SIGKILL)
-                    killed.append(int(proc.name))
-                except ProcessLookupError:
-                    pass
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
         time.sleep(0.1)
 
 
