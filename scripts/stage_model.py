@@ -15,7 +15,6 @@ The directory is built under a temporary name and renamed into place when comple
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -28,15 +27,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "workflow"))
 
+from scalesweep.dataset import sha256_file  # noqa: E402
 from scalesweep.metrics import write_json_atomic  # noqa: E402
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
 
 
 def stage_synthetic(tmp: Path, seed: int) -> None:
@@ -54,7 +46,7 @@ def stage_gguf_file(tmp: Path, path: str) -> None:
     (tmp / "model.gguf").symlink_to(src)
     write_json_atomic(tmp / "model.json", {
         "name": src.stem, "source": "gguf-file", "path": str(src), "synthetic": False,
-        "size_bytes": src.stat().st_size, "sha256": sha256(src),
+        "size_bytes": src.stat().st_size, "sha256": sha256_file(src),
     })
 
 
