@@ -19,6 +19,7 @@ include: "workflow/rules/report.smk"
 
 
 onstart:
+    check_executor()
     print(sweep_banner())
 
 

@@ -1,6 +1,6 @@
 """Planning at scale: `snakemake -n` on a Frontier-size sweep vs a bare Snakefile.
 
-    python benchmarks/planning.py [--full|--smoke] [--repeats N] [--no-profile]
+    python benchmarks/planning.py [--full|--smoke] [--repeats N] [--no-profile] [--no-site-profile]
                                   [--snakefile PATH] [--keep DIR]
 
 --full:  ~10,000 points (10 node counts x 4 GPU counts x 4 runtimes x 4 workloads x 15
@@ -18,6 +18,11 @@ of the median CPU times (user+sys: the least disturbed by other processes), the 
 ratio is reported too. Round 1 also writes each dry run's output, to count the jobs. With a
 profile (--full), the real dry run is re-run under cProfile and the time is split into
 scalesweep's own code (workflow/, the .smk files) and Snakemake's; --keep DIR keeps it.
+
+"scalesweep_frontier_profile" (unless --no-site-profile) plans the same sweep as a Frontier
+user does, with --profile profiles/frontier: the Slurm executor, and run_point with its 10
+per-point Slurm resource functions (declared only under a Slurm site profile); its fair
+baseline is bare_functions.
 
 --snakefile runs the "real" side with another Snakefile; --variant NAME=SNAKEFILE (any
 number) adds further Snakefiles (e.g. a scratch copy of the repository with a proposed
@@ -97,10 +102,12 @@ def job_total(dry_run_stdout: str) -> int:
 def dry_run(snakefile: Path, wd: Path, extra: list[str], out: Path | None = None) -> tuple[float, float]:
     """(wall s, CPU s) of `snakemake -n` (its output to `out`, or discarded)."""
     argv = [SNAKEMAKE, "-s", str(snakefile), "--directory", str(wd), "-n", "--cores", "2", *extra]
+    env = snakemake_env()
+    env.setdefault("SBATCH_ACCOUNT", "bench")  # the site profiles read the account from here
     if out is None:
-        return timed_cpu(argv, cwd=wd, env=snakemake_env())
+        return timed_cpu(argv, cwd=wd, env=env)
     with open(out, "w") as fh:
-        return timed_cpu(argv, cwd=wd, env=snakemake_env(), stdout=fh)
+        return timed_cpu(argv, cwd=wd, env=env, stdout=fh)
 
 
 def profile_real(snakefile: Path, wd: Path, prof: Path) -> dict:
@@ -154,6 +161,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=SNAKEFILE",
                     help="another Snakefile planned in the same rounds (e.g. a fix)")
     ap.add_argument("--keep", help="keep the campaign directories (and the profile) here")
+    ap.add_argument("--no-site-profile", action="store_true",
+                    help="skip the side planned under profiles/frontier (Slurm executor)")
     args = ap.parse_args(rest)
     snakefile = Path(args.snakefile).resolve()
     load0 = loadavg()
@@ -187,9 +196,18 @@ def main(argv: list[str] | None = None) -> dict:
         first[name] = dry_run(BARE, bare_wd, bare_extra[name], out=base / f"{name}.out")
         jobs[name] = job_total((base / f"{name}.out").read_text())
 
+    # The same sweep planned as on Frontier: --profile profiles/frontier (Slurm executor,
+    # run_point with its 10 Slurm resource functions). Compare with bare_functions.
+    site_extra = [*real_extra, "--profile", str(snakefile.parent / "profiles" / "frontier")]
+    if not args.no_site_profile:
+        first["scalesweep_frontier_profile"] = dry_run(snakefile, real_wd, site_extra,
+                                                       out=base / "frontier.out")
+        jobs["scalesweep_frontier_profile"] = job_total((base / "frontier.out").read_text())
     cases = {"scalesweep": lambda: dry_run(snakefile, real_wd, real_extra),
              "bare": lambda: dry_run(BARE, bare_wd, bare_extra["bare"]),
              "bare_functions": lambda: dry_run(BARE, bare_wd, bare_extra["bare_functions"])}
+    if not args.no_site_profile:
+        cases["scalesweep_frontier_profile"] = lambda: dry_run(snakefile, real_wd, site_extra)
     variants = dict(v.split("=", 1) for v in args.variant)
     for name, path in variants.items():
         first[name] = dry_run(Path(path), real_wd, real_extra, out=base / f"{name}.out")
@@ -226,6 +244,11 @@ def main(argv: list[str] | None = None) -> dict:
              f"{main_side['ratio_wall']:.2f}x wall (target <= 1.3x: "
              f"{'met' if ratio <= 1.3 else 'MISSED'}); bare with per-job functions "
              f"{sides['bare_functions']['ratio_cpu']:.2f}x")
+    if "scalesweep_frontier_profile" in sides:
+        fp = sides["scalesweep_frontier_profile"]
+        human += (f"; under profiles/frontier {fp['cpu']['median_s']:.1f} s CPU = "
+                  f"{fp['ratio_cpu']:.2f}x bare, {fp['cpu']['median_s'] / sides['bare_functions']['cpu']['median_s']:.2f}x "
+                  "bare with per-job functions")
     for name in variants:
         human += f"; {name}: {sides[name]['ratio_cpu']:.2f}x CPU"
     if "profile" in figures:

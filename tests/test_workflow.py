@@ -1,6 +1,7 @@
 """The real workflow on a tiny config: real staging, real DDP training, real aggregation."""
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -30,6 +31,50 @@ def test_dry_run_lists_every_point(campaign):
     assert out.count("rule run_point:") == 2
     for path in ("n1-g0-r1-t1/rep1", "n1-g0-r2-t1/rep1"):
         assert f"results/runs/cnn_ddp/native/{path}/metrics.json" in out
+
+
+def _run_point_blocks(stdout: str) -> dict[str, str]:
+    """output -> the dry run's block of each run_point job."""
+    blocks = {}
+    for block in stdout.split("rule run_point:")[1:]:
+        blocks[re.search(r"^\s+output: (\S+)$", block, re.M)[1]] = block
+    return blocks
+
+
+def test_run_point_waits_for_the_same_input_set_as_ever(campaign):
+    """With rerun-triggers [input], a different input set would re-run (and first delete)
+    every finished point of a campaign made by an earlier version: the set is fixed."""
+    config = tiny_config(models={"tiny_llm": {"source": "synthetic"}})
+    config["sweep"]["runtimes"] = ["native", "charliecloud"]
+    config["workloads"]["llm"] = {"payload": "llm", "model": "tiny_llm",
+                                  "sweep": {"ranks_per_node": [1], "baseline": None}}
+    wd = campaign(config)
+    blocks = _run_point_blocks(run_snakemake(wd, "-n", "--cores", "1").stdout)
+    inputs = {tuple(out.split("/")[2:4]): set(re.search(r"^\s+input: (.*)$", b, re.M)[1].split(", "))
+              for out, b in blocks.items()}
+    ds, verified = "resources/datasets/tiny", "resources/datasets/tiny.verified.json"
+    model, manifest = "resources/models/tiny_llm", "resources/images/default.manifest.json"
+    assert inputs == {
+        ("cnn_ddp", "native"): {ds, verified},
+        ("cnn_ddp", "charliecloud"): {ds, verified, manifest},
+        ("llm", "native"): {model},
+        ("llm", "charliecloud"): {model, manifest},
+    }
+
+
+def test_harness_gets_the_effective_config(campaign):
+    """run_point's command line names a JSON file holding the config as the workflow
+    sees it: config file, --config overrides, schema defaults, the code root."""
+    wd = campaign(tiny_config())
+    out = run_snakemake(wd, "-n", "-p", "--cores", "1", "--config", "sweep={repeats: 3}").stdout
+    commands = re.findall(r"^Shell command: (python \S+run_point.py .*)$", out, re.M)
+    assert len(commands) == 6, out[-3000:]
+    files = {re.search(r"--config (\S+)", c)[1] for c in commands}
+    assert len(files) == 1
+    cfg = json.loads((wd / files.pop()).read_text())
+    assert cfg["sweep"]["repeats"] == 3 and cfg["_code_root"] == str(REPO)
+    assert cfg["containers"]["image"] == "default"  # a schema default
+    assert set(cfg["workloads"]) == {"cnn_ddp"} and cfg["datasets"]["tiny"]["images_per_class"] == 32
 
 
 def test_each_point_wrote_complete_metrics(finished):

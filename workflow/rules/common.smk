@@ -1,4 +1,6 @@
 # Helpers shared by the rules: config validation, sweep expansion, input functions.
+import hashlib
+import json
 import os
 import shlex
 import sys
@@ -17,6 +19,7 @@ os.environ.update(
 )
 
 from scalesweep.config import ConfigError, check_config  # noqa: E402
+from scalesweep.payloads import point_inputs  # noqa: E402
 from scalesweep.sweep import (  # noqa: E402
     POINT_DIR,
     WILDCARD_CONSTRAINTS,
@@ -146,28 +149,44 @@ def container_runtimes():
 
 
 def run_inputs(wildcards):
-    point = point_of(wildcards)
-    wl = config["workloads"][point.workload]
-    inputs = {}
-    if wl["payload"] == "cnn":
-        inputs["dataset"] = f"resources/datasets/{wl['dataset']}"
-        inputs["verified"] = f"resources/datasets/{wl['dataset']}.verified.json"
-    elif wl["payload"] == "llm":
-        inputs["model"] = f"resources/models/{wl['model']}"
-    if point.runtime != "native" and image_manifest(wildcards):
-        inputs["image_manifest"] = image_manifest(wildcards)
+    """What a point waits for: the staged and verified dataset or the model, and the
+    image manifest. A plain list (no names: Snakemake pays for unpack() per job on
+    10,000-point sweeps); the harness derives the same paths from the same function.
+    The set must not change between versions: with rerun-triggers [input], a new set
+    would re-run (and so delete) every finished measurement of a campaign.
+    """
+    inputs = point_inputs(wildcards.workload, wildcards.runtime, config)
     # ancient(): a re-staged dataset or rebuilt image never re-runs (and so never
     # deletes) a finished measurement; points still missing wait for them as usual.
-    return {name: ancient(path) for name, path in inputs.items()}
+    return [ancient(path) for path in inputs.values()]
 
 
 def point_cores(wildcards):
-    point = point_of(wildcards)
-    return point.ranks * point.threads
+    return int(wildcards.ranks) * int(wildcards.threads)
 
 
 def run_workload(wildcards):
     return config["workloads"][wildcards.workload]
+
+
+# run_point is a shell job (python workflow/scripts/run_point.py), not a script: job:
+# Snakemake reads and checks the source of every script: job while planning (~10% of
+# `snakemake -n` on a 10,000-point sweep). The harness gets the effective config (config
+# files + --configfile + --config) from this file, named by its content, written when
+# the workflow is parsed (also inside Slurm jobs, identically).
+def write_run_config(cfg):
+    text = json.dumps(cfg, sort_keys=True, indent=1, default=str)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = Path(".snakemake", "scalesweep", f"config-{digest}.json")
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return str(path)
+
+
+RUN_CONFIG = write_run_config(config)
 
 
 def aggregate_inputs(wildcards):
@@ -245,6 +264,50 @@ def slurm_mem_mb(wildcards):
 
 def slurm_constraint(wildcards):
     return point_slurm(wildcards).constraint
+
+
+# Snakemake evaluates every resource function of every job while planning (signature
+# inspection, a Wildcards object per call): run_point's ten Slurm resources are ~30% of
+# `snakemake -n` on a 10,000-point sweep. They mean something only to the Slurm
+# executor, so run_point declares them only where a Slurm site profile is in use: its
+# default-resources name the account or the partition (profiles/frontier, odo,
+# local-slurm), also inside the jobs, which are started with the same default-resources.
+_default_resources = workflow.resource_settings.default_resources
+SLURM_SITE = bool(_default_resources) and any(
+    _default_resources.get(name).raw is not None
+    for name in ("slurm_account", "slurm_partition")
+)
+RUN_POINT_SLURM_RESOURCES = (
+    dict(
+        nodes=slurm_nodes,
+        tasks=slurm_tasks,  # ranks, when 1 per node (several ranks only)
+        tasks_per_node=slurm_tasks_per_node,  # ranks per node, when > 1
+        mpi=slurm_mpi,  # "srun" with several ranks: no `srun -n1` around the job
+        cpus_per_task=slurm_cpus_per_task,  # threads per rank (Frontier: 7)
+        gpu=slurm_gpu,  # one process with G GPUs: --gpus=G
+        slurm_extra=slurm_extra,  # --gpus-per-task/--gpu-bind, --core-spec, site extras
+        runtime=slurm_runtime,  # minutes; doubles with each retry, capped by the site
+        mem_mb=slurm_mem_mb,  # per node; 0 = no --mem (the node's default)
+        constraint=slurm_constraint,  # nvme when the dataset is staged node-locally
+    )
+    if SLURM_SITE
+    else {}
+)
+
+
+def check_executor():
+    """onstart (before any job is submitted): a remote executor without a Slurm site
+    profile would submit every point without its geometry (RUN_POINT_SLURM_RESOURCES).
+    """
+    plugin = workflow.executor_plugin
+    if plugin is not None and not plugin.common_settings.local_exec and not SLURM_SITE:
+        raise WorkflowError(
+            "scalesweep: a remote executor needs a Slurm site profile, whose "
+            "default-resources name slurm_partition or slurm_account (the points' Slurm "
+            "geometry is declared only then): use --profile profiles/frontier, "
+            "profiles/odo or profiles/local-slurm, or add "
+            "--default-resources slurm_partition=<partition>"
+        )
 
 
 # Site profiles read the account from the environment ('$SBATCH_ACCOUNT'): refuse to

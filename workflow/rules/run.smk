@@ -3,7 +3,7 @@
 
 rule run_point:
     input:
-        unpack(run_inputs),
+        run_inputs,
     output:
         metrics="results/runs/{workload}/{runtime}/n{nodes}-g{gpus}-r{ranks}-t{threads}/rep{repeat}/metrics.json",
     log:
@@ -12,22 +12,16 @@ rule run_point:
         "../../envs/scalesweep.yaml"
     threads: point_cores
     resources:
+        # Through Slurm (profiles/local-slurm, frontier, odo): one job per point with the
+        # point's exact geometry (scalesweep.slurm); declared only under a Slurm site
+        # profile (common.smk: RUN_POINT_SLURM_RESOURCES).
+        **RUN_POINT_SLURM_RESOURCES,
         # one measurement at a time per machine when run locally (profiles/local sets
         # measure=1), so concurrent points never share cores and distort each other
         measure=1,
-        # Through Slurm (profiles/local-slurm, frontier, odo): one job per point with the
-        # point's exact geometry; scalesweep.slurm documents each value. None = not set.
-        nodes=slurm_nodes,
-        tasks=slurm_tasks,  # ranks, when 1 per node (several ranks only)
-        tasks_per_node=slurm_tasks_per_node,  # ranks per node, when > 1
-        mpi=slurm_mpi,  # "srun" with several ranks: no `srun -n1` around the job
-        cpus_per_task=slurm_cpus_per_task,  # threads per rank (Frontier: 7)
-        gpu=slurm_gpu,  # one process with G GPUs: --gpus=G
-        slurm_extra=slurm_extra,  # --gpus-per-task/--gpu-bind, --core-spec, site extras
-        runtime=slurm_runtime,  # minutes; doubles with each retry, capped by the site
-        mem_mb=slurm_mem_mb,  # per node; 0 = no --mem (the node's default)
-        constraint=slurm_constraint,  # nvme when the dataset is staged node-locally
     params:
-        workload=run_workload,
-    script:
-        "../scripts/run_point.py"
+        harness=in_repo("workflow/scripts/run_point.py"),
+        run_config=RUN_CONFIG,
+    shell:
+        "python {params.harness:q} --config {params.run_config:q} "
+        "--metrics {output.metrics:q} --log {log:q}"

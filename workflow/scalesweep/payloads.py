@@ -21,6 +21,25 @@ class Invocation:
     stage_from: str = ""  # copy this verified dataset to data_dir (node-local) first
 
 
+def point_inputs(workload: str, runtime: str, config: dict) -> dict[str, str]:
+    """The files a point of `workload` in `runtime` reads, by name (paths relative to the
+    campaign): the verified dataset (CNN) or the staged model (LLM), and the image's
+    manifest for a container point when the workflow builds the image. One function for
+    both sides: the Snakefile's dependencies of run_point and the harness's payload paths.
+    """
+    wl = config["workloads"][workload]
+    inputs = {}
+    if wl["payload"] == "cnn":
+        inputs["dataset"] = f"resources/datasets/{wl['dataset']}"
+        inputs["verified"] = f"resources/datasets/{wl['dataset']}.verified.json"
+    elif wl["payload"] == "llm":
+        inputs["model"] = f"resources/models/{wl['model']}"
+    containers = config.get("containers", {})
+    if runtime != "native" and not containers.get("prebuilt"):
+        inputs["image_manifest"] = f"resources/images/{containers.get('image', 'default')}.manifest.json"
+    return inputs
+
+
 def cnn_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_dir: Path) -> Invocation:
     shared_dir = str(Path(inputs["dataset"]).resolve())
     ds_name = wl["dataset"]

@@ -1,40 +1,60 @@
-"""Snakemake glue: turn the job's wildcards and config into a launch, then execute it."""
+"""The harness of one sweep point (rule run_point): build the launch from the point and
+the config, execute it, write metrics.json.
 
+    python workflow/scripts/run_point.py --config CONFIG.json --metrics \
+        results/runs/<workload>/<runtime>/n<N>-g<G>-r<R>-t<T>/rep<r>/metrics.json --log RUN.log
+
+CONFIG.json is the workflow's effective config (written by common.smk: RUN_CONFIG); the
+point comes from the metrics path, the inputs from scalesweep.payloads.point_inputs (the
+same function that gives the rule its dependencies).
+"""
+
+import argparse
+import json
 import os
 import pwd
 import sys
 from pathlib import Path
 
+ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+ap.add_argument("--config", required=True, help="the workflow's effective config (JSON)")
+ap.add_argument("--metrics", required=True, help="results/runs/<point>/metrics.json")
+ap.add_argument("--log", required=True, help="the job's log (the harness's stderr)")
+args = ap.parse_args()
+
 # $USER appears in site paths (/mnt/bb/$USER) and ch-run needs it; batch jobs may lack it
 os.environ.setdefault("USER", pwd.getpwuid(os.getuid()).pw_name)
 
-sys.stderr = open(snakemake.log[0], "a")  # noqa: F821 (snakemake is injected)
-sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # noqa: F821
+sys.stderr = open(args.log, "a")
+config = json.loads(Path(args.config).read_text())
+sys.path.insert(0, str(Path(config["_code_root"]) / "workflow"))
 
-from scalesweep.payloads import payload_invocation  # noqa: E402
+from scalesweep.payloads import payload_invocation, point_inputs  # noqa: E402
 from scalesweep.runpoint import build_launch, execute, image_location  # noqa: E402
 from scalesweep.sweep import SweepPoint  # noqa: E402
 
-sm = snakemake  # noqa: F821
-point = SweepPoint.from_wildcards(sm.wildcards)
-out_dir = Path(sm.output.metrics).parent
-inv = payload_invocation(point, sm.params.workload, sm.config, dict(sm.input), out_dir)
+metrics = Path(args.metrics)
+point = SweepPoint.from_path("/".join(metrics.parent.parts[-4:]))  # <workload>/.../rep<r>
+workload = config["workloads"][point.workload]
+inputs = point_inputs(point.workload, point.runtime, config)
+out_dir = metrics.parent
+inv = payload_invocation(point, workload, config, inputs, out_dir)
 launch = build_launch(
     point,
-    sm.params.workload,
-    sm.config,
+    workload,
+    config,
     payload_args=inv.args,
     payload=inv.script,
     data_dir=inv.data_dir,
     out_dir=str(out_dir),
-    image=str(Path(image_location(sm.config)).resolve()) if point.runtime != "native" else "",
+    image=str(Path(image_location(config)).resolve()) if point.runtime != "native" else "",
 )
 rc = execute(
     point,
     launch,
-    sm.output.metrics,
-    sm.log[0],
-    image_manifest=sm.input.get("image_manifest"),
+    str(metrics),
+    args.log,
+    image_manifest=inputs.get("image_manifest"),
     extra=inv.extra,
     stage_from=inv.stage_from,
 )
