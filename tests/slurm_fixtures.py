@@ -61,6 +61,8 @@ class SlurmCluster:
         return self.run(SCRIPT, *args, timeout=timeout, check=check)
 
     def sbatch(self, *args) -> str:
+        if not any(a.startswith(("--output", "-o")) for a in args):
+            args = ("--output=/dev/null", *args)  # not slurm-<id>.out in the repository
         res = self.run("sbatch", "--parsable", f"--account={self.account}", *args)
         return res.stdout.strip().split(";")[0]
 
