@@ -2,7 +2,7 @@
 the config, execute it, write metrics.json.
 
     python workflow/scripts/run_point.py --config CONFIG.json --metrics \
-        results/runs/<workload>/<runtime>/n<N>-g<G>-r<R>-t<T>/rep<r>/metrics.json --log RUN.log
+        results/runs/<workload>/<runtime>/n<N>-g<G>-r<R>-t<T>/rep<r>/metrics.json [--log RUN.log]
 
 CONFIG.json is the workflow's effective config (written by common.smk: RUN_CONFIG); the
 point comes from the metrics path, the inputs from scalesweep.payloads.point_inputs (the
@@ -19,12 +19,14 @@ from pathlib import Path
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("--config", required=True, help="the workflow's effective config (JSON)")
 ap.add_argument("--metrics", required=True, help="results/runs/<point>/metrics.json")
-ap.add_argument("--log", required=True, help="the job's log (the harness's stderr)")
+ap.add_argument("--log", help="the harness's log (default: run.log beside metrics.json)")
 args = ap.parse_args()
+args.log = args.log or str(Path(args.metrics).parent / "run.log")
 
 # $USER appears in site paths (/mnt/bb/$USER) and ch-run needs it; batch jobs may lack it
 os.environ.setdefault("USER", pwd.getpwuid(os.getuid()).pw_name)
 
+Path(args.log).parent.mkdir(parents=True, exist_ok=True)
 sys.stderr = open(args.log, "a")
 config = json.loads(Path(args.config).read_text())
 sys.path.insert(0, str(Path(config["_code_root"]) / "workflow"))
@@ -58,4 +60,7 @@ rc = execute(
     extra=inv.extra,
     stage_from=inv.stage_from,
 )
+if rc != 0:  # one line for the console (the details are in the log and failure.json)
+    print(f"scalesweep: point {point.path} failed (exit {rc}); see {out_dir}/failure.json "
+          f"and {args.log}", file=sys.__stderr__)
 sys.exit(rc)
