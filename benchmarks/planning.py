@@ -1,6 +1,7 @@
 """Planning at scale: `snakemake -n` on a Frontier-size sweep vs a bare Snakefile.
 
     python benchmarks/planning.py [--full|--smoke] [--repeats N] [--no-profile] [--no-site-profile]
+                                  [--ablation]
                                   [--snakefile PATH] [--keep DIR]
 
 --full:  ~10,000 points (10 node counts x 4 GPU counts x 4 runtimes x 4 workloads x 15
@@ -18,6 +19,10 @@ of the median CPU times (user+sys: the least disturbed by other processes), the 
 ratio is reported too. Round 1 also writes each dry run's output, to count the jobs. With a
 profile (--full), the real dry run is re-run under cProfile and the time is split into
 scalesweep's own code (workflow/, the .smk files) and Snakemake's; --keep DIR keeps it.
+
+--ablation adds the bare Snakefile with one of scalesweep's run_point features at a time
+(a log: directive, an input function, a threads function, params in the shell command) and
+with all of them: what Snakemake charges for each, i.e. where the rest goes.
 
 "scalesweep_frontier_profile" (unless --no-site-profile) plans the same sweep as a Frontier
 user does, with --profile profiles/frontier: the Slurm executor, and run_point with its 10
@@ -66,6 +71,8 @@ SIZES = {
                   runtimes=["native", "apptainer"], cnn=1, llm=1, repeats=5),
 }
 BARE = Path(__file__).resolve().parent / "bare" / "Snakefile"
+# run_point's features that the bare Snakefile can add one at a time (--ablation)
+ABLATION_FEATURES = ("log", "input_function", "threads", "params")
 
 
 def sweep_config(nodes, gpus, runtimes, cnn, llm, repeats) -> dict:
@@ -161,6 +168,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=SNAKEFILE",
                     help="another Snakefile planned in the same rounds (e.g. a fix)")
     ap.add_argument("--keep", help="keep the campaign directories (and the profile) here")
+    ap.add_argument("--ablation", action="store_true",
+                    help="also price run_point's features one at a time on the bare Snakefile")
     ap.add_argument("--no-site-profile", action="store_true",
                     help="skip the side planned under profiles/frontier (Slurm executor)")
     args = ap.parse_args(rest)
@@ -196,6 +205,18 @@ def main(argv: list[str] | None = None) -> dict:
         first[name] = dry_run(BARE, bare_wd, bare_extra[name], out=base / f"{name}.out")
         jobs[name] = job_total((base / f"{name}.out").read_text())
 
+    # --ablation: the bare Snakefile plus one of scalesweep's run_point features at a time
+    # (benchmarks/bare/Snakefile: features), and all of them: where the rest goes.
+    ablation = {f"bare+{f}": [f] for f in ABLATION_FEATURES} if args.ablation else {}
+    if ablation:
+        ablation["bare+all"] = list(ABLATION_FEATURES)
+    for name, features in ablation.items():
+        cfg = yaml.safe_load((bare_wd / "config" / "bare.yaml").read_text()) | {"features": features}
+        (bare_wd / "config" / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
+        bare_extra[name] = ["--configfile", str(bare_wd / "config" / f"{name}.yaml")]
+        first[name] = dry_run(BARE, bare_wd, bare_extra[name], out=base / f"{name}.out")
+        jobs[name] = job_total((base / f"{name}.out").read_text())
+
     # The same sweep planned as on Frontier: --profile profiles/frontier (Slurm executor,
     # run_point with its 10 Slurm resource functions). Compare with bare_functions.
     site_extra = [*real_extra, "--profile", str(snakefile.parent / "profiles" / "frontier")]
@@ -206,6 +227,8 @@ def main(argv: list[str] | None = None) -> dict:
     cases = {"scalesweep": lambda: dry_run(snakefile, real_wd, real_extra),
              "bare": lambda: dry_run(BARE, bare_wd, bare_extra["bare"]),
              "bare_functions": lambda: dry_run(BARE, bare_wd, bare_extra["bare_functions"])}
+    for name in ablation:
+        cases[name] = (lambda n=name: dry_run(BARE, bare_wd, bare_extra[n]))
     if not args.no_site_profile:
         cases["scalesweep_frontier_profile"] = lambda: dry_run(snakefile, real_wd, site_extra)
     variants = dict(v.split("=", 1) for v in args.variant)
@@ -251,6 +274,9 @@ def main(argv: list[str] | None = None) -> dict:
                   "bare with per-job functions")
     for name in variants:
         human += f"; {name}: {sides[name]['ratio_cpu']:.2f}x CPU"
+    if ablation:
+        human += "; ablation (CPU vs bare): " + ", ".join(
+            f"{name} {sides[name]['ratio_cpu']:.2f}x" for name in ablation)
     if "profile" in figures:
         p = figures["profile"]
         human += (f"; profile: scalesweep's own functions {p['scalesweep_cumulative_s']:.1f} s "

@@ -55,10 +55,15 @@ def run_bench(env: dict, name: str, *args: str, timeout: int = 300) -> dict:
 
 
 def test_planning_smoke(bench_env):
-    r = run_bench(bench_env, "planning")
+    r = run_bench(bench_env, "planning", "--ablation")
     assert r["points"] == 200
     assert r["jobs_scalesweep"] == r["jobs_bare"] > 200
     assert r["ratio_median"] > 0
+    # every side plans the same jobs: the Frontier profile's dry run and the ablation's
+    sides = {"bare_functions", "scalesweep_frontier_profile", "bare+log", "bare+input_function",
+             "bare+threads", "bare+params", "bare+all"}
+    assert sides <= set(r["sides"])
+    assert {r["sides"][s]["jobs"] for s in sides} == {r["jobs_bare"]}
 
 
 def test_aggregation_smoke(bench_env):
