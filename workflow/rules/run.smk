@@ -19,9 +19,5 @@ rule run_point:
         # one measurement at a time per machine when run locally (profiles/local sets
         # measure=1), so concurrent points never share cores and distort each other
         measure=1,
-    params:
-        harness=in_repo("workflow/scripts/run_point.py"),
-        run_config=RUN_CONFIG,
     shell:
-        "python {params.harness:q} --config {params.run_config:q} "
-        "--metrics {output.metrics:q} --log {log:q}"
+        RUN_POINT_SHELL
