@@ -2,7 +2,7 @@
 # A scratch copy of this working tree with proposed fixes applied, to measure them side by
 # side with the unchanged tree (BENCHMARKS.md). The tree itself is never modified.
 #   benchmarks/fixes/apply.sh DEST PATCH...
-#   e.g. benchmarks/fixes/apply.sh /tmp/fix12 benchmarks/fixes/planning-{1,2}-*.patch
+#   e.g. benchmarks/fixes/apply.sh /tmp/aggfix benchmarks/fixes/aggregation-*.patch
 set -euo pipefail
 dest=$1; shift
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
