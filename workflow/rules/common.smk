@@ -194,10 +194,16 @@ def write_run_config(cfg):
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     path = Path(".snakemake", "scalesweep", f"config-{digest}.json")
     if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        except OSError as exc:  # a read-only campaign can still be planned and reported
+            print(
+                f"scalesweep: cannot write {path} ({exc}): no point can run",
+                file=sys.stderr,
+            )
     return str(path)
 
 
