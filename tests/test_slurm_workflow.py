@@ -190,7 +190,7 @@ def test_charliecloud_point_on_two_nodes(slurm_cluster, slurm_run):  # noqa: F81
 
 def test_slurm_executor_without_a_site_profile_is_refused(slurm_cluster, tmp_path):  # noqa: F811
     """run_point declares its Slurm geometry only under a Slurm site profile (planning a
-    10,000-point sweep locally is then ~30% cheaper): `--executor slurm` without one is
+    10,000-point sweep locally is then ~25% cheaper): `--executor slurm` without one is
     refused before anything is submitted, saying what to add."""
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(slurm_config("native", [1], [1])))

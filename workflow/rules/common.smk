@@ -185,7 +185,7 @@ def run_workload(wildcards):
 
 
 # run_point is a shell job (python workflow/scripts/run_point.py), not a script: job:
-# Snakemake reads and checks the source of every script: job while planning (~10% of
+# Snakemake reads and checks the source of every script: job while planning (~8% of
 # `snakemake -n` on a 10,000-point sweep). The harness gets the effective config (config
 # files + --configfile + --config) from this file, named by its content, written when
 # the workflow is parsed (also inside Slurm jobs, identically).
@@ -305,7 +305,7 @@ def slurm_constraint(wildcards):
 
 
 # Snakemake evaluates every resource function of every job while planning (signature
-# inspection, a Wildcards object per call): run_point's ten Slurm resources are ~30% of
+# inspection, a Wildcards object per call): run_point's ten Slurm resources are ~25% of
 # `snakemake -n` on a 10,000-point sweep. They mean something only to the Slurm
 # executor, so run_point declares them only where a Slurm site profile is in use: its
 # default-resources name the account or the partition (profiles/frontier, odo,
