@@ -22,7 +22,8 @@ os.environ.update(
 )
 
 from scalesweep.config import ConfigError, check_config  # noqa: E402
-from scalesweep.payloads import point_inputs  # noqa: E402
+from scalesweep.metrics import write_json_atomic  # noqa: E402
+from scalesweep.payloads import image_manifest_path, point_inputs  # noqa: E402
 from scalesweep.sweep import (  # noqa: E402
     POINT_DIR,
     WILDCARD_CONSTRAINTS,
@@ -114,10 +115,7 @@ def dataset_params(wildcards):
 
 def image_manifest(wildcards):
     """The image's provenance manifest: what a container point waits for."""
-    c = config["containers"]
-    if c["prebuilt"]:
-        return []
-    return f"resources/images/{c['image']}.manifest.json"
+    return image_manifest_path(config) or []
 
 
 def in_repo(path):
@@ -190,15 +188,12 @@ def run_workload(wildcards):
 # files + --configfile + --config) from this file, named by its content, written when
 # the workflow is parsed (also inside Slurm jobs, identically).
 def write_run_config(cfg):
-    text = json.dumps(cfg, sort_keys=True, indent=1, default=str)
+    text = json.dumps(cfg, sort_keys=True, default=str)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     path = Path(".snakemake", "scalesweep", f"config-{digest}.json")
     if not path.is_file():
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(text)
-            os.replace(tmp, path)
+            write_json_atomic(path, cfg)
         except OSError as exc:  # a read-only campaign can still be planned and reported
             print(
                 f"scalesweep: cannot write {path} ({exc}): no point can run",
@@ -391,8 +386,8 @@ def check_executor():
 # Site profiles read the account from the environment ('$SBATCH_ACCOUNT'): refuse to
 # start, naming the variable, when it is unset. Not inside a job (remote mode): the
 # account was used at submission and the jobstep strips SBATCH_* variables.
-if not workflow.remote_exec and workflow.resource_settings.default_resources:
-    _account = workflow.resource_settings.default_resources.get("slurm_account").raw
+if not workflow.remote_exec and _default_resources:
+    _account = _default_resources.get("slurm_account").raw
     _problem = account_problem(_account, os.environ)
     if _problem:
         raise WorkflowError(f"scalesweep: {_problem}")

@@ -34,10 +34,18 @@ def point_inputs(workload: str, runtime: str, config: dict) -> dict[str, str]:
         inputs["verified"] = f"resources/datasets/{wl['dataset']}.verified.json"
     elif wl["payload"] == "llm":
         inputs["model"] = f"resources/models/{wl['model']}"
-    containers = config.get("containers", {})
-    if runtime != "native" and not containers.get("prebuilt"):
-        inputs["image_manifest"] = f"resources/images/{containers.get('image', 'default')}.manifest.json"
+    manifest = image_manifest_path(config)
+    if runtime != "native" and manifest:
+        inputs["image_manifest"] = manifest
     return inputs
+
+
+def image_manifest_path(config: dict) -> str:
+    """The manifest of the image the workflow builds; "" with a prebuilt image."""
+    containers = config.get("containers", {})
+    if containers.get("prebuilt"):
+        return ""
+    return f"resources/images/{containers.get('image', 'default')}.manifest.json"
 
 
 def cnn_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_dir: Path) -> Invocation:
