@@ -67,6 +67,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workflow"))
+from scalesweep.dataset import sha256_file  # noqa: E402
+from scalesweep.metrics import write_json_atomic  # noqa: E402
+
 MANIFEST_SCHEMA = "scalesweep.image-manifest/1"
 CACHE_SCHEMA = 1
 DIGEST_METHOD = (
@@ -144,14 +148,6 @@ def log(msg: str) -> None:
 
 
 # --------------------------------------------------------------------------- hashing
-
-
-def sha256_file(path: str | os.PathLike, bufsize: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(bufsize):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def sha256_text(text: str) -> str:
@@ -812,17 +808,6 @@ def file_lock(path: Path):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def remove_path(p: Path) -> None:

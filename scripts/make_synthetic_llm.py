@@ -41,6 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workflow"))
+from scalesweep.dataset import sha256_file  # noqa: E402
+
 GGUF_PIN = "0.19.0"
 DEFAULT_CORPUS = "/usr/share/common-licenses"
 SPECIAL_TOKENS = ("<|begin_of_text|>", "<|end_of_text|>", "<|pad|>")
@@ -253,14 +256,6 @@ def gguf_tensors(weights: dict, cfg: SyntheticConfig) -> list[tuple[str, np.ndar
 
 
 # --------------------------------------------------------------------------- writing
-
-
-def sha256_file(path: str | os.PathLike, bufsize: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(bufsize):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def card_path(gguf_path: str | os.PathLike) -> Path:
