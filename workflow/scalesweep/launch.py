@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from scalesweep.sweep import CONTAINER_RUNTIMES, RUNTIMES
+from scalesweep.sweep import CONTAINER_RUNTIMES, RUNTIMES, is_native
 
 LAUNCHERS = ("local", "mpirun", "torchrun", "srun")
 
@@ -102,7 +102,7 @@ def _translate(launch: Launch, value: str) -> str:
 
 def payload_command(launch: Launch) -> list[str]:
     """``python scripts/<payload>.py ARGS`` as the payload sees it in this runtime."""
-    if launch.runtime == "native":
+    if is_native(launch.runtime):
         script = str(PurePosixPath(launch.code_root) / launch.payload)
         return [launch.host_python, script, *launch.args]
     script = str(PurePosixPath(MOUNT_CODE) / launch.payload)
@@ -126,7 +126,7 @@ def _binds(launch: Launch) -> list[tuple[str, str]]:
 def container_prefix(launch: Launch) -> list[str]:
     """The container runtime's part of the command line (empty for native)."""
     rt, site = launch.runtime, launch.site
-    if rt == "native":
+    if is_native(rt):
         return []
     if rt not in CONTAINER_RUNTIMES:
         raise LaunchError(f"unknown runtime {rt!r}; known: {', '.join(RUNTIMES)}")

@@ -35,7 +35,7 @@ def point_inputs(workload: str, runtime: str, config: dict) -> dict[str, str]:
     elif wl["payload"] == "llm":
         inputs["model"] = f"resources/models/{wl['model']}"
     manifest = image_manifest_path(config)
-    if runtime != "native" and manifest:
+    if runtime not in ("native", "native-aa") and manifest:
         inputs["image_manifest"] = manifest
     return inputs
 

@@ -11,8 +11,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-RUNTIMES = ("native", "charliecloud", "apptainer", "apptainer-hostmpi")
-CONTAINER_RUNTIMES = RUNTIMES[1:]
+RUNTIMES = ("native", "native-aa", "charliecloud", "apptainer", "apptainer-hostmpi")
+# native-aa: the A/A calibration (measurement.aa_calibration), a second, identical native
+# runtime that the statistics must call "equivalent" to native.
+NATIVE_RUNTIMES = ("native", "native-aa")
+CONTAINER_RUNTIMES = RUNTIMES[2:]
 AXES = ("runtimes", "nodes", "gpus_per_node", "ranks_per_node", "threads_per_rank", "repeats")
 
 # results/runs/<workload>/<runtime>/n<nodes>-g<gpus>-r<ranks>-t<threads>/rep<repeat>
@@ -112,7 +115,7 @@ def _workload_points(config: dict, name: str) -> Iterable[SweepPoint]:
             f"workload {name}: sweep axis {', '.join(missing)} is not set "
             "(neither under sweep: nor under the workload's own sweep:)"
         )
-    runtimes = _as_list(axes["runtimes"])
+    runtimes = workload_runtimes(config, name)
     for rt in runtimes:
         if rt not in RUNTIMES:
             raise SweepError(f"workload {name}: unknown runtime {rt!r}; known: {', '.join(RUNTIMES)}")
@@ -163,6 +166,43 @@ def _workload_points(config: dict, name: str) -> Iterable[SweepPoint]:
                 )
             for rt, rep in itertools.product(runtimes, range(1, repeats + 1)):
                 yield SweepPoint(name, rt, nodes, gpus, ranks, threads, rep)
+
+
+def is_native(runtime: str) -> bool:
+    return runtime in NATIVE_RUNTIMES
+
+
+def workload_runtimes(config: dict, name: str) -> list[str]:
+    """The runtimes a workload compares, in config order (native-aa added after native
+    where the A/A calibration is on)."""
+    axes = workload_axes(config, name)
+    runtimes = _as_list(axes["runtimes"])
+    if (config.get("measurement") or {}).get("aa_calibration") and "native" in runtimes:
+        runtimes = [r for r in runtimes if r != "native-aa"]
+        runtimes.insert(runtimes.index("native") + 1, "native-aa")
+    return runtimes
+
+
+def block_order(point: SweepPoint, config: dict) -> list[str]:
+    """The order of the runtimes in the block of ``point`` (one repeat of one geometry).
+
+    Comparisons are interleaved, never all of one runtime before another: within a block
+    every runtime runs once, one after the other; ``alternate`` reverses the order every
+    other repeat (ABBA: drift affects both sides alike), ``random`` shuffles each block
+    with a seed derived from ``measurement.seed`` and the block (reproducible, recorded
+    by each run).
+    """
+    runtimes = workload_runtimes(config, point.workload)
+    m = config.get("measurement") or {}
+    if m.get("order", "alternate") == "random":
+        import random
+
+        key = (f"{m.get('seed', 0)}:{point.workload}:{point.nodes}:{point.gpus}:"
+               f"{point.ranks}:{point.threads}:{point.repeat}")
+        rng = random.Random(key)
+        rng.shuffle(runtimes)
+        return runtimes
+    return runtimes if point.repeat % 2 == 1 else runtimes[::-1]
 
 
 def scaling_count(point: SweepPoint, payload: str) -> int:

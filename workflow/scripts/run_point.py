@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(config["_code_root"]) / "workflow"))
 
 from scalesweep.payloads import payload_invocation, point_inputs  # noqa: E402
 from scalesweep.runpoint import build_launch, execute, image_location  # noqa: E402
-from scalesweep.sweep import SweepPoint  # noqa: E402
+from scalesweep.sweep import SweepPoint, is_native  # noqa: E402
 
 metrics = Path(args.metrics)
 point = SweepPoint.from_path("/".join(metrics.parent.parts[-4:]))  # <workload>/.../rep<r>
@@ -49,7 +49,7 @@ launch = build_launch(
     payload=inv.script,
     data_dir=inv.data_dir,
     out_dir=str(out_dir),
-    image=str(Path(image_location(config)).resolve()) if point.runtime != "native" else "",
+    image=str(Path(image_location(config)).resolve()) if not is_native(point.runtime) else "",
 )
 rc = execute(
     point,
