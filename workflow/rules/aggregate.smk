@@ -3,7 +3,8 @@
 
 rule aggregate:
     input:
-        unpack(aggregate_inputs),
+        metrics=aggregate_metrics,
+        series=series_final_files(),
     output:
         runs=report(
             "results/summary/runs.csv",

@@ -85,6 +85,7 @@ wildcard_constraints:
     **WILDCARD_CONSTRAINTS,
     dataset=r"[a-z][a-z0-9_]*",
     model=r"[a-z][a-z0-9_]*",
+    round=r"[1-9][0-9]*",
 
 
 def point_of(wildcards):
@@ -210,14 +211,130 @@ RUN_POINT_SHELL = (
     f"--config {shlex.quote(RUN_CONFIG)} ".replace("{", "{{").replace("}", "}}")
     + "--metrics {output.metrics:q} --log {log:q}"
 )
+DECIDE_SHELL = (
+    f"python {shlex.quote(in_repo('workflow/scripts/decide_repeats.py'))} "
+    f"--config {shlex.quote(RUN_CONFIG)} ".replace("{", "{{").replace("}", "}}")
+    + "--out {output:q}"
+)
 
 
-def aggregate_inputs(wildcards):
-    """All requested points; with analysis.partial only those already measured."""
-    files = metrics_files()
-    if config.get("analysis", {}).get("partial", False):
-        files = [f for f in files if Path(f).is_file()]
-    return {"metrics": files}
+# --- Isolation: nothing of ours runs beside a measurement --------------------------------
+# Locally a measurement (a sweep point, the container start-up timing) takes every core
+# Snakemake may use (--cores N, all, or a profile's cores): the scheduler then starts no
+# other job beside it, whatever profile or --resources the user gives (or forgets).
+# Under a Slurm site profile a point asks for its own geometry (whole nodes, machine.
+# exclusive); the local test cluster serialises every job with its profile's `measure`
+# resource (profiles/local-slurm), because its "nodes" share this host's cores.
+@per_job
+def measurement_threads(wildcards):
+    if SLURM_SITE:
+        return point_cores(wildcards) if "ranks" in wildcards.keys() else 1
+    try:
+        return max(int(workflow.cores), 1)
+    except WorkflowError:  # no core budget yet (e.g. some dry runs)
+        return point_cores(wildcards) if "ranks" in wildcards.keys() else 1
+
+
+# --- Interleaved blocks and adaptive repeats (scalesweep.adaptive) ----------------------
+from scalesweep.adaptive import (  # noqa: E402
+    Series,
+    is_adaptive,
+    repeat_bounds,
+    run_priority,
+    series_of,
+    wants_more,
+)
+
+SERIES = series_of(POINTS)
+SERIES_INDEX = {s: i for i, s in enumerate(SERIES)}
+ADAPTIVE = is_adaptive(config, POINTS)
+
+
+@per_job
+def point_priority(wildcards):
+    """Measurements in blocks, runtimes interleaved (native, container, container,
+    native ...): scalesweep.adaptive.run_priority."""
+    return run_priority(point_of(wildcards), config, SERIES_INDEX)
+
+
+def series_point_metrics(series, repeats):
+    from scalesweep.sweep import workload_runtimes
+
+    return [
+        f"results/runs/{series.point(rt, k).path}/metrics.json"
+        for k in repeats
+        for rt in workload_runtimes(config, series.workload)
+    ]
+
+
+def decision_file(series, round_):
+    return f"results/decisions/{series.path}/after{round_}.json"
+
+
+def series_walk(series):
+    """(metrics files, decision files) the series has asked for so far: the minimum of
+    blocks, then one more block per decision that wanted more. Raises Snakemake's
+    IncompleteCheckpointException at the first decision not yet made (the workflow then
+    waits for it and asks again)."""
+    low, high = repeat_bounds(config, series.workload)
+    metrics = series_point_metrics(series, range(1, low + 1))
+    decisions = []
+    round_ = low
+    while round_ < high:
+        out = checkpoints.repeats_decision.get(**series.as_dict(), round=round_).output[0]
+        decisions.append(out)
+        with open(out) as fh:
+            if not wants_more(json.load(fh), config):
+                break
+        round_ += 1
+        metrics += series_point_metrics(series, [round_])
+    return metrics, decisions
+
+
+@per_job
+def decision_inputs(wildcards):
+    series = Series.from_wildcards(wildcards)
+    return [
+        ancient(f) for f in series_point_metrics(series, range(1, int(wildcards.round) + 1))
+    ]
+
+
+@per_job
+def series_inputs(wildcards):
+    metrics, decisions = series_walk(Series.from_wildcards(wildcards))
+    return [ancient(f) for f in metrics] + decisions
+
+
+def aggregate_metrics(wildcards):
+    """All requested points; with analysis.partial only those already measured.
+
+    With adaptive repeats the points of every series are those its decisions asked for.
+    The rules that read them also depend on every series' final.json (a separate,
+    static input: series_final_files), so each series goes on independently of the
+    others while this function waits for one decision at a time.
+    """
+    partial = config.get("analysis", {}).get("partial", False)
+    if not ADAPTIVE:
+        files = metrics_files()
+    elif partial:
+        files = [
+            f
+            for s in SERIES
+            for f in series_point_metrics(s, range(1, repeat_bounds(config, s.workload)[1] + 1))
+        ]
+    else:
+        files = [f for s in SERIES for f in series_walk(s)[0]]
+    if partial:
+        return [f for f in files if Path(f).is_file()]
+    return files
+
+
+def series_final_files():
+    """Every series' final.json (adaptive repeats), or none; with analysis.partial none
+    either (the aggregation then takes what exists and waits for nothing)."""
+    if not ADAPTIVE or config.get("analysis", {}).get("partial", False):
+        return []
+    return [f"results/decisions/{s.path}/final.json" for s in SERIES]
 
 
 # --- Slurm: run_point's resources for snakemake-executor-plugin-slurm -------------------
@@ -322,7 +439,11 @@ def constant_default_resources(defaults):
     """
     constants = {}
     for name, res in (defaults or {}).items():
-        if not isinstance(res.raw, str) or name in ("mem", "disk") or "_mb" in name:
+        if (
+            not isinstance(res.raw, str)
+            or name in ("mem", "disk", "measure")
+            or "_mb" in name
+        ):
             continue
         try:
             tree = ast.parse(res.raw, mode="eval")

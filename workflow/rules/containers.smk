@@ -32,6 +32,8 @@ rule container_startup:
         "logs/startup/{runtime}.log",
     conda:
         "../../envs/scalesweep.yaml"
+    # a measurement: every local core, so nothing else of ours runs beside it
+    threads: measurement_threads
     resources:
         measure=1,
     params:

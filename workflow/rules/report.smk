@@ -5,7 +5,8 @@
 
 rule report_run_tables:
     input:
-        unpack(aggregate_inputs),
+        metrics=aggregate_metrics,
+        series=series_final_files(),
     output:
         epochs=report(
             "results/summary/epochs.csv",

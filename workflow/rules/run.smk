@@ -10,14 +10,51 @@ rule run_point:
         "results/runs/{workload}/{runtime}/n{nodes}-g{gpus}-r{ranks}-t{threads}/rep{repeat}/run.log",
     conda:
         "../../envs/scalesweep.yaml"
-    threads: point_cores
+    # locally every core Snakemake may use (nothing else of ours runs beside a
+    # measurement); under a Slurm site profile the point's ranks x threads
+    threads: measurement_threads
+    # blocks of repeats, runtimes interleaved; below every preparing job (priority 0)
+    priority: point_priority
     resources:
         # Through Slurm (profiles/local-slurm, frontier, odo): one job per point with the
         # point's exact geometry (scalesweep.slurm); declared only under a Slurm site
         # profile (common.smk: RUN_POINT_SLURM_RESOURCES).
         **RUN_POINT_SLURM_RESOURCES,
-        # one measurement at a time per machine when run locally (profiles/local sets
-        # measure=1), so concurrent points never share cores and distort each other
+        # profiles/local-slurm sets --resources measure=1 and every job's default to 1:
+        # one job at a time on the test cluster, whose nodes share this host's cores
         measure=1,
     shell:
         RUN_POINT_SHELL
+
+
+# Adaptive repeats (scalesweep.adaptive): after the minimum of blocks, one decision per
+# block says whether the series needs another (overhead CI still wider than the target,
+# or too few undisturbed repeats), up to measurement.max_repeats.
+checkpoint repeats_decision:
+    input:
+        decision_inputs,
+    output:
+        "results/decisions/{workload}/n{nodes}-g{gpus}-r{ranks}-t{threads}/after{round}.json",
+    log:
+        "logs/decisions/{workload}/n{nodes}-g{gpus}-r{ranks}-t{threads}/after{round}.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    shell:
+        DECIDE_SHELL + " --round {wildcards.round} {input:q} > {log:q} 2>&1"
+
+
+# One job per series, so that every series asks for its next block on its own (a failed
+# or slow series never holds the others back); its file lists the series' runs.
+rule series_done:
+    input:
+        series_inputs,
+    output:
+        "results/decisions/{workload}/n{nodes}-g{gpus}-r{ranks}-t{threads}/final.json",
+    log:
+        "logs/decisions/{workload}/n{nodes}-g{gpus}-r{ranks}-t{threads}/final.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    shell:
+        DECIDE_SHELL + " --final {input:q} > {log:q} 2>&1"

@@ -1,0 +1,194 @@
+"""Adaptive repeats and the order of measurements.
+
+A *series* is one geometry of one workload (workload, nodes, GPUs, ranks, threads): the
+runtimes it compares (native, native-aa, containers) are measured in blocks, one repeat
+of every runtime per block (``scalesweep.sweep.block_order``). After ``sweep.repeats``
+blocks (the minimum), a decision after each block says whether the series needs another:
+until every container's overhead has a 95% CI half-width of at most
+``measurement.target_ci_pp`` and every runtime has at least the minimum of undisturbed
+repeats, or ``measurement.max_repeats`` blocks were measured.
+
+Pure functions; the workflow (``workflow/rules/run.smk``) chains the decisions with a
+checkpoint per block, so an interrupted campaign continues where it stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from scalesweep.sweep import SweepPoint, is_native, workload_axes, workload_runtimes
+
+# results/decisions/<series>/after<round>.json, final.json
+SERIES_DIR = "{workload}/n{nodes}-g{gpus}-r{ranks}-t{threads}"
+
+
+@dataclass(frozen=True, order=True)
+class Series:
+    workload: str
+    nodes: int
+    gpus: int
+    ranks: int
+    threads: int
+
+    @property
+    def path(self) -> str:
+        return SERIES_DIR.format_map(vars(self))
+
+    @classmethod
+    def of(cls, point: SweepPoint) -> "Series":
+        return cls(point.workload, point.nodes, point.gpus, point.ranks, point.threads)
+
+    @classmethod
+    def from_wildcards(cls, wc: Any) -> "Series":
+        get = wc.get if hasattr(wc, "get") else lambda k: getattr(wc, k)
+        return cls(str(get("workload")), int(get("nodes")), int(get("gpus")),
+                   int(get("ranks")), int(get("threads")))
+
+    def point(self, runtime: str, repeat: int) -> SweepPoint:
+        return SweepPoint(self.workload, runtime, self.nodes, self.gpus, self.ranks,
+                          self.threads, repeat)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def series_of(points: Iterable[SweepPoint]) -> list[Series]:
+    return sorted({Series.of(p) for p in points})
+
+
+def repeat_bounds(config: dict, workload: str) -> tuple[int, int]:
+    """(minimum, maximum) blocks of a series: sweep.repeats and, where adaptive repeats
+    are on, measurement.max_repeats (never below the minimum)."""
+    low = int(workload_axes(config, workload).get("repeats", 1))
+    m = config.get("measurement") or {}
+    if not m.get("adaptive", True):
+        return low, low
+    return low, max(low, int(m.get("max_repeats", 10)))
+
+
+def is_adaptive(config: dict, points: Iterable[SweepPoint]) -> bool:
+    workloads = {p.workload for p in points}
+    return any(repeat_bounds(config, w)[1] > repeat_bounds(config, w)[0] for w in workloads)
+
+
+def run_priority(point: SweepPoint, config: dict, series_index: Mapping[Series, int]) -> int:
+    """Snakemake priority of a measurement: the higher, the sooner. Measurements run
+    block by block (every series' repeat 1, then every series' repeat 2, ...) and
+    within a block in ``block_order``; all negative, so the jobs that prepare them
+    (image build, staging; priority 0) are always scheduled first.
+    """
+    order = _block_order(point, config)
+    n_rt = len(order)
+    position = order.index(point.runtime) if point.runtime in order else n_rt
+    n_series = max(len(series_index), 1)
+    index = series_index.get(Series.of(point), n_series)
+    return -(((point.repeat - 1) * (n_series + 1) + index) * (n_rt + 1) + position) - 1
+
+
+def _block_order(point: SweepPoint, config: dict) -> list[str]:
+    from scalesweep.sweep import block_order
+
+    return block_order(point, config)
+
+
+def decide(
+    series: Series,
+    round_: int,
+    runs: Sequence[Mapping[str, Any]],
+    config: dict,
+) -> dict[str, Any]:
+    """Whether ``series`` needs another block after ``round_`` blocks.
+
+    ``runs``: one row per run of the series (keys runtime, repeat, time_s, disturbed),
+    as ``scalesweep.collect.run_row`` gives them. ``enough`` is True when every runtime
+    has at least the minimum of undisturbed repeats and every comparison with native
+    meets the CI target; ``more`` adds the bound of ``max_repeats``.
+    """
+    from scalesweep.analysis import overhead_verdict
+
+    low, high = repeat_bounds(config, series.workload)
+    m = config.get("measurement") or {}
+    target = float(m.get("target_ci_pp", 2.0))
+    margin = float(m.get("equivalence_margin_pct", 2.0))
+    runtimes = workload_runtimes(config, series.workload)
+    valid: dict[str, dict[int, float]] = {rt: {} for rt in runtimes}
+    disturbed: dict[str, list[int]] = {rt: [] for rt in runtimes}
+    for row in runs:
+        rt = row["runtime"]
+        if rt not in valid or int(row["repeat"]) > round_:
+            continue
+        if row.get("disturbed"):
+            disturbed[rt].append(int(row["repeat"]))
+        else:
+            valid[rt][int(row["repeat"])] = float(row["time_s"])
+    reasons = []
+    for rt in runtimes:
+        if len(valid[rt]) < low:
+            reasons.append(f"{rt}: {len(valid[rt])} undisturbed repeats of at least {low}")
+    comparisons = {}
+    if "native" in runtimes:
+        base = valid["native"]
+        for rt in runtimes:
+            if rt == "native":
+                continue
+            pairs = sorted(set(base) & set(valid[rt]))
+            if len(pairs) >= 2:
+                native = np.array([base[k] for k in pairs])
+                other = np.array([valid[rt][k] for k in pairs])
+                paired = True
+            else:
+                native = np.array(list(base.values()))
+                other = np.array(list(valid[rt].values()))
+                paired = False
+            verdict = overhead_verdict(native, other, paired=paired, margin_pct=margin,
+                                       target_ci_pp=target)
+            comparisons[rt] = _plain(verdict)
+            if not verdict["target_met"]:
+                reasons.append(
+                    f"{rt} vs native: 95% CI half-width "
+                    f"{_fmt(verdict['ci_half_width_pp'])} pp > target {target} pp"
+                )
+    enough = not reasons
+    return {
+        "series": series.as_dict(),
+        "round": round_,
+        "min_repeats": low,
+        "max_repeats": high,
+        "target_ci_pp": target,
+        "valid_repeats": {rt: sorted(v) for rt, v in valid.items()},
+        "disturbed_repeats": disturbed,
+        "comparisons": comparisons,
+        "enough": enough,
+        "more": (not enough) and round_ < high,
+        "reasons": reasons,
+        "native_kinds": [rt for rt in runtimes if is_native(rt)],
+    }
+
+
+def wants_more(decision: Mapping[str, Any], config: dict) -> bool:
+    """Another block after this decision, under the current config's maximum (a raised
+    ``max_repeats`` continues a series that had stopped at the old one)."""
+    series = decision["series"]
+    _, high = repeat_bounds(config, series["workload"])
+    return (not decision["enough"]) and int(decision["round"]) < high
+
+
+def _fmt(x: Any) -> str:
+    try:
+        return f"{float(x):.2f}"
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def _plain(d: Mapping[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, np.generic):
+            v = v.item()
+        if isinstance(v, float) and not np.isfinite(v):
+            v = None
+        out[k] = v
+    return out

@@ -1,0 +1,59 @@
+"""Decide whether a series (one geometry of one workload) needs another block of repeats
+(checkpoint repeats_decision), or summarise a finished series (rule series_done).
+
+    python workflow/scripts/decide_repeats.py --config CONFIG.json --out after3.json \
+        --round 3 METRICS.json ...
+    python workflow/scripts/decide_repeats.py --config CONFIG.json --out final.json \
+        --final METRICS.json ... DECISION.json ...
+
+CONFIG.json is the workflow's effective config (common.smk: RUN_CONFIG).
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+ap.add_argument("--config", required=True)
+ap.add_argument("--out", required=True)
+ap.add_argument("--round", type=int, default=0)
+ap.add_argument("--final", action="store_true")
+ap.add_argument("files", nargs="*")
+args = ap.parse_args()
+
+config = json.loads(Path(args.config).read_text())
+sys.path.insert(0, str(Path(config["_code_root"]) / "workflow"))
+
+from scalesweep.adaptive import Series, decide  # noqa: E402
+from scalesweep.collect import run_row  # noqa: E402
+from scalesweep.metrics import read_metrics, write_json_atomic  # noqa: E402
+from scalesweep.sweep import SweepPoint  # noqa: E402
+
+metrics = [f for f in args.files if f.endswith("/metrics.json") or f == "metrics.json"]
+decisions = [f for f in args.files if f not in metrics]
+runs = []
+series = None
+for path in metrics:
+    m = read_metrics(path)
+    point = SweepPoint(**m["point"])
+    series = series or Series.of(point)
+    row = run_row(m, path, config["workloads"][point.workload]["payload"])
+    row["disturbed"] = bool(m.get("disturbed"))
+    runs.append(row)
+if series is None:
+    sys.exit("decide_repeats: no metrics files given")
+
+if args.final:
+    last = json.loads(Path(sorted(decisions, key=lambda f: int(Path(f).stem[5:]))[-1]).read_text()) if decisions else None
+    record = {
+        "series": series.as_dict(),
+        "metrics": sorted(metrics),
+        "repeats": max(int(r["repeat"]) for r in runs),
+        "disturbed_runs": sorted(r["path"] for r in runs if r["disturbed"]),
+        "last_decision": last,
+    }
+else:
+    record = decide(series, args.round, runs, config)
+write_json_atomic(args.out, record)
+print(json.dumps({k: record.get(k) for k in ("round", "enough", "more", "reasons")}, default=str))
