@@ -101,7 +101,7 @@ def test_frontier_2_nodes_x_8_gpus_apptainer(frontier):
     job = job_for(point, frontier, "frontier")
     assert geometry(sbatch_line(job)) == (
         "-A abc123 -p batch -t 30 -C nvme --nodes=2 --ntasks-per-node=8 --cpus-per-task=7 "
-        "--gpus-per-task=1 --gpu-bind=closest --core-spec=8 -D /work"
+        "--gpus-per-task=1 --gpu-bind=closest --core-spec=8 --exclusive -D /work"
     )
     # no srun -n1 around the job (the point's own srun starts the 16 ranks)
     assert job.resources["mpi"] == "srun"
@@ -111,7 +111,7 @@ def test_frontier_30_nodes_apptainer_hostmpi(frontier):
     point = the_point(frontier, workload="cnn_ddp", runtime="apptainer-hostmpi", nodes=30)
     assert geometry(sbatch_line(job_for(point, frontier, "frontier"))) == (
         "-A abc123 -p batch -t 30 -C nvme --nodes=30 --ntasks-per-node=8 --cpus-per-task=7 "
-        "--gpus-per-task=1 --gpu-bind=closest --core-spec=8 -D /work"
+        "--gpus-per-task=1 --gpu-bind=closest --core-spec=8 --exclusive -D /work"
     )
 
 
@@ -121,7 +121,7 @@ def test_frontier_dataparallel_1_node_4_gpus(frontier):
     job = job_for(point, frontier, "frontier")
     # one process: the plugin's GPU path (--gpus=4, no --ntasks-per-gpu), no mpi
     assert geometry(sbatch_line(job)) == (
-        "-A abc123 -p batch -t 30 -C nvme --nodes=1 --cpus-per-task=7 --core-spec=8 -D /work --gpus=4"
+        "-A abc123 -p batch -t 30 -C nvme --nodes=1 --cpus-per-task=7 --core-spec=8 --exclusive -D /work --gpus=4"
     )
     assert "mpi" not in job.resources
     # ... so the jobstep wraps it in `srun -n1` with the same CPUs, GPUs and node
@@ -133,11 +133,11 @@ def test_frontier_dataparallel_1_node_4_gpus(frontier):
 def test_frontier_llm_cpu_only_and_8_gpus(frontier):
     cpu = the_point(frontier, workload="llm_astrollama", runtime="apptainer", gpus=0)
     assert geometry(sbatch_line(job_for(cpu, frontier, "frontier"))) == (
-        "-A abc123 -p batch -t 30 --nodes=1 --ntasks=1 --cpus-per-task=56 --core-spec=8 -D /work"
+        "-A abc123 -p batch -t 30 --nodes=1 --ntasks=1 --cpus-per-task=56 --core-spec=8 --exclusive -D /work"
     )
     gpu = the_point(frontier, workload="llm_codellama", runtime="native", gpus=8)
     assert geometry(sbatch_line(job_for(gpu, frontier, "frontier"))) == (
-        "-A abc123 -p batch -t 60 --nodes=1 --cpus-per-task=56 --core-spec=8 -D /work --gpus=8"
+        "-A abc123 -p batch -t 60 --nodes=1 --cpus-per-task=56 --core-spec=8 --exclusive -D /work --gpus=8"
     )
 
 
@@ -178,10 +178,10 @@ def test_local_cluster_lines():
             sbatch_line(job_for(p, config, "local-slurm"), account="scalesweep", partition="debug"))
     base = "-A scalesweep -p debug -t 5 --mem 1000"
     assert lines == {
-        (1, 1): f"{base} --nodes=1 --ntasks=1 --cpus-per-task=1 -D /work",
-        (1, 2): f"{base} --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 -D /work",
-        (2, 1): f"{base} --nodes=2 --ntasks=2 --cpus-per-task=1 -D /work",
-        (2, 2): f"{base} --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 -D /work",
+        (1, 1): f"{base} --nodes=1 --ntasks=1 --cpus-per-task=1 --exclusive -D /work",
+        (1, 2): f"{base} --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --exclusive -D /work",
+        (2, 1): f"{base} --nodes=2 --ntasks=2 --cpus-per-task=1 --exclusive -D /work",
+        (2, 2): f"{base} --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 --exclusive -D /work",
     }
 
 
@@ -206,6 +206,25 @@ def test_site_slurm_extra_is_appended_and_forbidden_options_refused(frontier):
         cfg = {**frontier, "machine": {**frontier["machine"], "slurm_extra": bad}}
         with pytest.raises(SlurmConfigError, match="machine.slurm_extra"):
             slurm_request(point, frontier["workloads"]["cnn_ddp"], cfg)
+
+
+def test_exclusive_nodes_can_be_switched_off(frontier):
+    """machine.exclusive (default true) gives --exclusive; false leaves it out, and a site's
+    own --exclusive[=...] in slurm_extra is not doubled."""
+    point = the_point(frontier, workload="cnn_ddp", runtime="native", nodes=2, repeat=1)
+    assert frontier["machine"]["exclusive"] is True  # the schema's default
+    assert "--exclusive" in sbatch_line(job_for(point, frontier, "frontier")).split()
+    shared = {**frontier, "machine": {**frontier["machine"], "exclusive": False}}
+    assert geometry(sbatch_line(job_for(point, shared, "frontier"))) == (
+        "-A abc123 -p batch -t 30 -C nvme --nodes=2 --ntasks-per-node=8 --cpus-per-task=7 "
+        "--gpus-per-task=1 --gpu-bind=closest --core-spec=8 -D /work"
+    )
+    tiny = tiny_config()
+    tiny["machine"]["exclusive"] = False
+    assert slurm_request(sweep_points(tiny)[0], tiny["workloads"]["cnn_ddp"], tiny).slurm_extra is None
+    site = {**frontier, "machine": {**frontier["machine"], "slurm_extra": ["--exclusive=user"]}}
+    line = sbatch_line(job_for(point, site, "frontier"))
+    assert "--core-spec=8 --exclusive=user -D /work" in line and " --exclusive " not in line
 
 
 def test_schema_refuses_unsafe_slurm_values():
@@ -307,7 +326,7 @@ SCONTROL_JOB = (
     "JobState=RUNNING Reason=None Restarts=0 TimeLimit=00:05:00 Partition=debug "
     "NodeList=n[1-2] BatchHost=n1 NumNodes=2 NumCPUs=2 NumTasks=2 CPUs/Task=1 "
     "ReqB:S:C:T=0:0:*:* TRES=cpu=2,mem=600M,node=2,billing=2,gres/gpu=4 Socks/Node=* "
-    "NtasksPerN:B:S:C=0:0:*:* CoreSpec=* Features=nvme Comment=rule_run_point_wildcards_x y "
+    "NtasksPerN:B:S:C=0:0:*:* CoreSpec=* Features=nvme OverSubscribe=NO Comment=rule_run_point_wildcards_x y "
     "StdOut=/tmp/61.log Power="
 )
 
@@ -341,6 +360,20 @@ def test_slurm_info_reads_the_allocation_from_scontrol(fake_scontrol):
     assert (info["job_partition"], info["job_account"], info["qos"]) == ("debug", "scalesweep", "normal")
     assert (info["time_limit"], info["features"], info["core_spec"]) == ("00:05:00", "nvme", None)
     assert first_slurm_host() == "n1"  # MASTER_ADDR without SLURM_JOB_NODELIST
+
+
+def test_allocation_records_what_the_job_got(fake_scontrol, monkeypatch):
+    from scalesweep.runpoint import allocation_info, slurm_info
+
+    monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "0,1")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("HIP_VISIBLE_DEVICES", raising=False)
+    alloc = allocation_info(slurm_info(), {"shared_cores": True})
+    cpus = os.sched_getaffinity(0)
+    assert alloc == {"hosts": ["n1", "n2"], "exclusive": True, "shared_cores": True,
+                     "cpus_bound": alloc["cpus_bound"], "ncpus_bound": len(cpus),
+                     "gpus_visible": "ROCR_VISIBLE_DEVICES=0,1", "source": "scontrol"}
+    assert alloc["cpus_bound"].startswith(str(min(cpus)))
 
 
 def test_slurm_info_outside_slurm_is_none(monkeypatch):

@@ -37,6 +37,11 @@ local cluster, ``tests/test_slurm_profile.py`` pins it):
   token is schema-restricted and shell-quoted here.
 * ``mem_mb``: Snakemake refuses ``None`` for a size resource; ``0`` makes the plugin leave
   ``--mem`` out (the node's default memory: the whole node where nodes are exclusive).
+* Whole nodes: the plugin has no resource or option for an exclusive allocation and does
+  not refuse ``--exclusive`` in ``slurm_extra`` (2.8.0: not among its forbidden options),
+  so ``machine.exclusive`` (default true) adds ``--exclusive`` there, unless the site's
+  ``machine.slurm_extra`` already has an ``--exclusive[=...]``. The run records what it got
+  (``scontrol``'s OverSubscribe: ``allocation.exclusive`` in metrics.json).
 """
 
 from __future__ import annotations
@@ -108,7 +113,8 @@ def forbidden_extra(tokens: list[str]) -> list[str]:
 
 
 def extra_tokens(point: SweepPoint, machine: dict) -> list[str]:
-    """sbatch options the plugin has no resource for, in a fixed order."""
+    """sbatch options the plugin has no resource for, in a fixed order (GPU binding,
+    core specialisation, exclusive nodes, then the site's own)."""
     tokens: list[str] = []
     if point.gpus and point.world_size > 1:
         tokens += [f"--gpus-per-task={gpus_per_task(point)}", f"--gpu-bind={GPU_BIND}"]
@@ -116,6 +122,8 @@ def extra_tokens(point: SweepPoint, machine: dict) -> list[str]:
     if core_spec is not None:
         tokens.append(f"--core-spec={int(core_spec)}")
     site = [str(t) for t in machine.get("slurm_extra", []) or []]
+    if machine.get("exclusive", True) and not any(t.startswith("--exclusive") for t in site):
+        tokens.append("--exclusive")
     bad = forbidden_extra(site)
     if bad:
         raise SlurmConfigError(
