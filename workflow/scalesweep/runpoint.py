@@ -1,8 +1,9 @@
 """Run one sweep point: launch its payload, time it, and write its metrics.json.
 
 The payload writes ``payload.json`` into the point's directory; this harness adds what
-only the launcher knows (command line, launcher, wall time, Slurm job, image digest) and
-writes ``metrics.json`` atomically. A failed attempt writes ``failure.json`` instead and
+only the launcher knows (command line, launcher, wall time, Slurm job, image digest, the
+allocation it got, the interference measured during the run: ``scalesweep.interference``)
+and writes ``metrics.json`` atomically. A failed attempt writes ``failure.json`` instead and
 appends to ``attempts.jsonl``; a ``metrics.json`` that exists is never touched.
 """
 
@@ -19,6 +20,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from scalesweep.interference import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_MAX_OUTSIDE_CPU_PCT,
+    DEFAULT_MAX_STEAL_PCT,
+    METHOD,
+    TOKEN_VAR,
+    Monitor,
+    assess,
+    new_token,
+)
 from scalesweep.launch import (
     ContainerSite,
     Launch,
@@ -34,11 +45,14 @@ from scalesweep.metrics import (
     write_json_atomic,
     write_metrics,
 )
-from scalesweep.sweep import SweepPoint
+from scalesweep.sweep import SweepPoint, block_order
 
 PAYLOAD_JSON = "payload.json"
 FAILURE_JSON = "failure.json"
 ATTEMPTS = "attempts.jsonl"
+INTERFERENCE_DIR = "interference"  # per-node monitor records of multi-node points
+WATCHERS_READY_TIMEOUT_S = 60
+GPU_VISIBILITY = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 
 
 def free_port() -> int:
@@ -131,6 +145,7 @@ def slurm_info() -> dict[str, Any] | None:
         "time_limit": _unset(job.get("TimeLimit")),
         "features": _unset(job.get("Features")),
         "core_spec": _unset(job.get("CoreSpec")),
+        "oversubscribe": _unset(job.get("OverSubscribe")),
         "restart_count": _int_or_none(job.get("Restarts") or env("SLURM_RESTART_COUNT")),
         "source": "scontrol" if job else "environment",
     }
@@ -236,6 +251,157 @@ def stage_command(launch: Launch, src: str, dest: str) -> list[str]:
     return cmd
 
 
+def cpu_ranges(cpus) -> str:
+    """0,1,2,5,7,8 -> '0-2,5,7-8' (the form of taskset / Slurm's cpu lists)."""
+    out: list[str] = []
+    run: list[int] = []
+    for c in sorted(set(cpus)):
+        if run and c == run[-1] + 1:
+            run.append(c)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [c]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+def _exclusive(oversubscribe: str | None) -> bool | None:
+    """scontrol's OverSubscribe: NO (--exclusive) or TOPO = whole nodes; OK (the default),
+    YES (--oversubscribe), USER, MCS (--exclusive=user|mcs) = others' jobs may share them."""
+    value = (oversubscribe or "").upper()
+    if value in ("NO", "TOPO"):
+        return True
+    return False if value in ("OK", "YES", "USER", "MCS") else None
+
+
+def allocation_info(slurm: dict[str, Any] | None, machine: dict | None = None) -> dict[str, Any]:
+    """What the run actually got: hosts, exclusive nodes (Slurm), CPUs and GPUs bound."""
+    cpus = sorted(os.sched_getaffinity(0))
+    gpus = [f"{k}={os.environ[k]}" for k in GPU_VISIBILITY if k in os.environ]
+    return {
+        "hosts": list(slurm.get("hosts") or []) if slurm else [socket.gethostname()],
+        "exclusive": _exclusive(slurm.get("oversubscribe")) if slurm else None,
+        "shared_cores": bool((machine or {}).get("shared_cores", False)),
+        "cpus_bound": cpu_ranges(cpus),
+        "ncpus_bound": len(cpus),
+        "gpus_visible": " ".join(gpus) or None,
+        "source": slurm.get("source", "scontrol") if slurm else "local",
+    }
+
+
+def run_order(point: SweepPoint, config: dict) -> dict[str, Any]:
+    """Where this run sits in its block (one repeat of one geometry): see block_order."""
+    sequence = block_order(point, config)
+    return {
+        "scheme": (config.get("measurement") or {}).get("order", "alternate"),
+        "block": point.repeat,
+        "position": sequence.index(point.runtime) if point.runtime in sequence else None,
+        "sequence": sequence,
+    }
+
+
+class InterferenceProbe:
+    """The interference monitors of one run's measurement window.
+
+    A thread in the harness watches the harness's node; a multi-node point under Slurm
+    also gets one ``python -m scalesweep.interference watch`` per node (an overlapping
+    ``srun`` step), stopped by a stop file after the payload ends. If that step fails, the
+    harness's node alone is monitored, and ``nodes_monitored`` says so.
+    """
+
+    def __init__(self, launch: Launch, env: dict, out_dir: Path, token: str,
+                 measurement: dict | None, log_path: str):
+        m = measurement or {}
+        self.launch, self.env, self.token, self.log_path = launch, env, token, log_path
+        self.interval = float(m.get("sample_interval_s", DEFAULT_INTERVAL_S))
+        self.max_outside = float(m.get("max_outside_cpu_pct", DEFAULT_MAX_OUTSIDE_CPU_PCT))
+        self.max_steal = float(m.get("max_steal_pct", DEFAULT_MAX_STEAL_PCT))
+        self.dir = out_dir / INTERFERENCE_DIR
+        self.local: Monitor | None = None
+        self.watchers: subprocess.Popen | None = None
+        self.note: str | None = None
+        self.error: str | None = None
+
+    def start(self) -> None:
+        try:
+            self.local = Monitor(self.token, self.interval, pids=(os.getpid(),)).start()
+        except OSError as exc:
+            self.error = f"interference monitor failed to start: {exc}"
+            return
+        if self.launch.nodes > 1:
+            if self.launch.launcher == "srun":
+                self._start_watchers()
+            else:
+                self.note = f"{self.launch.launcher} without Slurm: only the harness's node is monitored"
+
+    def watch_command(self) -> list[str]:
+        n = self.launch.nodes
+        return ["srun", "--overlap", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
+                self.launch.host_python, "-m", "scalesweep.interference", "watch",
+                "--token", self.token, "--interval", str(self.interval),
+                "--out", str(self.dir / "{host}.json"), "--stop-file", str(self.dir / "stop"),
+                "--ready-file", str(self.dir / "ready-{host}")]
+
+    def _start_watchers(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for stale in [*self.dir.glob("*.json"), *self.dir.glob("ready-*"), self.dir / "stop"]:
+            stale.unlink(missing_ok=True)
+        env = dict(self.env)
+        workflow = str(Path(self.launch.code_root) / "workflow")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (workflow, env.get("PYTHONPATH", "")) if p)
+        cmd = self.watch_command()
+        with open(self.log_path, "a") as log:
+            log.write(f"# interference monitors: {shell_line(cmd)}\n")
+            log.flush()
+            try:
+                self.watchers = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                                 env=env, start_new_session=True)
+            except OSError as exc:
+                self.note = f"per-node monitors did not start ({exc}): only the harness's node is monitored"
+                return
+        deadline = time.monotonic() + WATCHERS_READY_TIMEOUT_S
+        while len(list(self.dir.glob("ready-*"))) < self.launch.nodes:
+            if self.watchers.poll() is not None:
+                self.note = (f"per-node monitors exited ({self.watchers.returncode}) before all "
+                             "were ready: only the harness's node is monitored")
+                self.watchers = None
+                return
+            if time.monotonic() > deadline:
+                break  # go on: whatever monitors run by the end are merged
+            time.sleep(0.1)
+
+    def stop(self) -> dict[str, Any] | None:
+        """The run's interference record (``assess``'s, plus ``nodes_monitored``)."""
+        if self.local is None:
+            return None if self.error is None else {"method": METHOD, "error": self.error}
+        if self.watchers is not None:
+            (self.dir / "stop").touch()
+        try:
+            nodes = [self.local.stop()]
+        except OSError as exc:
+            return {"method": METHOD, "error": f"interference monitor failed: {exc}"}
+        if self.watchers is not None:
+            try:
+                self.watchers.wait(timeout=30 + 2 * self.interval)
+            except subprocess.TimeoutExpired:
+                _stop_group(self.watchers, grace_s=5)
+            for path in sorted(self.dir.glob("*.json")):
+                try:
+                    node = json.loads(path.read_text())
+                except (OSError, ValueError):
+                    continue
+                if node.get("host") != nodes[0]["host"]:  # the harness's own monitor wins
+                    nodes.append(node)
+            if len(nodes) < self.launch.nodes and self.note is None:
+                self.note = f"per-node monitors wrote {len(nodes)} of {self.launch.nodes} records"
+        record = assess(nodes, self.max_outside, self.max_steal)
+        record["nodes_monitored"] = {"requested": self.launch.nodes, "monitored": len(nodes),
+                                     "note": self.note}
+        return record
+
+
 def execute(
     point: SweepPoint,
     launch: Launch,
@@ -245,8 +411,15 @@ def execute(
     image_manifest: str | None = None,
     extra: dict[str, Any] | None = None,
     stage_from: str = "",
+    measurement: dict | None = None,
+    machine: dict | None = None,
+    order: dict | None = None,
 ) -> int:
-    """Run the payload; on success write metrics.json, on failure failure.json. Return rc."""
+    """Run the payload; on success write metrics.json, on failure failure.json. Return rc.
+
+    ``measurement``/``machine``: the config's sections (interference thresholds and
+    sampling interval; shared cores); ``order``: ``run_order`` of the point.
+    """
     metrics_path = Path(metrics_path)
     out_dir = metrics_path.parent
     if metrics_path.exists():
@@ -270,12 +443,18 @@ def execute(
         env["SCALESWEEP_GIT_COMMIT"] = commit
     argv = launch_command(launch)
     added_env = {k: env[k] for k in sorted(set(launch_env(launch)) | set(rdv))}
+    # every process of the payload carries the token, on every node: the interference
+    # monitor counts their CPU time as the run's own (not in the command line: unique)
+    token = env[TOKEN_VAR] = new_token()
+    slurm = slurm_info()
     attempt = {
         "point": point.as_dict(),
         "command": shell_line(argv, added_env),
         "launcher": launch.launcher,
         "start": now_iso(),
-        "slurm": slurm_info(),
+        "slurm": slurm,
+        "allocation": allocation_info(slurm, machine),
+        "order": order,
         "log": str(log_path),
     }
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
@@ -295,12 +474,19 @@ def execute(
                 attempt["reason"] = f"node-local staging failed (exit code {rc})"
         log.write(f"# {attempt['command']}\n")
         log.flush()
-    if rc == 0 and is_multinode_llm(launch):
-        servers, client = llm_multinode_launches(launch)
-        attempt["command"] = " ; ".join(shell_line(launch_command(x), added_env) for x in (servers, client))
-        rc = _run_llm_servers_and_client(servers, client, env, log_path, attempt, record)
-    elif rc == 0:
-        rc = _run_payload(argv, env, log_path, record)
+    if rc == 0:  # the measurement window: the payload's run, staging excluded
+        probe = InterferenceProbe(launch, env, out_dir, token, measurement, log_path)
+        probe.start()
+        try:
+            if is_multinode_llm(launch):
+                servers, client = llm_multinode_launches(launch)
+                attempt["command"] = " ; ".join(shell_line(launch_command(x), added_env)
+                                                for x in (servers, client))
+                rc = _run_llm_servers_and_client(servers, client, env, log_path, attempt, record)
+            else:
+                rc = _run_payload(argv, env, log_path, record)
+        finally:
+            attempt["interference"] = probe.stop()
     wall = time.perf_counter() - t0
     attempt.update(end=now_iso(), wall_s=wall, exit_code=rc)
     return _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_manifest, commit, extra)
@@ -442,6 +628,10 @@ def _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_
         git_commit=commit or payload.get("git_commit"),
         harness_start=attempt["start"],
         harness_end=attempt["end"],
+        interference=attempt.get("interference"),
+        disturbed=(attempt.get("interference") or {}).get("disturbed"),
+        allocation=attempt.get("allocation"),
+        order=attempt.get("order"),
         **(extra or {}),
     )
     attempt["state"] = "done"

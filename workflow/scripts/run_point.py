@@ -32,7 +32,7 @@ config = json.loads(Path(args.config).read_text())
 sys.path.insert(0, str(Path(config["_code_root"]) / "workflow"))
 
 from scalesweep.payloads import payload_invocation, point_inputs  # noqa: E402
-from scalesweep.runpoint import build_launch, execute, image_location  # noqa: E402
+from scalesweep.runpoint import build_launch, execute, image_location, run_order  # noqa: E402
 from scalesweep.sweep import SweepPoint, is_native  # noqa: E402
 
 metrics = Path(args.metrics)
@@ -59,6 +59,9 @@ rc = execute(
     image_manifest=inputs.get("image_manifest"),
     extra=inv.extra,
     stage_from=inv.stage_from,
+    measurement=config.get("measurement") or {},
+    machine=config.get("machine") or {},
+    order=run_order(point, config),
 )
 if rc != 0:  # one line for the console (the details are in the log and failure.json)
     print(f"scalesweep: point {point.path} failed (exit {rc}); see {out_dir}/failure.json "
