@@ -30,6 +30,8 @@ def tiny_config(**overrides) -> dict:
                               "images_per_class": 32, "image_size": 64}},
         "workloads": {"cnn_ddp": {"payload": "cnn", "parallel": "ddp", "dataset": "tiny",
                                   "epochs": 2, "batch_size": 16}},
+        # a fixed number of repeats: tests that exercise adaptive repeats switch it on
+        "measurement": {"adaptive": False},
     }
     for key, value in overrides.items():
         config[key] = value

@@ -22,6 +22,9 @@ import numpy as np
 from scalesweep.sweep import SweepPoint, is_native, workload_axes, workload_runtimes
 
 # results/decisions/<series>/after<round>.json, final.json
+# a comparison's CI from fewer undisturbed repeats per side is not trusted, whatever
+# sweep.repeats says
+MIN_COMPARED = 3
 SERIES_DIR = "{workload}/n{nodes}-g{gpus}-r{ranks}-t{threads}"
 
 
@@ -146,7 +149,10 @@ def decide(
             verdict = overhead_verdict(native, other, paired=paired, margin_pct=margin,
                                        target_ci_pp=target)
             comparisons[rt] = _plain(verdict)
-            if not verdict["target_met"]:
+            if min(len(native), len(other)) < MIN_COMPARED:
+                reasons.append(f"{rt} vs native: {min(len(native), len(other))} repeats "
+                               f"per side, a comparison needs at least {MIN_COMPARED}")
+            elif not verdict["target_met"]:
                 reasons.append(
                     f"{rt} vs native: 95% CI half-width "
                     f"{_fmt(verdict['ci_half_width_pp'])} pp > target {target} pp"

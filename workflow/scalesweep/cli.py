@@ -18,6 +18,7 @@ COMMANDS = [
     "scalesweep.compare",
     "scalesweep.plan",
     "scalesweep.fits_cli",
+    "scalesweep.timeline",
 ]
 
 

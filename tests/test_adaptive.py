@@ -1,0 +1,179 @@
+"""Isolation, interleaving and adaptive repeats: the pure parts, then the real workflow."""
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import REPO, have, run_snakemake, tiny_config
+from scalesweep.adaptive import MIN_COMPARED, Series, decide, run_priority, wants_more
+from scalesweep.sweep import SweepPoint, block_order, sweep_points
+from scalesweep.timeline import overlaps, parse_snakemake_log
+
+
+def _config(runtimes=("native", "charliecloud"), **measurement):
+    cfg = tiny_config()
+    cfg["sweep"]["runtimes"] = list(runtimes)
+    cfg["sweep"]["repeats"] = 3
+    cfg["measurement"] = {"adaptive": True, "max_repeats": 6, **measurement}
+    return cfg
+
+
+def test_blocks_alternate_and_every_measurement_comes_after_preparation():
+    cfg = _config()
+    points = sweep_points(cfg)
+    series = {s: i for i, s in enumerate(sorted({Series.of(p) for p in points}))}
+    order = sorted(points, key=lambda p: -run_priority(p, cfg, series))
+    first = [(p.ranks, p.runtime, p.repeat) for p in order[:8]]
+    assert first == [
+        (1, "native", 1), (1, "charliecloud", 1), (2, "native", 1), (2, "charliecloud", 1),
+        (1, "charliecloud", 2), (1, "native", 2), (2, "charliecloud", 2), (2, "native", 2),
+    ]
+    # never all of one runtime before the other: each block holds one of each
+    assert all(run_priority(p, cfg, series) < 0 for p in points)  # preparing jobs: 0
+
+
+def test_random_order_is_recorded_by_seed_and_reproducible():
+    cfg = _config(runtimes=("native", "native-aa", "charliecloud"), order="random", seed=7)
+    p = SweepPoint("cnn_ddp", "native", 1, 0, 1, 1, 4)
+    assert block_order(p, cfg) == block_order(p, cfg)
+    assert sorted(block_order(p, cfg)) == ["charliecloud", "native", "native-aa"]
+    orders = {tuple(block_order(SweepPoint("cnn_ddp", "native", 1, 0, 1, 1, k), cfg))
+              for k in range(1, 20)}
+    assert len(orders) > 1
+
+
+def test_aa_calibration_adds_a_second_native_runtime():
+    cfg = _config(runtimes=("native",), aa_calibration=True)
+    assert {p.runtime for p in sweep_points(cfg)} == {"native", "native-aa"}
+
+
+def _runs(native, container, disturbed=()):
+    rows = []
+    for k, (a, b) in enumerate(zip(native, container), start=1):
+        rows.append({"runtime": "native", "repeat": k, "time_s": a, "disturbed": k in disturbed})
+        rows.append({"runtime": "charliecloud", "repeat": k, "time_s": b, "disturbed": False})
+    return rows
+
+
+SERIES = Series("cnn_ddp", 1, 0, 1, 1)
+
+
+def test_a_tight_comparison_is_enough_after_the_minimum():
+    cfg = _config()
+    d = decide(SERIES, 3, _runs([10.0, 10.1, 9.9], [10.05, 10.12, 9.97]), cfg)
+    assert d["enough"] and not d["more"], d["reasons"]
+    assert d["comparisons"]["charliecloud"]["target_met"]
+
+
+def test_a_noisy_comparison_asks_for_more_until_the_maximum():
+    cfg = _config()
+    rng = np.random.default_rng(0)
+    native, cont = 10 + rng.normal(0, 1, 6), 10 + rng.normal(0, 1, 6)
+    d = decide(SERIES, 3, _runs(native, cont), cfg)
+    assert not d["enough"] and d["more"]
+    assert "half-width" in d["reasons"][0]
+    assert not decide(SERIES, 6, _runs(native, cont), cfg)["more"]  # max_repeats = 6
+    # a raised maximum continues a series that stopped at the old one
+    stopped = decide(SERIES, 6, _runs(native, cont), cfg)
+    cfg["measurement"]["max_repeats"] = 8
+    assert wants_more(stopped, cfg)
+
+
+def test_disturbed_runs_do_not_count():
+    cfg = _config()
+    d = decide(SERIES, 3, _runs([10.0, 10.1, 9.9], [10.05, 10.12, 9.97], disturbed={2}), cfg)
+    assert d["disturbed_repeats"]["native"] == [2]
+    assert d["valid_repeats"]["native"] == [1, 3]
+    assert not d["enough"] and d["more"]
+    assert any("at least" in r for r in d["reasons"])
+
+
+def test_a_comparison_needs_three_repeats_per_side_whatever_sweep_repeats_says():
+    cfg = _config()
+    cfg["sweep"]["repeats"] = 2
+    d = decide(SERIES, 2, _runs([10.0, 10.0], [10.0, 10.0]), cfg)
+    assert not d["enough"] and f"at least {MIN_COMPARED}" in " ".join(d["reasons"])
+
+
+LOG = """\
+[Wed Nov 25 02:15:30 2026]
+localrule build_image:
+    output: resources/images/default
+    jobid: 3
+    reason: Missing output files
+[Wed Nov 25 02:15:31 2026]
+localrule run_point:
+    output: results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/metrics.json
+    jobid: 2
+    reason: Missing output files
+    wildcards: workload=cnn_ddp, runtime=native, nodes=1, gpus=0, ranks=1, threads=1, repeat=1
+    priority: -1
+    threads: 2
+[Wed Nov 25 02:15:44 2026]
+Finished jobid: 2 (Rule: run_point)
+[Wed Nov 25 02:15:50 2026]
+Finished jobid: 3 (Rule: build_image)
+[Wed Nov 25 02:15:50 2026]
+localrule aggregate:
+    jobid: 0
+[Wed Nov 25 02:15:51 2026]
+Finished jobid: 0 (Rule: aggregate)
+"""
+
+
+def test_timeline_finds_a_measurement_beside_a_build(tmp_path):
+    log = tmp_path / "x.snakemake.log"
+    log.write_text(LOG)
+    jobs = parse_snakemake_log(log)
+    assert {j.rule for j in jobs} == {"build_image", "run_point", "aggregate"}
+    assert [j.wildcards for j in jobs if j.rule == "run_point"][0].startswith("workload=cnn_ddp")
+    bad = overlaps(jobs)
+    assert [(m.rule, o.rule) for m, o in bad] == [("run_point", "build_image")]
+    # sequential jobs sharing a second do not overlap
+    log.write_text(LOG.replace("02:15:50 2026]\nFinished jobid: 3", "02:15:31 2026]\nFinished jobid: 3"))
+    assert overlaps(parse_snakemake_log(log)) == []
+
+
+def test_every_local_core_goes_to_a_measurement_without_any_profile(campaign):
+    wd = campaign(_config(runtimes=("native",)))
+    out = run_snakemake(wd, "-n", "--cores", "all", "results/summary/runs.csv").stdout
+    blocks = out.split("rule run_point:")[1:]
+    assert blocks
+    for block in blocks:
+        assert re.search(r"^\s+threads: (\d+)$", block, re.M)[1] == str(os.cpu_count())
+
+
+@pytest.mark.integration
+def test_adaptive_interleaved_isolated_campaign(campaign):
+    """A/A (native vs native-aa) on the real workflow, plain `--cores 2`: blocks ABBA,
+    decisions after every block from the third, nothing beside any measurement."""
+    if not have("mpirun"):
+        pytest.skip("mpirun not installed")
+    cfg = _config(runtimes=("native",), aa_calibration=True, max_repeats=4,
+                  target_ci_pp=0.001)  # unreachable: the series must go to the maximum
+    cfg["sweep"]["ranks_per_node"] = [1]
+    wd = campaign(cfg)
+    run_snakemake(wd, "--cores", "2", "results/summary/runs.csv")
+    log = sorted((wd / ".snakemake" / "log").glob("*.snakemake.log"))[-1]
+    jobs = parse_snakemake_log(log)
+    assert overlaps(jobs) == []
+    runs = [j for j in sorted(jobs, key=lambda j: (j.start, j.jobid)) if j.rule == "run_point"]
+    seq = [re.search(r"runtime=([\w-]+)", j.wildcards)[1] for j in runs]
+    assert seq == ["native", "native-aa", "native-aa", "native",
+                   "native", "native-aa", "native-aa", "native"]
+    series = wd / "results/decisions/cnn_ddp/n1-g0-r1-t1"
+    assert json.loads((series / "after3.json").read_text())["more"] is True
+    assert not (series / "after4.json").exists()  # the maximum: no decision needed
+    final = json.loads((series / "final.json").read_text())
+    assert final["repeats"] == 4 and len(final["metrics"]) == 8
+    # every run records its place in its block
+    m = json.loads((wd / "results/runs/cnn_ddp/native-aa/n1-g0-r1-t1/rep2/metrics.json").read_text())
+    if "order" in m:
+        assert m["order"]["position"] == 0 and m["order"]["sequence"] == ["native-aa", "native"]
+    # re-running finds nothing to do: the decisions are kept
+    again = run_snakemake(wd, "--cores", "2", "-n", "results/summary/runs.csv")
+    assert "Nothing to be done" in again.stdout + again.stderr

@@ -1,0 +1,188 @@
+"""`scalesweep overlaps`: did anything of the workflow run beside a measurement?
+
+The evidence is the campaign's own record, not a promise of the scheduler: Snakemake's
+log (``.snakemake/log/*.snakemake.log``) gives every job's start and end on this host
+(one-second resolution), and for jobs submitted to Slurm (the log's "submitted with
+SLURM jobid N") ``sacct`` gives where and when each one really ran. Two jobs overlap when
+one starts strictly before the other ends.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable
+
+MEASUREMENT_RULES = ("run_point", "container_startup")
+
+_STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
+_RULE = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):$")
+_JOBID = re.compile(r"^\s+jobid: (\d+)$")
+_WILDCARDS = re.compile(r"^\s+wildcards: (.*)$")
+_FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)$")
+_ERROR = re.compile(r"^Error in rule (\w+):$")
+_SUBMITTED = re.compile(r"^Job (\d+) has been submitted with SLURM jobid (\d+)")
+
+
+@dataclass
+class Job:
+    jobid: int
+    rule: str
+    wildcards: str
+    start: float  # seconds since the epoch
+    end: float | None = None
+    slurm_job: str | None = None
+    where: str = "local"  # "local" (this host) or "slurm" (times from sacct)
+
+    @property
+    def measurement(self) -> bool:
+        return self.rule in MEASUREMENT_RULES
+
+    def label(self) -> str:
+        return f"{self.rule}[{self.wildcards}]" if self.wildcards else self.rule
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.strptime(" ".join(stamp.split()), "%a %b %d %H:%M:%S %Y").timestamp()
+
+
+def parse_snakemake_log(path: str | Path) -> list[Job]:
+    """Every job of one Snakemake log with its start (and end where it finished)."""
+    jobs: dict[int, Job] = {}
+    stamp = None
+    pending: dict = {}
+    current: Job | None = None
+    for line in Path(path).read_text(errors="replace").splitlines():
+        m = _STAMP.match(line)
+        if m:
+            stamp, pending, current = _epoch(m[1]), {}, None
+            continue
+        m = _RULE.match(line)
+        if m and stamp is not None:
+            pending = {"rule": m[1], "start": stamp}
+            continue
+        m = _WILDCARDS.match(line)
+        if m and current is not None:  # after "jobid:" in Snakemake 9's job block
+            current.wildcards = m[1]
+            continue
+        m = _JOBID.match(line)
+        if m and pending:
+            jobid = int(m[1])
+            current = jobs[jobid] = Job(jobid, pending["rule"], "", pending["start"])
+            pending = {}
+            continue
+        m = _FINISHED.match(line)
+        if m and stamp is not None and int(m[1]) in jobs:
+            jobs[int(m[1])].end = stamp
+            continue
+        m = _SUBMITTED.match(line)
+        if m and int(m[1]) in jobs:
+            jobs[int(m[1])].slurm_job = m[2]
+    return list(jobs.values())
+
+
+def sacct_times(job_ids: Iterable[str]) -> dict[str, tuple[float | None, float | None]]:
+    """Slurm's own start and end of each job (None where it never started/ended)."""
+    ids = sorted(set(job_ids))
+    if not ids or not shutil.which("sacct"):
+        return {}
+    proc = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-o", "JobID,Start,End", "-j", ",".join(ids)],
+        capture_output=True, text=True, timeout=60,
+    )
+    out = {}
+    for line in proc.stdout.splitlines():
+        job, start, end = (line.split("|") + ["", ""])[:3]
+
+        def parse(value: str) -> float | None:
+            try:
+                return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").timestamp()
+            except ValueError:
+                return None
+
+        out[job.strip()] = (parse(start), parse(end))
+    return out
+
+
+def with_slurm_times(jobs: list[Job]) -> list[Job]:
+    """Replace the submit-host times of Slurm jobs by sacct's start and end."""
+    times = sacct_times(j.slurm_job for j in jobs if j.slurm_job)
+    for job in jobs:
+        if job.slurm_job and job.slurm_job in times:
+            job.start, job.end = times[job.slurm_job]
+            job.where = "slurm"
+    return jobs
+
+
+def overlaps(jobs: list[Job], now: float | None = None) -> list[tuple[Job, Job]]:
+    """(measurement, other job) pairs that ran at the same time. A job without an end
+    (killed, or still running) counts as running until ``now`` (default: its start)."""
+    def span(job: Job) -> tuple[float, float]:
+        start = job.start if job.start is not None else float("inf")
+        end = job.end if job.end is not None else (now if now is not None else start)
+        return start, end
+
+    found = []
+    ordered = sorted((j for j in jobs if j.start is not None), key=lambda j: j.start)
+    for i, a in enumerate(ordered):
+        a0, a1 = span(a)
+        for b in ordered[i + 1:]:
+            b0, b1 = span(b)
+            if b0 >= a1:
+                break
+            if (a.measurement or b.measurement) and b0 < a1 and a0 < b1:
+                found.append((a, b) if a.measurement else (b, a))
+    return found
+
+
+def campaign_logs(directory: str | Path) -> list[Path]:
+    return sorted((Path(directory) / ".snakemake" / "log").glob("*.snakemake.log"))
+
+
+def run(args) -> int:
+    logs = [Path(p) for p in args.log] or campaign_logs(args.directory)
+    if not logs:
+        from scalesweep.cli import UsageError
+
+        raise UsageError(f"no Snakemake log under {args.directory}/.snakemake/log")
+    report = []
+    total_bad = 0
+    for log in logs:
+        jobs = with_slurm_times(parse_snakemake_log(log))
+        bad = overlaps(jobs)
+        total_bad += len(bad)
+        report.append({
+            "log": str(log),
+            "jobs": len(jobs),
+            "measurements": sum(j.measurement for j in jobs),
+            "overlaps": [{"measurement": asdict(m), "other": asdict(o)} for m, o in bad],
+        })
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        print()
+    else:
+        for r in report:
+            print(f"{r['log']}: {r['jobs']} jobs, {r['measurements']} measurements, "
+                  f"{len(r['overlaps'])} overlapping a measurement")
+            for o in r["overlaps"]:
+                m, other = o["measurement"], o["other"]
+                print(f"  {m['rule']}[{m['wildcards']}] overlapped {other['rule']}"
+                      f"[{other['wildcards']}]")
+    return 1 if total_bad else 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "overlaps",
+        help="check from the job logs (and sacct) that no job ran beside a measurement",
+    )
+    p.add_argument("log", nargs="*", help="Snakemake logs (default: every log of the campaign)")
+    p.add_argument("--directory", "-d", default=".", help="campaign directory (default: .)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
