@@ -211,10 +211,15 @@ RUN_POINT_SHELL = (
     f"--config {shlex.quote(RUN_CONFIG)} ".replace("{", "{{").replace("}", "}}")
     + "--metrics {output.metrics:q} --log {log:q}"
 )
-DECIDE_SHELL = (
+_DECIDE = (
     f"python {shlex.quote(in_repo('workflow/scripts/decide_repeats.py'))} "
     f"--config {shlex.quote(RUN_CONFIG)} ".replace("{", "{{").replace("}", "}}")
-    + "--out {output:q}"
+)
+DECIDE_ROUND_SHELL = "".join(
+    [_DECIDE, "--out {output:q} --round {wildcards.round} {input:q} > {log:q} 2>&1"]
+)
+DECIDE_FINAL_SHELL = "".join(
+    [_DECIDE, "--out {output:q} --final {input:q} > {log:q} 2>&1"]
 )
 
 
@@ -281,7 +286,9 @@ def series_walk(series):
     decisions = []
     round_ = low
     while round_ < high:
-        out = checkpoints.repeats_decision.get(**series.as_dict(), round=round_).output[0]
+        out = checkpoints.repeats_decision.get(**series.as_dict(), round=round_).output[
+            0
+        ]
         decisions.append(out)
         with open(out) as fh:
             if not wants_more(json.load(fh), config):
@@ -295,7 +302,8 @@ def series_walk(series):
 def decision_inputs(wildcards):
     series = Series.from_wildcards(wildcards)
     return [
-        ancient(f) for f in series_point_metrics(series, range(1, int(wildcards.round) + 1))
+        ancient(f)
+        for f in series_point_metrics(series, range(1, int(wildcards.round) + 1))
     ]
 
 
@@ -320,7 +328,9 @@ def aggregate_metrics(wildcards):
         files = [
             f
             for s in SERIES
-            for f in series_point_metrics(s, range(1, repeat_bounds(config, s.workload)[1] + 1))
+            for f in series_point_metrics(
+                s, range(1, repeat_bounds(config, s.workload)[1] + 1)
+            )
         ]
     else:
         files = [f for s in SERIES for f in series_walk(s)[0]]

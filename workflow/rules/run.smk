@@ -8,13 +8,13 @@ rule run_point:
         metrics="results/runs/{workload}/{runtime}/n{nodes}-g{gpus}-r{ranks}-t{threads}/rep{repeat}/metrics.json",
     log:
         "results/runs/{workload}/{runtime}/n{nodes}-g{gpus}-r{ranks}-t{threads}/rep{repeat}/run.log",
+    # blocks of repeats, runtimes interleaved; below every preparing job (priority 0)
+    priority: point_priority
     conda:
         "../../envs/scalesweep.yaml"
     # locally every core Snakemake may use (nothing else of ours runs beside a
     # measurement); under a Slurm site profile the point's ranks x threads
     threads: measurement_threads
-    # blocks of repeats, runtimes interleaved; below every preparing job (priority 0)
-    priority: point_priority
     resources:
         # Through Slurm (profiles/local-slurm, frontier, odo): one job per point with the
         # point's exact geometry (scalesweep.slurm); declared only under a Slurm site
@@ -41,7 +41,7 @@ checkpoint repeats_decision:
     conda:
         "../../envs/scalesweep.yaml"
     shell:
-        DECIDE_SHELL + " --round {wildcards.round} {input:q} > {log:q} 2>&1"
+        DECIDE_ROUND_SHELL
 
 
 # One job per series, so that every series asks for its next block on its own (a failed
@@ -57,4 +57,4 @@ rule series_done:
     conda:
         "../../envs/scalesweep.yaml"
     shell:
-        DECIDE_SHELL + " --final {input:q} > {log:q} 2>&1"
+        DECIDE_FINAL_SHELL
