@@ -165,6 +165,38 @@ def test_two_node_ddp_ranks_ran_on_two_nodes(slurm_run):
             assert m["command"].startswith("MASTER_ADDR=" + m["slurm"]["hosts"][0])
 
 
+def test_measurements_never_overlapped_and_are_labelled_shared_cores(slurm_cluster, slurm_run):  # noqa: F811
+    """The test cluster's nodes share this host's cores: its profile runs one job at a
+    time (sacct's start and end of every Slurm job, Snakemake's log for local jobs), each
+    point asked for whole nodes, and every table says the figures are not physical."""
+    import pandas as pd
+
+    from scalesweep.timeline import overlaps, parse_snakemake_log, with_slurm_times
+
+    workdir, config, _, _ = slurm_run
+    saved = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = slurm_cluster.env["SLURM_CONF"]
+    try:
+        log = sorted((workdir / ".snakemake" / "log").glob("*.snakemake.log"))[0]
+        jobs = with_slurm_times(parse_snakemake_log(log))
+    finally:
+        if saved is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = saved
+    measured = [j for j in jobs if j.rule == "run_point"]
+    assert measured and all(j.where == "slurm" and j.end for j in measured), measured
+    assert overlaps(jobs) == [], [(m.label(), o.label()) for m, o in overlaps(jobs)]
+    for m in metrics_of(workdir, only(config, "cnn_ddp")).values():
+        assert m["allocation"]["exclusive"] is True and m["allocation"]["shared_cores"] is True
+    runs = pd.read_csv(workdir / "results" / "summary" / "runs.csv")
+    assert runs["shared_cores"].all()
+    for table in ("scaling.csv", "overhead.csv"):
+        df = pd.read_csv(workdir / "results" / "summary" / table)
+        if len(df):
+            assert df.to_csv().count("shared cores: scaling and overhead figures are not physical") >= len(df), table
+
+
 def test_rerun_measures_nothing_again(slurm_cluster, slurm_run):  # noqa: F811
     """The same command again plans no measurement, no staging, no image build (report
     rules added to the workflow since may still run: they only read results)."""
