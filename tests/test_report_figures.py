@@ -268,3 +268,110 @@ def test_runtime_colours_are_stable():
     one = rf.runtime_palette(["charliecloud"])
     two = rf.runtime_palette(["native", "charliecloud", "apptainer"])
     assert one["charliecloud"] == two["charliecloud"] != two["native"]
+
+
+# --- verdicts, the tables' CIs, disturbed runs, shared cores, models ------------------------
+
+def errorbar_segments(ax) -> list[tuple[float, float]]:
+    """(low, high) of every vertical error bar segment drawn on ax."""
+    from matplotlib.collections import LineCollection
+
+    out = []
+    for c in ax.collections:
+        if isinstance(c, LineCollection):
+            for seg in c.get_segments():
+                if len(seg) == 2 and seg[0][0] == seg[1][0]:
+                    out.append((min(seg[0][1], seg[1][1]), max(seg[0][1], seg[1][1])))
+    return out
+
+
+def test_overhead_figure_shows_the_verdicts_and_the_shared_cores_label():
+    df = overhead().assign(verdict=["slower", "inconclusive"], repeats_needed=[0, 7],
+                           margin_pct=2.0, n_disturbed=[0, 1], shared_cores=[False, True],
+                           verdict_text=["slower by 3.0% (95% CI 1.0% .. 5.0%, n=5 pairs)",
+                                         "inconclusive: about 7 more repeats needed (...)"])
+    text = texts(rf.overhead_figure(df))
+    assert "slower by 3.0% (95% CI 1.0% .. 5.0%, n=5 pairs)" in text
+    assert "inconclusive: ~7 more repeats" in text
+    assert "shared cores: scaling and overhead figures are not physical" in text
+    assert "(shared cores)" in text and "disturbed runs were left out of 1" in text
+    assert "95% confidence intervals of the tables" in text
+    segments = errorbar_segments(rf.overhead_figure(df).axes[0])
+    assert sorted(segments) == [(-3.0, 9.0), (-3.0, 9.0)]  # the table's CI, as given
+
+
+def test_efficiency_error_bars_are_the_tables_ci_and_disturbed_runs_hollow():
+    df = scaling().assign(efficiency_ci95_low_pct=[100.0, 85.0],
+                          efficiency_ci95_high_pct=[100.0, 97.0], shared_cores=[False, True])
+    runs = pd.DataFrame(dict(workload="cnn", runtime="native", threads=1, count=[1, 1, 2, 2],
+                             time_s=[9.0, 11.0, 5.0, 8.0], disturbed=[False, False, False, True]))
+    fig = rf.efficiency_figure(df, runs)
+    ax = fig.axes[0]
+    assert (85.0, 97.0) in errorbar_segments(ax)
+    text = texts(fig)
+    assert "91% (CI 85-97%)" in text and "1 disturbed runs" in text
+    assert "shared cores: scaling and overhead figures are not physical" in text
+    hollow = [c for c in ax.collections if type(c).__name__ == "PathCollection"
+              and c.get_offsets().shape[0] == 1 and len(c.get_facecolor()) == 0]
+    assert hollow and tuple(hollow[0].get_offsets()[0]) == (2.0, 5.0 / 8.0 * 100)
+
+
+def test_completeness_counts_disturbed_runs_apart():
+    pts = points(("done", "disturbed", "done", "done"))
+    pts["reason"] = pts["reason"].astype(object)
+    pts.loc[1, "reason"] = "outside processes used 40%"
+    text = texts(rf.completeness_figure(pts))
+    assert "3 of 4 requested runs finished" in text and "1 disturbed" in text
+    assert rf.missing_table(pts).empty  # finished, so not in the missing table
+    assert rf.not_done_note(pts) == "all 4 requested points finished"
+
+
+def test_epochs_and_provenance_carry_disturbance_and_allocation():
+    m = metrics(disturbed=True, interference={"reasons": ["busy"]},
+                allocation={"shared_cores": True, "exclusive": False, "cpus_bound": "0-1"})
+    epochs = rf.epochs_table([("a", m), ("b", metrics(repeat=2))])
+    assert epochs["disturbed"].tolist() == [True] * 3 + [False] * 3
+    assert epochs["shared_cores"].tolist() == [True] * 3 + [False] * 3
+    fig = rf.epoch_time_figure(epochs)
+    assert "1 disturbed runs" in texts(fig) and "not physical" in texts(fig)
+    prov = rf.provenance_table([("a", m)]).iloc[0]
+    assert (prov["disturbed"], prov["disturbed_reason"], prov["shared_cores"],
+            prov["cpus_bound"]) == (True, "busy", True, "0-1")
+
+
+def test_scaling_figure_draws_the_tables_ci_not_a_bootstrap():
+    from scalesweep import plots
+
+    table = pd.DataFrame(dict(workload="cnn", runtime="native", threads=1, count=[1, 2],
+                              time_s=[10.0, 5.5], ci95_low=[9.0, 5.0], ci95_high=[11.0, 6.0],
+                              linear_time_s=[10.0, 5.0], shared_cores=[False, False]))
+    runs = pd.DataFrame(dict(workload="cnn", runtime="native", threads=1, count=[1, 1, 2, 2],
+                             time_s=[9.5, 10.5, 5.5, 9.0], disturbed=[False, False, False, True]))
+    fig = plots.scaling_figure(table, runs)
+    assert sorted(errorbar_segments(fig.axes[0])) == [(5.0, 6.0), (9.0, 11.0)]
+    assert "95% CI of the table" in texts(fig) and "disturbed" in texts(fig)
+
+
+def test_llm_figure_one_row_per_model_with_the_tables_ci_and_synthetic_label():
+    from scalesweep import collect, plots
+
+    rows = []
+    for model, synthetic, wall in (("tiny", True, 20.0), ("real", False, 40.0)):
+        for rt, rep in [(rt, rep) for rt in ("native", "charliecloud") for rep in (1, 2, 3)]:
+            rows.append(collect.run_row({
+                "point": dict(workload="llm", runtime=rt, nodes=1, gpus=0, ranks=1,
+                              threads=2, repeat=rep),
+                "wall_s": wall + rep * 0.1, "tokens_per_s": 30.0 + rep,
+                "model": {"name": model, "synthetic": synthetic}}, f"{model}{rt}{rep}", "llm"))
+    runs = pd.DataFrame(rows)
+    table = collect.llm_summary(runs)
+    fig = plots.llm_figure(runs, table)
+    assert len(fig.axes) == 4  # two models, never pooled
+    text = texts(fig)
+    assert "llm: tiny (synthetic weights)" in text and "llm: real" in text
+    assert "synthetic weights: random-weight model" in text
+    real = table[(table["model"] == "real") & (table["runtime"] == "native")].iloc[0]
+    time_axes = [ax for ax in fig.axes if ax.get_title() == "llm: real"][0]
+    assert (pytest.approx(real["ci95_low"]), pytest.approx(real["ci95_high"])) in [
+        (pytest.approx(lo), pytest.approx(hi)) for lo, hi in errorbar_segments(time_axes)]
+    assert rf.NO_DATA not in text and "no finished LLM runs" in texts(plots.llm_figure(pd.DataFrame()))

@@ -20,6 +20,11 @@ OVERHEAD_DEFINITION = "(container - native) / native * 100"
 CONFIDENCE = 0.95
 STATISTICS = ("mean", "median", "min")
 SCALING_MODES = ("strong", "weak")
+VERDICTS = ("slower", "faster", "equivalent", "inconclusive")
+EQUIVALENCE_MARGIN_PCT = 2.0  # schema default of measurement.equivalence_margin_pct
+TARGET_CI_PP = 2.0  # schema default of measurement.target_ci_pp
+MAX_REPEATS = 1000  # repeats_needed is capped here (per runtime, in all)
+MIN_REPEATS = 3  # fewer than 2 usable values: ask for this many in all
 
 
 class TableError(ValueError):
@@ -70,14 +75,18 @@ def scaling_table(
 
     Output columns: group columns, ``count_col``, time_s (mean over repeats), n, median,
     min, max, std, ci95_low, ci95_high, cv, baseline_count, baseline_time_s,
-    linear_time_s, speedup, efficiency_pct, flag.
+    linear_time_s, speedup, efficiency_pct, efficiency_ci95_low_pct,
+    efficiency_ci95_high_pct, flag.
 
     With r = count / baseline_count:
     - strong (fixed total work): linear_time_s = baseline_time_s / r,
       speedup = baseline_time_s / time_s;
     - weak (fixed work per rank): linear_time_s = baseline_time_s, speedup is the
       scaled speedup r * baseline_time_s / time_s (work done per second, relative).
-    In both, efficiency_pct = linear_time_s / time_s * 100 = speedup / r * 100.
+    In both, efficiency_pct = linear_time_s / time_s * 100 = speedup / r * 100. Its 95%
+    CI is Fieller's interval for the ratio of mean times (baseline / this count, repeats
+    independent), NaN with fewer than two repeats on a side or where unbounded; the
+    baseline row's efficiency is 100 by definition (a zero-width interval).
 
     The baseline defaults to the smallest count of each group; an explicit one must
     exist in every group. flag joins with ';': superlinear (efficiency above 100 after
@@ -120,13 +129,47 @@ def scaling_table(
             )
         )
     table = pd.concat(per_group, ignore_index=True)
+    table["efficiency_ci95_low_pct"], table["efficiency_ci95_high_pct"] = _efficiency_ci(
+        runs, table, group_cols, count_col, time_col, mode)
     table["flag"] = [
         _scaling_flag(efficiency, cv, n, cv_threshold)
         for efficiency, cv, n in zip(table["efficiency_pct"], table["cv"], table["n"])
     ]
     return table[[*group_cols, count_col, "time_s", "n", "median", "min", "max", "std",
                   "ci95_low", "ci95_high", "cv", "baseline_count", "baseline_time_s",
-                  "linear_time_s", "speedup", "efficiency_pct", "flag"]]
+                  "linear_time_s", "speedup", "efficiency_pct", "efficiency_ci95_low_pct",
+                  "efficiency_ci95_high_pct", "flag"]]
+
+
+def _efficiency_ci(runs: pd.DataFrame, table: pd.DataFrame, group_cols: list[str],
+                   count_col: str, time_col: str, mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """95% CI of each row's efficiency: Fieller's interval for mean(baseline times) /
+    mean(times) (independent samples, Welch-Satterthwaite df), times 100 / r (strong) or
+    100 (weak). The baseline row is 100 by definition (a zero-width interval); NaN where
+    either side has fewer than 2 repeats or the interval is unbounded."""
+    samples = {
+        key if isinstance(key, tuple) else (key,): group.to_numpy(float)
+        for key, group in runs.assign(**{time_col: pd.to_numeric(runs[time_col])})
+        .groupby([*group_cols, count_col], sort=False, dropna=False)[time_col]
+    }
+    low, high = np.full(len(table), np.nan), np.full(len(table), np.nan)
+    for i, row in enumerate(table.itertuples(index=False)):
+        values = dict(zip(table.columns, row))
+        key = tuple(values[c] for c in group_cols)
+        count, base = values[count_col], values["baseline_count"]
+        if count == base:
+            low[i] = high[i] = 100.0
+            continue
+        mine, baseline = samples.get((*key, count)), samples.get((*key, base))
+        if mine is None or baseline is None or mine.size < 2 or baseline.size < 2:
+            continue
+        lo, hi = _fieller_from_moments(
+            baseline.mean(), 0.0 if np.ptp(baseline) == 0 else baseline.var(ddof=1),
+            baseline.size, mine.mean(), 0.0 if np.ptp(mine) == 0 else mine.var(ddof=1),
+            mine.size, CONFIDENCE)
+        factor = 100.0 if mode == "weak" else 100.0 * base / count
+        low[i], high[i] = lo * factor, hi * factor
+    return low, high
 
 
 def _scaling_flag(efficiency_pct: float, cv: float, n: int, cv_threshold: float) -> str:
@@ -204,6 +247,128 @@ def overhead_table(
     return table.astype({"significant": "boolean"})
 
 
+VERDICT_COLUMNS = [
+    "paired", "n_native", "n", "n_disturbed", "native_s", "time_s", "overhead_pct",
+    "overhead_ci95_low_pct", "overhead_ci95_high_pct", "ci_half_width_pp", "p_value",
+    "significant", "equivalence_p_value", "margin_pct", "verdict", "verdict_text",
+    "repeats_needed", "target_ci_pp", "target_met",
+]
+
+
+def verdict_table(
+    df: pd.DataFrame,
+    group_cols: Iterable[str] = (),
+    runtime_col: str = "runtime",
+    time_col: str = "time_s",
+    baseline_runtime: str = "native",
+    pair_col: str | None = "repeat",
+    exclude_col: str | None = "disturbed",
+    margin_pct: float = EQUIVALENCE_MARGIN_PCT,
+    target_ci_pp: float = TARGET_CI_PP,
+    confidence: float = CONFIDENCE,
+) -> pd.DataFrame:
+    """``overhead_verdict`` of every runtime against ``baseline_runtime``, per group.
+
+    Output columns: group columns, runtime, then ``VERDICT_COLUMNS``: paired, n_native,
+    n (pairs when paired), n_disturbed (runs of either side left out), native_s, time_s,
+    overhead_pct, overhead_ci95_low_pct, overhead_ci95_high_pct, ci_half_width_pp,
+    p_value, significant (p_value < 1 - confidence), equivalence_p_value, margin_pct,
+    verdict, verdict_text, repeats_needed, target_ci_pp, target_met.
+
+    Rows where ``exclude_col`` is true (disturbed runs) are counted and left out. The
+    comparison is paired (as the adaptive repeats decide it: scalesweep.adaptive) when
+    each ``pair_col`` value occurs at most once per side and at least two of them are
+    valid on both sides; only those pairs are used (a repeat valid on one side only is
+    left out), and native_s / time_s are then the geometric means over the pairs (so
+    that overhead_pct = (time_s - native_s) / native_s x 100 still holds). Otherwise it
+    is unpaired over the valid runs, with arithmetic means.
+    """
+    group_cols = _as_list(group_cols)
+    _require_table(df, [*group_cols, runtime_col, time_col])
+    times = pd.to_numeric(df[time_col], errors="coerce")
+    data = df.assign(**{time_col: times})
+    if exclude_col and exclude_col in df.columns:
+        excluded = df[exclude_col].map(truthy)
+    else:
+        excluded = pd.Series(False, index=df.index)
+    data = data.assign(_excluded=excluded.astype(bool))
+    rows = []
+    for key, group in _grouped(data, group_cols):
+        is_base = group[runtime_col] == baseline_runtime
+        if not is_base.any():
+            raise TableError(
+                f"no {runtime_col}={baseline_runtime!r} rows in "
+                f"{_describe_group(group_cols, key)} ({runtime_col} present: "
+                f"{', '.join(map(str, group[runtime_col].unique()))})"
+            )
+        base = group[is_base]
+        for runtime, runs in group[~is_base].groupby(runtime_col, sort=False):
+            pairs = _valid_pairs(base, runs, pair_col, time_col)
+            if pairs is not None:
+                native, container = pairs
+                native_s, time_s = np.exp(np.log(native).mean()), np.exp(np.log(container).mean())
+            else:
+                native = base.loc[~base["_excluded"], time_col].to_numpy(float)
+                container = runs.loc[~runs["_excluded"], time_col].to_numpy(float)
+                native_s = native.mean() if native.size else np.nan
+                time_s = container.mean() if container.size else np.nan
+            v = overhead_verdict(native, container, paired=pairs is not None,
+                                 margin_pct=margin_pct, target_ci_pp=target_ci_pp,
+                                 confidence=confidence)
+            p_value = v["p_value"]
+            rows.append({
+                **dict(zip(group_cols, key)),
+                runtime_col: runtime,
+                "paired": v["paired"], "n_native": v["n_native"], "n": v["n"],
+                "n_disturbed": int(base["_excluded"].sum() + runs["_excluded"].sum()),
+                "native_s": native_s, "time_s": time_s,
+                "overhead_pct": v["overhead_pct"],
+                "overhead_ci95_low_pct": v["ci95_low_pct"],
+                "overhead_ci95_high_pct": v["ci95_high_pct"],
+                "ci_half_width_pp": v["ci_half_width_pp"],
+                "p_value": p_value,
+                "significant": pd.NA if np.isnan(p_value) else bool(p_value < 1 - confidence),
+                "equivalence_p_value": v["equivalence_p_value"],
+                "margin_pct": margin_pct,
+                "verdict": v["verdict"], "verdict_text": v["verdict_text"],
+                "repeats_needed": v["repeats_needed"],
+                "target_ci_pp": target_ci_pp, "target_met": v["target_met"],
+            })
+    table = pd.DataFrame(rows, columns=[*group_cols, runtime_col, *VERDICT_COLUMNS])
+    return table.astype({"significant": "boolean"})
+
+
+def truthy(value) -> bool:
+    """A flag from a table or a CSV round trip: True, 'True', 'true', 1 (NaN: False)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    try:
+        return bool(value) and not pd.isna(value)
+    except (TypeError, ValueError):
+        return False
+
+
+def _valid_pairs(base: pd.DataFrame, runs: pd.DataFrame, pair_col: str | None,
+                 time_col: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(native, container) times of the valid pairs, matched on ``pair_col`` and in its
+    order; None where the comparison is not paired (see ``verdict_table``)."""
+    if not pair_col or pair_col not in base.columns:
+        return None
+    sides = []
+    for side in (base, runs):
+        keys = side[pair_col].to_numpy()
+        if pd.isna(keys).any() or len(set(keys.tolist())) != len(keys):
+            return None
+        times = side[time_col].to_numpy(float)
+        ok = ~side["_excluded"].to_numpy(bool) & _usable(times)
+        sides.append(dict(zip(keys[ok].tolist(), times[ok])))
+    common = sorted(set(sides[0]) & set(sides[1]))
+    if len(common) < 2:
+        return None
+    return (np.array([sides[0][k] for k in common], dtype=float),
+            np.array([sides[1][k] for k in common], dtype=float))
+
+
 def _uncertainty(native: np.ndarray, container: np.ndarray, with_ci: bool):
     """(CI low %, CI high %, Welch p) of the overhead; NaN where repeats are missing."""
     if native.size < 2 or container.size < 2:
@@ -225,20 +390,282 @@ def _uncertainty(native: np.ndarray, container: np.ndarray, with_ci: bool):
 
 def _fieller_ratio_ci(native: np.ndarray, container: np.ndarray) -> tuple[float, float]:
     """Fieller's CI for mean(container) / mean(native), independent samples."""
-    a, b = container.mean(), native.mean()
-    var_a = container.var(ddof=1) / container.size
-    var_b = native.var(ddof=1) / native.size
+    return _fieller_from_moments(
+        container.mean(), container.var(ddof=1), container.size,
+        native.mean(), native.var(ddof=1), native.size, CONFIDENCE)
+
+
+def _fieller_from_moments(a: float, var_a: float, n_a: int, b: float, var_b: float,
+                          n_b: int, confidence: float) -> tuple[float, float]:
+    """Fieller's CI for mean a / mean b of independent samples (sample variances var_a,
+    var_b of n_a, n_b values); NaN where unbounded, a point where neither side varies."""
+    var_a, var_b = var_a / n_a, var_b / n_b
     ratio = a / b
+    if var_a == 0 and var_b == 0:
+        return ratio, ratio
     # Welch-Satterthwaite df of a - ratio * b, the pivot Fieller's interval inverts.
     dof = (var_a + ratio**2 * var_b) ** 2 / (
-        var_a**2 / (container.size - 1) + (ratio**2 * var_b) ** 2 / (native.size - 1)
+        (var_a**2 / (n_a - 1) if var_a else 0) + ((ratio**2 * var_b) ** 2 / (n_b - 1) if var_b else 0)
     )
-    t = stats.t.ppf((1 + CONFIDENCE) / 2, dof)
+    t = stats.t.ppf((1 + confidence) / 2, dof)
     denominator = b * b - t * t * var_b
     if denominator <= 0:  # native mean not distinguishable from 0: unbounded interval
         return np.nan, np.nan
     half = t * np.sqrt(a * a * var_b + b * b * var_a - t * t * var_a * var_b)
     return (a * b - half) / denominator, (a * b + half) / denominator
+
+
+# --- verdicts: a conclusion with its evidence, never a bare percentage ---------------------
+
+
+def overhead_verdict(native, container, *, paired: bool = False,
+                     margin_pct: float = EQUIVALENCE_MARGIN_PCT,
+                     target_ci_pp: float = TARGET_CI_PP, confidence: float = CONFIDENCE) -> dict:
+    """The container's overhead against native with its evidence and a verdict.
+
+    ``native``, ``container``: times in seconds (positive; NaN, infinite or non-positive
+    values are not usable and are dropped, pairwise when ``paired``). Positive overhead =
+    the container is slower (``OVERHEAD_DEFINITION``).
+
+    Paired (element k of both measured in the same block): on the per-pair log ratios
+    d_k = ln(c_k / n_k), the Student-t CI of their mean, back-transformed:
+    overhead = (exp(mean d) - 1) x 100, the CI likewise (the geometric-mean ratio); p is
+    the one-sample t-test of mean d = 0; equivalence is two one-sided t-tests (TOST) of
+    mean d against ln(1 - margin/100) and ln(1 + margin/100).
+
+    Unpaired (independent samples): overhead of the means, Fieller's CI for the ratio of
+    means with Welch-Satterthwaite degrees of freedom and Welch's t-test, as
+    ``overhead_table``; TOST with the same pivot: Welch's t of
+    mean(c) - R x mean(n) for the ratio bounds R = 1 - margin/100 and 1 + margin/100
+    (this accounts for the native mean's own uncertainty, unlike a test of the difference
+    against a margin taken as fixed).
+
+    The verdict, at 1 - confidence = alpha (5% by default):
+    - "equivalent": TOST at alpha rejects both one-sided nulls (equivalence_p_value <
+      alpha), i.e. the (1 - 2 alpha) = 90% CI lies within +-margin_pct;
+    - else "slower" / "faster": the 95% CI excludes 0;
+    - else "inconclusive", with the repeats still needed.
+    repeats_needed: from the observed spread, the extra repeats per runtime (pairs when
+    paired) for the 95% CI half-width to reach ``target_ci_pp`` percentage points (capped
+    at MAX_REPEATS in all); 0 when target_met. With fewer than 2 usable values on a side
+    (or pairs) the verdict is inconclusive and repeats_needed = 3 - n (at least 1).
+    Identical values (zero spread) give a zero-width CI and no t-test (p_value NaN); the
+    verdict then follows the exact difference.
+    """
+    native = np.asarray(native, dtype=float).ravel()
+    container = np.asarray(container, dtype=float).ravel()
+    alpha = 1 - confidence
+    if paired:
+        if native.size != container.size:
+            raise ValueError(f"paired samples differ in length: {native.size} native, "
+                             f"{container.size} container")
+        ok = _usable(native) & _usable(container)
+        native, container = native[ok], container[ok]
+    else:
+        native, container = native[_usable(native)], container[_usable(container)]
+    out = {
+        "n_native": int(native.size), "n": int(container.size), "paired": bool(paired),
+        "overhead_pct": np.nan, "ci95_low_pct": np.nan, "ci95_high_pct": np.nan,
+        "ci_half_width_pp": np.nan, "p_value": np.nan, "equivalence_p_value": np.nan,
+        "verdict": "inconclusive", "verdict_text": "", "repeats_needed": 0,
+        "target_met": False,
+    }
+    if paired:
+        stats_ = _paired_evidence(native, container, margin_pct, confidence)
+    else:
+        stats_ = _unpaired_evidence(native, container, margin_pct, confidence)
+    out.update(stats_["evidence"])
+    n_used = min(out["n_native"], out["n"])
+    half = out["ci_half_width_pp"]
+    out["target_met"] = bool(np.isfinite(half) and half <= target_ci_pp)
+    if n_used < 2:
+        out["repeats_needed"] = max(1, MIN_REPEATS - n_used)
+    elif not out["target_met"]:
+        out["repeats_needed"] = _repeats_for(stats_["half_width_at"], n_used,
+                                             lambda hw, _low, _high: hw <= target_ci_pp)
+    low, high = out["ci95_low_pct"], out["ci95_high_pct"]
+    if n_used >= 2 and out["equivalence_p_value"] < alpha:
+        out["verdict"] = "equivalent"
+    elif n_used >= 2 and np.isfinite(low) and low > 0:
+        out["verdict"] = "slower"
+    elif n_used >= 2 and np.isfinite(high) and high < 0:
+        out["verdict"] = "faster"
+    to_decide = out["repeats_needed"]
+    if out["verdict"] == "inconclusive" and n_used >= 2 and to_decide == 0:
+        # narrow enough, yet undecided (the overhead sits near 0 or near the margin):
+        # the repeats until the projected CIs decide one way or the other
+        to_decide = _repeats_for(stats_["decides_at"], n_used, None)
+    out["verdict_text"] = _verdict_text(out, margin_pct, to_decide)
+    for key in ("overhead_pct", "ci95_low_pct", "ci95_high_pct", "ci_half_width_pp",
+                "p_value", "equivalence_p_value"):
+        out[key] = float(out[key])
+    out["repeats_needed"] = int(out["repeats_needed"])
+    return out
+
+
+def _usable(values: np.ndarray) -> np.ndarray:
+    return np.isfinite(values) & (values > 0)
+
+
+def _paired_evidence(native, container, margin_pct, confidence):
+    n = native.size
+    d = np.log(container) - np.log(native)
+    bounds = (np.log1p(-margin_pct / 100) if margin_pct < 100 else -np.inf,
+              np.log1p(margin_pct / 100))
+    evidence = {}
+    if n == 0:
+        return {"evidence": evidence, "half_width_at": None, "decides_at": None}
+    mean = float(d.mean())
+    evidence["overhead_pct"] = float(np.expm1(mean) * 100)
+    if n < 2:
+        return {"evidence": evidence, "half_width_at": None, "decides_at": None}
+    sd = 0.0 if np.ptp(d) == 0 else float(d.std(ddof=1))
+
+    def interval(size, level):
+        if sd == 0:
+            return mean, mean
+        half = stats.t.ppf((1 + level) / 2, size - 1) * sd / np.sqrt(size)
+        return mean - half, mean + half
+
+    low, high = interval(n, confidence)
+    evidence["ci95_low_pct"] = float(np.expm1(low) * 100)
+    evidence["ci95_high_pct"] = float(np.expm1(high) * 100)
+    evidence["ci_half_width_pp"] = (evidence["ci95_high_pct"] - evidence["ci95_low_pct"]) / 2
+    if sd == 0:
+        evidence["equivalence_p_value"] = 0.0 if bounds[0] < mean < bounds[1] else 1.0
+    else:
+        se = sd / np.sqrt(n)
+        evidence["p_value"] = float(2 * stats.t.sf(abs(mean) / se, n - 1))
+        p_low = stats.t.sf((mean - bounds[0]) / se, n - 1)  # H0: mean <= lower bound
+        p_high = stats.t.cdf((mean - bounds[1]) / se, n - 1)  # H0: mean >= upper bound
+        evidence["equivalence_p_value"] = float(max(p_low, p_high))
+
+    def half_width_at(size):
+        lo, hi = interval(size, confidence)
+        return (np.expm1(hi) - np.expm1(lo)) * 50, lo, hi
+
+    def decides_at(size):
+        lo95, hi95 = interval(size, confidence)
+        lo90, hi90 = interval(size, 2 * confidence - 1)
+        return (bounds[0] < lo90 and hi90 < bounds[1]) or lo95 > 0 or hi95 < 0
+
+    return {"evidence": evidence, "half_width_at": half_width_at, "decides_at": decides_at}
+
+
+def _unpaired_evidence(native, container, margin_pct, confidence):
+    evidence = {}
+    nn, nc = native.size, container.size
+    if nn == 0 or nc == 0:
+        return {"evidence": evidence, "half_width_at": None, "decides_at": None}
+    a, b = float(container.mean()), float(native.mean())
+    evidence["overhead_pct"] = float(overhead_pct(b, a))
+    if nn < 2 or nc < 2:
+        return {"evidence": evidence, "half_width_at": None, "decides_at": None}
+    still = np.ptp(native) == 0 and np.ptp(container) == 0
+    var_a = 0.0 if np.ptp(container) == 0 else float(container.var(ddof=1))
+    var_b = 0.0 if np.ptp(native) == 0 else float(native.var(ddof=1))
+    if still:
+        # no spread to test with; compared on the first values, as _uncertainty does (the
+        # mean of equal floats can miss them by an ulp)
+        point = float(overhead_pct(native[0], container[0]))
+        evidence.update(overhead_pct=point, ci95_low_pct=point, ci95_high_pct=point,
+                        ci_half_width_pp=0.0,
+                        equivalence_p_value=0.0 if abs(point) < margin_pct else 1.0)
+        return {"evidence": evidence, "half_width_at": None,
+                "decides_at": lambda size: True}
+    low, high, p_value = _uncertainty(native, container, True)
+    evidence.update(ci95_low_pct=low, ci95_high_pct=high, p_value=p_value,
+                    ci_half_width_pp=(high - low) / 2)
+    evidence["equivalence_p_value"] = max(
+        _ratio_test(a, var_a, nc, b, var_b, nn, 1 - margin_pct / 100, "greater"),
+        _ratio_test(a, var_a, nc, b, var_b, nn, 1 + margin_pct / 100, "less"))
+
+    def interval(k, level):
+        return _fieller_from_moments(a, var_a, nc + k, b, var_b, nn + k, level)
+
+    def half_width_at(size):
+        k = size - min(nn, nc)
+        lo, hi = interval(k, confidence)
+        return (hi - lo) * 50, lo, hi
+
+    def decides_at(size):
+        k = size - min(nn, nc)
+        lo95, hi95 = interval(k, confidence)
+        lo90, hi90 = interval(k, 2 * confidence - 1)
+        return ((1 - margin_pct / 100 < lo90 and hi90 < 1 + margin_pct / 100)
+                or lo95 > 1 or hi95 < 1)
+
+    return {"evidence": evidence, "half_width_at": half_width_at, "decides_at": decides_at}
+
+
+def _ratio_test(a, var_a, n_a, b, var_b, n_b, ratio, alternative):
+    """One-sided Welch t-test of mean(a) / mean(b) against ``ratio`` (Fieller's pivot
+    a - ratio x b): alternative "greater" tests H0 a/b <= ratio, "less" H0 a/b >= ratio."""
+    se_a, se_b = var_a / n_a, ratio**2 * var_b / n_b
+    se = np.sqrt(se_a + se_b)
+    diff = a - ratio * b
+    if se == 0:
+        return 0.0 if (diff > 0 if alternative == "greater" else diff < 0) else 1.0
+    terms = (se_a**2 / (n_a - 1) if n_a > 1 else 0) + (se_b**2 / (n_b - 1) if n_b > 1 else 0)
+    dof = (se_a + se_b) ** 2 / terms
+    t = diff / se
+    return float(stats.t.sf(t, dof) if alternative == "greater" else stats.t.cdf(t, dof))
+
+
+def _repeats_for(check, n: int, target) -> int:
+    """Extra repeats until ``check`` says yes at n + k (the half-width target, or a
+    decision): the smallest such k, found by doubling then bisecting (the half-width
+    shrinks as n grows); MAX_REPEATS - n when not even MAX_REPEATS in all would do."""
+    if check is None:
+        return 0
+
+    def ok(size: int) -> bool:
+        result = check(size)
+        if target is None:
+            return bool(result)
+        half, low, high = result
+        return bool(np.isfinite(half) and target(half, low, high))
+
+    if n >= MAX_REPEATS or ok(n):
+        return 0
+    low, step = n, 1  # low: known not ok
+    while True:
+        high = min(n + step, MAX_REPEATS)
+        if ok(high):
+            break
+        if high == MAX_REPEATS:
+            return MAX_REPEATS - n
+        low, step = high, step * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        if ok(middle):
+            high = middle
+        else:
+            low = middle
+    return high - n
+
+
+def _verdict_text(v: dict, margin_pct: float, more: int) -> str:
+    def pct(x: float) -> str:
+        text = f"{x:.1f}"
+        return ("0.0" if text == "-0.0" else text) + "%"
+
+    n_text = (f"n={v['n']} pairs" if v["paired"]
+              else f"n={v['n_native']} native, {v['n']} container")
+    has_ci = np.isfinite(v["ci95_low_pct"]) and np.isfinite(v["ci95_high_pct"])
+    ci = f"95% CI {pct(v['ci95_low_pct'])} .. {pct(v['ci95_high_pct'])}" if has_ci else "no 95% CI"
+    overhead = v["overhead_pct"]
+    if v["verdict"] == "equivalent":
+        return f"equivalent within +-{margin_pct:g}% (overhead {pct(overhead)}, {ci}, {n_text})"
+    if v["verdict"] == "slower":
+        return f"slower by {pct(overhead)} ({ci}, {n_text})"
+    if v["verdict"] == "faster":
+        return f"faster by {pct(-overhead)} (overhead {pct(overhead)}, {ci}, {n_text})"
+    about = (f"over {more} more repeats needed" if more and min(v["n"], v["n_native"]) + more
+             >= MAX_REPEATS else f"about {more} more repeat{'s' if more != 1 else ''} needed")
+    if not np.isfinite(overhead):
+        return f"inconclusive: {about} (no usable runs on a side; {n_text})"
+    return f"inconclusive: {about} (overhead {pct(overhead)}, {ci}, {n_text})"
 
 
 def _as_list(cols: Iterable[str]) -> list[str]:

@@ -4,27 +4,56 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
+import numpy as np
 import pandas as pd
 
+from scalesweep.analysis import truthy, describe_repeats, scaling_table, verdict_table
 from scalesweep.metrics import MetricsError, read_metrics
 from scalesweep.runpoint import FAILURE_JSON
-from scalesweep.sweep import SweepPoint, scaling_count
+from scalesweep.sweep import SweepError, SweepPoint, scaling_count, workload_axes
 
 RUN_COLUMNS = [
     "workload", "payload", "runtime", "nodes", "gpus", "ranks", "threads", "repeat",
-    "count", "world_size", "time_s", "epoch_time_first_s", "train_s", "images_per_s",
-    "final_loss", "final_accuracy", "peak_rss_mb", "harness_wall_s", "harness_overhead_s",
+    "count", "world_size", "time_s", "epoch_time_first_s", "train_s", "images_per_epoch",
+    "images_per_s", "final_loss", "final_accuracy", "model", "model_label", "synthetic_model",
+    "peak_rss_mb", "harness_wall_s", "harness_overhead_s",
+    "disturbed", "disturbed_reason", "outside_cpu_pct", "steal_pct", "load1_max",
+    "exclusive", "shared_cores", "order_position",
     "hosts", "launcher", "image_digest", "slurm_job_id", "git_commit", "torch", "start", "end",
     "path",
 ]
+SYNTHETIC_LABEL = "synthetic weights"
+SHARED_CORES_NOTE = "shared cores: scaling and overhead figures are not physical"
 
 
 def steady_epoch_time(epoch_s: list[float]) -> float:
     """Seconds per epoch, excluding the first epoch (warm-up) when there are several."""
     steady = epoch_s[1:] if len(epoch_s) > 1 else epoch_s
     return sum(steady) / len(steady)
+
+
+def disturbance(metrics: dict) -> tuple[bool, str]:
+    """(disturbed, reason) of a run; (False, '') for metrics written before the harness
+    measured interference."""
+    interference = metrics.get("interference") or {}
+    disturbed = bool(metrics.get("disturbed", False))
+    reasons = interference.get("reasons") or []
+    if isinstance(reasons, str):
+        reasons = [reasons]
+    reason = "; ".join(str(r) for r in reasons)
+    if disturbed and not reason:
+        reason = "disturbed (no reason recorded)"
+    return disturbed, reason if disturbed else ""
+
+
+def model_label(model, synthetic) -> str:
+    """A model's name as every table and figure shows it: synthetic weights said so."""
+    name = "unknown model" if model is None or (isinstance(model, float) and model != model) \
+        else str(model)
+    return f"{name} ({SYNTHETIC_LABEL})" if synthetic is True or str(synthetic).lower() == "true" \
+        else name
 
 
 def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
@@ -47,13 +76,35 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
         end=metrics.get("harness_end") or metrics.get("end"),
         path=path,
     )
+    disturbed, reason = disturbance(metrics)
+    interference = metrics.get("interference") or {}
+    allocation = metrics.get("allocation") or {}
+    order = metrics.get("order") or {}
+    row.update(
+        disturbed=disturbed,
+        disturbed_reason=reason,
+        outside_cpu_pct=interference.get("outside_cpu_pct_max"),
+        steal_pct=interference.get("steal_pct_max"),
+        load1_max=interference.get("load1_max"),
+        exclusive=allocation.get("exclusive"),
+        shared_cores=bool(allocation.get("shared_cores", False)),
+        order_position=order.get("position"),
+    )
     if payload_kind == "cnn":
         epochs = metrics["epoch_s"]
+        steady = steady_epoch_time(epochs)
+        # images_per_s covers the same epochs as time_s (steady state: the first epoch
+        # excluded when there are several); the payload's own images_per_s is over all
+        # epochs, warm-up included. images_per_epoch: what every rank together processed.
+        per_epoch = metrics.get("images_per_epoch")
+        if per_epoch is None and metrics.get("images_per_s") and metrics.get("train_s"):
+            per_epoch = metrics["images_per_s"] * metrics["train_s"] / len(epochs)
         row.update(
-            time_s=steady_epoch_time(epochs),
+            time_s=steady,
             epoch_time_first_s=epochs[0],
             train_s=metrics["train_s"],
-            images_per_s=metrics["images_per_s"],
+            images_per_epoch=per_epoch,
+            images_per_s=per_epoch / steady if per_epoch and steady > 0 else None,
             final_loss=metrics["final_loss"],
             final_accuracy=metrics["final_accuracy"],
         )
@@ -71,8 +122,9 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
             peak_rss_mb=(metrics.get("memory") or {}).get("server_peak_rss_mb"),
             engine=(metrics.get("engine") or {}).get("name"),
             model=(metrics.get("model") or {}).get("name"),
-            synthetic_model=(metrics.get("model") or {}).get("synthetic"),
+            synthetic_model=bool((metrics.get("model") or {}).get("synthetic", False)),
         )
+        row["model_label"] = model_label(row["model"], row["synthetic_model"])
     return row
 
 
@@ -92,29 +144,215 @@ def collect_runs(metrics_paths: Iterable[str], config: dict) -> pd.DataFrame:
 
 
 def point_states(
-    points: Iterable[SweepPoint], results: str = "results", done: Iterable[str] = ()
+    points: Iterable[SweepPoint], results: str = "results", done: Iterable[str] = (),
+    disturbed: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
-    """done / failed (with reason) / missing for every requested point.
+    """done / disturbed (with reason) / failed (with reason) / missing for every point.
 
     ``done``: metrics files already read and validated (collect_runs' ``path`` column, as
     aggregate passes it): they are not parsed a second time (at 100,000 runs that second
-    pass was 13 s of a 37 s aggregation).
+    pass was 13 s of a 37 s aggregation). ``disturbed``: those of them whose run was
+    disturbed, mapped to the reason (collect_runs' disturbed_reason). A metrics file read
+    here is checked for ``disturbed`` itself. A disturbed run is kept but left out of the
+    statistics; the workflow measures further repeats to replace it.
     """
     done = {str(Path(f)) for f in done}
+    disturbed = {str(Path(f)): r for f, r in (disturbed or {}).items()}
     rows = []
     for p in points:
         d = Path(results) / "runs" / p.path
         state, reason, log = "missing", "", ""
-        if str(d / "metrics.json") in done:
+        metrics_path = str(d / "metrics.json")
+        if metrics_path in done:
             state = "done"
+            if metrics_path in disturbed:
+                state, reason = "disturbed", disturbed[metrics_path]
         elif (d / "metrics.json").is_file():
             try:
-                read_metrics(d / "metrics.json")
-                state = "done"
+                flagged, why = disturbance(read_metrics(d / "metrics.json"))
+                state, reason = ("disturbed", why) if flagged else ("done", "")
             except MetricsError as exc:
                 state, reason = "failed", str(exc)
         elif (d / FAILURE_JSON).is_file():
             failure = json.loads((d / FAILURE_JSON).read_text())
             state, reason, log = "failed", failure.get("reason", ""), failure.get("log", "")
         rows.append({**p.as_dict(), "path": p.path, "state": state, "reason": reason, "log": log})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=[*SweepPoint.__dataclass_fields__, "path", "state",
+                                       "reason", "log"])
+
+
+def runs_points(runs: pd.DataFrame) -> list[SweepPoint]:
+    """The sweep points of a runs table (collect_runs' rows)."""
+    if runs.empty:
+        return []
+    fields = list(SweepPoint.__dataclass_fields__)
+    return [SweepPoint(*values) for values in runs[fields].itertuples(index=False, name=None)]
+
+
+def extra_repeats(requested: Iterable[SweepPoint], results: str) -> list[SweepPoint]:
+    """Repeats beyond the config's that exist on disk (metrics.json or failure.json) for a
+    requested geometry and runtime: those the adaptive repeats added."""
+    requested = list(requested)
+    known = set(requested)
+    series = {(p.workload, p.runtime, p.nodes, p.gpus, p.ranks, p.threads) for p in requested}
+    found = []
+    for workload, runtime in {(p.workload, p.runtime) for p in requested}:
+        base = Path(results) / "runs" / workload / runtime
+        if not base.is_dir():
+            continue
+        for rep in base.glob("*/rep*"):
+            if not ((rep / "metrics.json").is_file() or (rep / FAILURE_JSON).is_file()):
+                continue
+            try:
+                point = SweepPoint.from_path(str(rep.relative_to(Path(results) / "runs")))
+            except SweepError:
+                continue
+            key = (point.workload, point.runtime, point.nodes, point.gpus, point.ranks,
+                   point.threads)
+            if key in series and point not in known:
+                found.append(point)
+    return sorted(found)
+
+
+# --- the summary tables of aggregate (scaling.csv, llm.csv, overhead.csv) ------------------
+
+SCALING_SERIES = ["workload", "runtime", "threads"]
+LLM_KEYS = ["workload", "model_label", "runtime", "nodes", "gpus", "threads"]
+OVERHEAD_KEYS = ["workload", "nodes", "gpus", "ranks", "threads"]
+ROW_NOTES = ["n_disturbed", "shared_cores", "note"]
+
+
+def _flags(runs: pd.DataFrame, col: str) -> pd.Series:
+    if col not in runs.columns:
+        return pd.Series(False, index=runs.index)
+    return runs[col].map(truthy).astype(bool)
+
+
+def valid_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs the statistics use: every run not marked disturbed."""
+    return runs[~_flags(runs, "disturbed")]
+
+
+def _row_notes(table: pd.DataFrame, runs: pd.DataFrame, keys: list[str],
+               count_disturbed: bool = True) -> pd.DataFrame:
+    """n_disturbed (runs left out), shared_cores (any run of the row on shared cores) and
+    note (the shared-cores label) for each row of ``table``, matched on ``keys``."""
+    if table.empty:
+        return table.assign(**{c: pd.Series(dtype=object) for c in ROW_NOTES})
+    flags = runs.assign(_disturbed=_flags(runs, "disturbed").astype(int),
+                        _shared=_flags(runs, "shared_cores"))
+    per_row = flags.groupby(keys, dropna=False).agg(n_disturbed=("_disturbed", "sum"),
+                                                    shared_cores=("_shared", "any"))
+    out = table.merge(per_row.reset_index(), on=keys, how="left")
+    if not count_disturbed:
+        out = out.drop(columns="n_disturbed")
+    else:
+        out["n_disturbed"] = out["n_disturbed"].fillna(0).astype(int)
+    out["shared_cores"] = out["shared_cores"].fillna(False).astype(bool)
+    out["note"] = np.where(out["shared_cores"], SHARED_CORES_NOTE, "")
+    return out
+
+
+def scaling_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame:
+    """scaling.csv: analysis.scaling_table per workload x runtime x threads over the valid
+    (not disturbed) CNN runs, plus n_disturbed, shared_cores and note per row."""
+    log = log or (lambda text: None)
+    trained = runs[runs["payload"] == "cnn"] if not runs.empty else runs
+    tables = []
+    for key, df in valid_runs(trained).groupby(SCALING_SERIES, sort=True):
+        baseline = workload_axes(config, key[0]).get("baseline")
+        if baseline is not None and baseline not in set(df["count"]):
+            log(f"scaling: {dict(zip(SCALING_SERIES, key))} has no finished undisturbed "
+                f"baseline count {baseline}; left out")
+            continue
+        tables.append(scaling_table(
+            df, count_col="count", time_col="time_s", group_cols=SCALING_SERIES,
+            baseline=baseline, cv_threshold=config.get("analysis", {}).get("cv_threshold", 0.05)))
+    if not tables:
+        return pd.DataFrame()
+    table = pd.concat(tables, ignore_index=True)
+    return _row_notes(table, trained, [*SCALING_SERIES, "count"])
+
+
+def llm_summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """llm.csv: per workload x model x runtime x nodes x GPUs x threads (never averaged
+    across models; a synthetic model's label says "synthetic weights"), over the valid
+    runs: wall time for the prompt set (describe_repeats: n, mean, median, min, max, std,
+    ci95_low, ci95_high, cv), tokens/s with its 95% CI, mean median TTFT and latency,
+    mean peak server memory; n_disturbed, shared_cores, note."""
+    llm = runs[runs["payload"] == "llm"] if not runs.empty and "payload" in runs else runs.iloc[0:0]
+    if llm.empty:
+        return pd.DataFrame()
+    llm = llm.assign(model_label=[model_label(m, s) for m, s in
+                                  zip(llm.get("model", pd.Series(None, index=llm.index)),
+                                      llm.get("synthetic_model", pd.Series(False, index=llm.index)))])
+    valid = valid_runs(llm)
+    if valid.empty:
+        return pd.DataFrame()
+    table = describe_repeats(valid, LLM_KEYS, "time_s")
+    models = valid.groupby("model_label", dropna=False).agg(
+        model=("model", "first"),
+        synthetic_model=("synthetic_model", lambda s: bool(s.map(truthy).any())))
+    table = table.merge(models.reset_index(), on="model_label", how="left")
+    tokens = valid.dropna(subset=["tokens_per_s"]) if "tokens_per_s" in valid else valid.iloc[0:0]
+    if not tokens.empty:
+        rates = describe_repeats(tokens, LLM_KEYS, "tokens_per_s")[
+            [*LLM_KEYS, "mean", "ci95_low", "ci95_high"]].rename(columns={
+                "mean": "tokens_per_s", "ci95_low": "tokens_per_s_ci95_low",
+                "ci95_high": "tokens_per_s_ci95_high"})
+        table = table.merge(rates, on=LLM_KEYS, how="left")
+    means = [c for c in ("ttft_p50_s", "latency_p50_s", "peak_rss_mb") if c in valid]
+    if means:
+        table = table.merge(valid.groupby(LLM_KEYS, as_index=False, dropna=False)[means].mean(),
+                            on=LLM_KEYS, how="left")
+    table = _row_notes(table, llm, LLM_KEYS)
+    first = ["workload", "model", "model_label", "synthetic_model", "runtime", "nodes", "gpus",
+             "threads"]
+    return table[first + [c for c in table.columns if c not in first]]
+
+
+def overhead_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame:
+    """overhead.csv: analysis.verdict_table of every other runtime (containers, and the
+    A/A runtime native-aa) against native at the same point (workload, nodes, gpus,
+    ranks, threads, and the model for LLM inference): paired by repeat where both sides
+    have the same repeats, disturbed runs left out and counted; margin and CI target
+    from measurement.equivalence_margin_pct / target_ci_pp. Points with no native run
+    are left out (and logged)."""
+    log = log or (lambda text: None)
+    measurement = config.get("measurement") or {}
+    margin = float(measurement.get("equivalence_margin_pct", 2.0))
+    target = float(measurement.get("target_ci_pp", 2.0))
+    columns = ["workload", "model", "model_label", "nodes", "gpus", "ranks", "threads",
+               "runtime"]
+    if runs.empty:
+        return pd.DataFrame(columns=[*columns, "n_native", "n", "native_s", "time_s",
+                                     "overhead_pct", "verdict", "verdict_text", *ROW_NOTES])
+    data = runs.copy()
+    is_llm = data["payload"].eq("llm") if "payload" in data else pd.Series(False, index=data.index)
+    labels = [model_label(m, s) if llm else "" for m, s, llm in zip(
+        data.get("model", pd.Series(None, index=data.index)),
+        data.get("synthetic_model", pd.Series(False, index=data.index)), is_llm)]
+    data["model_label"] = labels
+    if "model" not in data:
+        data["model"] = None
+    data.loc[~is_llm, "model"] = None
+    keys = [*OVERHEAD_KEYS, "model_label"]
+    has_native = data.groupby(keys)["runtime"].transform(lambda r: (r == "native").any())
+    for key in data.loc[~has_native, keys].drop_duplicates().itertuples(index=False):
+        log(f"overhead: {dict(zip(keys, key))} has no finished native run; left out")
+    data = data[has_native]
+    if data.empty or data["runtime"].nunique() < 2:
+        return pd.DataFrame(columns=[*columns, "n_native", "n", "native_s", "time_s",
+                                     "overhead_pct", "verdict", "verdict_text", *ROW_NOTES])
+    table = verdict_table(data, keys, baseline_runtime="native", pair_col="repeat",
+                          exclude_col="disturbed", margin_pct=margin, target_ci_pp=target)
+    models = data.groupby("model_label")["model"].first()
+    table.insert(1, "model", table["model_label"].map(models))
+    # n_disturbed is verdict_table's own (both sides); shared cores: either side
+    shared = data.assign(_shared=_flags(data, "shared_cores")).groupby(
+        [*keys, "runtime"], dropna=False)["_shared"].any().to_dict()
+    table["shared_cores"] = [
+        bool(shared.get((*k, "native"), False) or shared.get((*k, rt), False))
+        for k, rt in zip(table[keys].itertuples(index=False, name=None), table["runtime"])]
+    table["note"] = np.where(table["shared_cores"], SHARED_CORES_NOTE, "")
+    return table[columns + [c for c in table.columns if c not in columns]]

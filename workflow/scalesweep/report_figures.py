@@ -4,6 +4,9 @@ DataFrame out; the glue in workflow/scripts/report_*.py reads and writes the fil
 Anomalies are drawn, never dropped: super-linear and high-variance points are marked,
 overheads without a confidence interval or a test say so, and every per-workload figure
 ends with a line naming the requested points that did not finish (missing or failed).
+Error bars are always the tables' own 95% confidence intervals (never seaborn's
+bootstrap); disturbed runs are drawn hollow grey and left out of every statistic; rows
+measured on shared cores are labelled as not physical.
 Colours are fixed per runtime (native is always the first colour) across all figures.
 """
 
@@ -22,7 +25,8 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from scalesweep.analysis import OVERHEAD_DEFINITION  # noqa: E402
+from scalesweep.analysis import OVERHEAD_DEFINITION, truthy  # noqa: E402
+from scalesweep.collect import SHARED_CORES_NOTE, disturbance  # noqa: E402
 from scalesweep.sweep import RUNTIMES, SweepPoint, scaling_count  # noqa: E402
 
 NO_DATA = "no data"
@@ -31,7 +35,8 @@ OVERHEAD_TEXT = (
 )
 POINT_COLUMNS = ["workload", "runtime", "nodes", "gpus", "ranks", "threads", "repeat"]
 MISSING_COLUMNS = [*POINT_COLUMNS, "state", "reason", "log", "path"]
-EPOCH_COLUMNS = [*POINT_COLUMNS, "count", "epoch", "epoch_s", "warmup"]
+EPOCH_COLUMNS = [*POINT_COLUMNS, "count", "epoch", "epoch_s", "warmup", "disturbed",
+                 "shared_cores"]
 STARTUP_PROBES = ("noop", "python", "import_torch")
 STARTUP_COLUMNS = [
     "runtime", "probe", "n", "native_median_s", "container_median_s", "startup_overhead_s",
@@ -40,11 +45,15 @@ STARTUP_COLUMNS = [
 PROVENANCE_COLUMNS = [
     *POINT_COLUMNS, "hosts", "host_platform", "launcher", "slurm_job_id", "image_digest",
     "image_builder", "python", "torch", "engine", "engine_version", "model", "model_sha256",
-    "dataset", "git_commit", "start", "end", "path",
+    "dataset", "git_commit", "start", "end", "disturbed", "disturbed_reason", "exclusive",
+    "shared_cores", "cpus_bound", "gpus_visible", "order_position", "path",
 ]
 SUPERLINEAR_COLOR = "#d62728"
 VARIANCE_COLOR = "#ff7f0e"
 NOT_DONE_COLOR = "#b22222"
+DISTURBED_COLOR = "0.55"
+CI_TEXT = "error bars: the 95% confidence intervals of the tables"
+DISTURBED_TEXT = "hollow grey markers: disturbed runs, shown but left out of the statistics"
 FOOTER_PT = 9
 # Legends beside the axes: inside, they hide error bars and points.
 OUTSIDE_LEGEND = dict(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
@@ -94,10 +103,16 @@ def _scale_labels(df: pd.DataFrame) -> tuple[pd.Series, list[str]]:
     """x labels for a count axis: the count, plus nodes/threads where those vary too
     (so 2 nodes x 1 rank and 1 node x 2 ranks never share a box)."""
     extra = [c for c in ("nodes", "threads") if c in df.columns and df[c].nunique() > 1]
+    if "model_label" in df.columns and df["model_label"].fillna("").nunique() > 1:
+        extra.append("model_label")  # never pool models
+
     def label(row) -> str:
         text = str(int(row["count"]))
-        if extra:
-            text += "\n(" + " ".join(f"{c[0]}{int(row[c])}" for c in extra) + ")"
+        numbers = [c for c in extra if c != "model_label"]
+        if numbers:
+            text += "\n(" + " ".join(f"{c[0]}{int(row[c])}" for c in numbers) + ")"
+        if "model_label" in extra:
+            text += "\n" + str(row["model_label"])
         return text
     labels = df.apply(label, axis=1) if not df.empty else pd.Series(dtype=str)
     keys = df[["count", *extra]].drop_duplicates().sort_values(["count", *extra])
@@ -120,7 +135,7 @@ def not_done_note(points: pd.DataFrame | None, workload: str | None = None,
     pts = points if workload is None else points[points["workload"] == workload]
     if pts.empty:
         return ""
-    bad = pts[pts["state"] != "done"]
+    bad = pts[~pts["state"].isin(["done", "disturbed"])]
     if bad.empty:
         return f"all {len(pts)} requested points finished"
     names = [f"{r['state']}: {r['runtime']} {point_label(r)} rep{int(r['repeat'])}"
@@ -130,10 +145,40 @@ def not_done_note(points: pd.DataFrame | None, workload: str | None = None,
             f"({'; '.join(names)}{more}); see the missing and failed points table")
 
 
-def _finish(fig: plt.Figure, note: str, extra_lines: Iterable[str] = ()) -> plt.Figure:
-    """Footer lines under the axes (definitions first, then what is not shown), wrapped to
-    the figure's width; the figure grows to hold them instead of squeezing the axes."""
-    lines = [(line, "0.25") for line in extra_lines if line]
+def shared_cores_note(*tables: pd.DataFrame | None) -> str:
+    """SHARED_CORES_NOTE where any row of the tables ran on shared cores, else ''."""
+    for t in tables:
+        if not _empty(t, "shared_cores") and t["shared_cores"].map(truthy).any():
+            return SHARED_CORES_NOTE
+    return ""
+
+
+def disturbed_mask(df: pd.DataFrame | None) -> pd.Series:
+    """Which rows are disturbed runs (False where the table has no such column)."""
+    if df is None:
+        return pd.Series(dtype=bool)
+    if "disturbed" not in df.columns:
+        return pd.Series(False, index=df.index)
+    return df["disturbed"].map(truthy).astype(bool)
+
+
+def disturbed_note(df: pd.DataFrame | None, what: str = "runs") -> str:
+    """'N disturbed runs: ...' where a table of runs (or epochs) holds disturbed ones."""
+    mask = disturbed_mask(df)
+    if not mask.any():
+        return ""
+    n = int(mask.sum())
+    return (f"{n} disturbed {what} (interference during the measurement) drawn as hollow grey "
+            "markers: shown, but left out of every statistic")
+
+
+def _finish(fig: plt.Figure, note: str, extra_lines: Iterable[str] = (),
+            warnings: Iterable[str] = ()) -> plt.Figure:
+    """Footer lines under the axes (warnings such as shared cores first, in red, then
+    definitions, then what is not shown), wrapped to the figure's width; the figure grows
+    to hold them instead of squeezing the axes."""
+    lines = [(line, NOT_DONE_COLOR) for line in warnings if line]
+    lines += [(line, "0.25") for line in extra_lines if line]
     if note:
         lines.append((note, NOT_DONE_COLOR if note.startswith("NOT") else "0.4"))
     width_in, height_in = fig.get_size_inches()
@@ -174,10 +219,12 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
                       points: pd.DataFrame | None = None, title: str = "") -> plt.Figure:
     """Scaling efficiency (%) vs count per runtime, one panel per workload.
 
-    Lines are efficiency of the mean over repeats; small dots are each repeat's efficiency
-    against the same linear time; the dashed line is 100% (ideal). Flags from
-    scaling.csv are drawn: super-linear (red star), high variance (orange ring), single
-    repeat (named in the point's label).
+    Lines are efficiency of the mean over the undisturbed repeats with scaling.csv's 95%
+    CI (efficiency_ci95_low/high_pct) as error bars; small dots are each repeat's
+    efficiency against the same linear time (disturbed runs hollow grey, not in the
+    statistics); the dashed line is 100% (ideal). Flags from scaling.csv are drawn:
+    super-linear (red star), high variance (orange ring), single repeat (named in the
+    point's label). Rows on shared cores get a red line saying the figure is not physical.
     """
     if _empty(scaling, "workload", "runtime", "count", "efficiency_pct"):
         return _finish(no_data_figure(title or "scaling efficiency",
@@ -200,10 +247,22 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
             color = palette[s["runtime"].iloc[0]]
             ax.plot(s["count"], s["efficiency_pct"], marker="o", color=color, label=series,
                     linewidth=2)
+            low, high = _numbers(s, "efficiency_ci95_low_pct"), _numbers(s, "efficiency_ci95_high_pct")
+            y = s["efficiency_pct"].to_numpy(float)
+            has_ci = ~(np.isnan(low) | np.isnan(high))
+            if has_ci.any():
+                yerr = np.vstack([y[has_ci] - low[has_ci], high[has_ci] - y[has_ci]]).clip(min=0)
+                ax.errorbar(s["count"].to_numpy(float)[has_ci], y[has_ci], yerr=yerr,
+                            fmt="none", ecolor=color, elinewidth=1.5, capsize=5, zorder=2)
             dots = _repeat_efficiency(s, runs)
             if not dots.empty:
-                ax.scatter(dots["count"], dots["efficiency_pct"], color=color, s=14,
-                           alpha=0.45, zorder=3)
+                hollow = disturbed_mask(dots)
+                ax.scatter(dots.loc[~hollow, "count"], dots.loc[~hollow, "efficiency_pct"],
+                           color=color, s=14, alpha=0.45, zorder=3)
+                if hollow.any():
+                    ax.scatter(dots.loc[hollow, "count"], dots.loc[hollow, "efficiency_pct"],
+                               facecolor="none", edgecolor=DISTURBED_COLOR, s=30,
+                               linewidth=1.2, zorder=3)
             for _, r in s.iterrows():
                 flags = [f for f in str(r["flag"]).split(";") if f]
                 named = ", ".join(f.replace("_", " ") for f in flags)
@@ -211,7 +270,12 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
                     if named:
                         notes.append((r["count"], r["efficiency_pct"], f"{series}: {named}", color))
                 else:
-                    text = f"{r['efficiency_pct']:.0f}%" + (f"\n{named}" if named else "")
+                    text = f"{r['efficiency_pct']:.0f}%"
+                    lo = pd.to_numeric(r.get("efficiency_ci95_low_pct"), errors="coerce")
+                    hi = pd.to_numeric(r.get("efficiency_ci95_high_pct"), errors="coerce")
+                    if pd.notna(lo) and pd.notna(hi):
+                        text += f" (CI {lo:.0f}-{hi:.0f}%)"
+                    text += f"\n{named}" if named else ""
                     notes.append((r["count"], r["efficiency_pct"], text, color))
                 if "superlinear" in flags:
                     ax.scatter([r["count"]], [r["efficiency_pct"]], marker="*", s=260,
@@ -221,7 +285,8 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
                                facecolor="none", edgecolor=VARIANCE_COLOR, linewidth=2,
                                zorder=4)
         _counts_axis(ax, counts)
-        top = np.nanmax([110.0, *table["efficiency_pct"].tolist()])
+        top = np.nanmax([110.0, *table["efficiency_pct"].tolist(),
+                         *_numbers(table, "efficiency_ci95_high_pct").tolist()])
         ax.set_ylim(0, top * 1.15)
         ax.set_xlabel(count_axis_label(table))
         ax.set_ylabel("scaling efficiency (%)")
@@ -235,11 +300,21 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
                    label="high variance over repeats"),
             Line2D([], [], marker="o", linestyle="", color="0.5", alpha=0.45, markersize=4,
                    label="single repeats"),
+            Line2D([], [], color="0.4", linewidth=1.5, marker="_", markersize=10,
+                   label="95% CI (scaling.csv)"),
         ]
+        if disturbed_mask(runs).any():
+            handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="none",
+                                  markeredgecolor=DISTURBED_COLOR, markersize=6,
+                                  label="disturbed run (left out)"))
         ax.legend(handles=handles, **OUTSIDE_LEGEND)
+    trained = None if _empty(runs, "workload") else runs[runs["workload"].isin(workloads)]
     _finish(fig, not_done_note(points, workloads[0] if len(workloads) == 1 else None),
             ["efficiency = linear time / measured time x 100, linear time = baseline "
-             "time x baseline count / count (mean over repeats)"])
+             "time x baseline count / count (mean over the undisturbed repeats); "
+             + CI_TEXT + " (Fieller's interval for the ratio of mean times)",
+             disturbed_note(trained)],
+            warnings=[shared_cores_note(scaling, trained)])
     for ax, notes in notes_of.items():
         _place_notes(ax, notes)
     return fig
@@ -282,23 +357,27 @@ def _only(*tables: pd.DataFrame | None) -> str | None:
 
 def _repeat_efficiency(series: pd.DataFrame, runs: pd.DataFrame | None) -> pd.DataFrame:
     if _empty(runs, "workload", "runtime", "count", "threads", "time_s"):
-        return pd.DataFrame(columns=["count", "efficiency_pct"])
+        return pd.DataFrame(columns=["count", "efficiency_pct", "disturbed"])
     first = series.iloc[0]
     mine = runs[(runs["workload"] == first["workload"]) & (runs["runtime"] == first["runtime"])
                 & (runs["threads"] == first["threads"])]
     merged = mine.merge(series[["count", "linear_time_s"]], on="count")
     merged["efficiency_pct"] = merged["linear_time_s"] / merged["time_s"] * 100
-    return merged[["count", "efficiency_pct"]]
+    merged["disturbed"] = disturbed_mask(merged)
+    return merged[["count", "efficiency_pct", "disturbed"]]
 
 
 def overhead_figure(overhead: pd.DataFrame, points: pd.DataFrame | None = None,
                     title: str = "", alpha: float = 0.05) -> plt.Figure:
-    """Container overhead (%) per sweep point and container runtime, 95% CI error bars.
+    """Container overhead (%) per sweep point and container runtime, with the 95% CI of
+    overhead.csv as error bars and its verdict (slower / faster / equivalent within the
+    margin / inconclusive with the repeats still needed) beside each point and in full
+    under the figure.
 
-    Filled marker with '*' = significant (Welch p < alpha); open marker = not significant;
+    Filled marker with '*' = significant (p < alpha); open marker = not significant;
     open grey-edged marker 'not tested' = fewer than two repeats on a side. A missing
     CI (NaN: too few repeats, or unbounded) is written next to the point, never drawn
-    as zero width.
+    as zero width. The A/A runtime (native-aa) is drawn like a container.
     """
     name = title or "container overhead"
     if _empty(overhead, "runtime", "overhead_pct", "nodes", "gpus", "ranks", "threads"):
@@ -308,6 +387,11 @@ def overhead_figure(overhead: pd.DataFrame, points: pd.DataFrame | None = None,
     _theme()
     df = overhead.copy().sort_values(["nodes", "gpus", "ranks", "threads"], kind="stable")
     df["point"] = df.apply(point_label, axis=1)
+    if "model_label" in df.columns and df["model_label"].fillna("").astype(str).str.len().gt(0).any():
+        df["point"] = df["point"] + "\n" + df["model_label"].fillna("").astype(str)
+    if "shared_cores" in df.columns:
+        shared = df.groupby("point")["shared_cores"].transform(lambda v: v.map(truthy).any())
+        df.loc[shared, "point"] = df.loc[shared, "point"] + "\n(shared cores)"
     order = list(dict.fromkeys(df["point"]))
     runtimes = runtime_order(df["runtime"])
     palette = runtime_palette(runtimes)
@@ -325,12 +409,14 @@ def overhead_figure(overhead: pd.DataFrame, points: pd.DataFrame | None = None,
             ax.errorbar(x[has_ci], y[has_ci], yerr=yerr, fmt="none", ecolor=palette[runtime],
                         elinewidth=2, capsize=6, zorder=2)
         significant = _significance(rows)
-        for xi, yi, ci, sig, p in zip(x, y, has_ci, significant, _numbers(rows, "p_value")):
+        verdicts = _short_verdicts(rows)
+        for xi, yi, ci, sig, p, verdict in zip(x, y, has_ci, significant,
+                                               _numbers(rows, "p_value"), verdicts):
             face = palette[runtime] if sig is True else "white" if sig is False else "0.85"
             edge = palette[runtime]
             ax.scatter([xi], [yi], s=110, marker="D", facecolor=face, edgecolor=edge,
                        linewidth=2, zorder=3)
-            text = f"{yi:+.1f}%"
+            text = f"{yi:+.1f}%".replace("-0.0%", "+0.0%")
             text += "*" if sig is True else ""
             if sig is None:
                 text += "\nnot tested"
@@ -338,6 +424,10 @@ def overhead_figure(overhead: pd.DataFrame, points: pd.DataFrame | None = None,
                 text += f"\np={p:.2g}"
             if not ci:
                 text += "\nno 95% CI"
+            if verdict:
+                text += "\n" + verdict
+            if np.isnan(yi):  # no usable run on a side: written at 0, never dropped
+                yi = 0.0
             ax.annotate(text, (xi, yi), textcoords="offset points", xytext=(8, 0),
                         fontsize="x-small", va="center")
         ax.scatter([], [], marker="D", s=80, color=palette[runtime], label=runtime)
@@ -354,17 +444,46 @@ def overhead_figure(overhead: pd.DataFrame, points: pd.DataFrame | None = None,
     handles, _ = ax.get_legend_handles_labels()
     handles += [
         Line2D([], [], marker="D", linestyle="", color="0.4", markersize=8,
-               label=f"significant (Welch p < {alpha:g}), marked *"),
+               label=f"significant (p < {alpha:g}), marked *"),
         Line2D([], [], marker="D", linestyle="", markerfacecolor="white",
                markeredgecolor="0.4", markeredgewidth=2, markersize=8, label="not significant"),
         Line2D([], [], marker="D", linestyle="", markerfacecolor="0.85",
                markeredgecolor="0.4", markeredgewidth=2, markersize=8,
                label="not tested (< 2 repeats on a side)"),
-        Line2D([], [], color="0.4", linewidth=2, label="95% CI (Fieller)"),
+        Line2D([], [], color="0.4", linewidth=2, label="95% CI (overhead.csv)"),
     ]
     ax.legend(handles=handles, **OUTSIDE_LEGEND)
-    return _finish(fig, not_done_note(points, _only(overhead)),
-                   [OVERHEAD_TEXT + "; mean over repeats, same point natively and in the container"])
+    lines = [OVERHEAD_TEXT + "; same point natively and in the container, paired by repeat "
+             "where two or more repeats are valid on both sides (geometric mean of the "
+             "ratios), else the means over repeats; " + CI_TEXT]
+    if "verdict_text" in df.columns:
+        lines += [f"{r['runtime']} {r['point'].replace(chr(10), ' ')}: {r['verdict_text']}"
+                  for _, r in df.iterrows() if isinstance(r["verdict_text"], str)]
+    left_out = _numbers(df, "n_disturbed")
+    if np.nansum(left_out) > 0:
+        lines.append(f"disturbed runs were left out of {int((left_out > 0).sum())} of these "
+                     "comparisons (n_disturbed in overhead.csv counts both sides)")
+    return _finish(fig, not_done_note(points, _only(overhead)), lines,
+                   warnings=[shared_cores_note(overhead)])
+
+
+def _short_verdicts(rows: pd.DataFrame) -> list[str]:
+    """The verdict in a few words for the label beside a point ('' without verdicts)."""
+    if "verdict" not in rows:
+        return [""] * len(rows)
+    out = []
+    for _, r in rows.iterrows():
+        verdict = r["verdict"] if isinstance(r["verdict"], str) else ""
+        if verdict == "equivalent":
+            margin = r.get("margin_pct")
+            out.append(f"equivalent (+-{float(margin):g}%)" if pd.notna(margin) else verdict)
+        elif verdict == "inconclusive":
+            more = pd.to_numeric(r.get("repeats_needed"), errors="coerce")
+            out.append(f"inconclusive: ~{int(more)} more repeats" if pd.notna(more) and more > 0
+                       else "inconclusive")
+        else:
+            out.append(verdict)
+    return out
 
 
 def _numbers(df: pd.DataFrame, col: str) -> np.ndarray:
@@ -391,21 +510,23 @@ def _significance(rows: pd.DataFrame) -> list[bool | None]:
 def epoch_time_figure(epochs: pd.DataFrame, points: pd.DataFrame | None = None,
                       title: str = "") -> plt.Figure:
     """Distribution of per-epoch seconds per runtime x count: boxes over steady-state
-    epochs of all repeats, dots for each of them, 'x' for first (warm-up) epochs, which
-    the steady-state time excludes but the figure still shows."""
+    epochs of all undisturbed repeats, dots for each of them, 'x' for first (warm-up)
+    epochs, which the steady-state time excludes but the figure still shows; every epoch
+    of a disturbed run is a hollow grey dot (shown, not in the boxes)."""
     name = title or "per-epoch time"
     if _empty(epochs, "runtime", "count", "epoch_s"):
         return _finish(no_data_figure(name, "no data: no finished CNN runs"),
                        not_done_note(points, _only(epochs, points)))
     _theme()
     df = epochs.copy()
-    df["warmup"] = df["warmup"].astype(bool) if "warmup" in df else False
+    df["warmup"] = df["warmup"].map(truthy).astype(bool) if "warmup" in df else False
+    hollow = disturbed_mask(df)
     df["x"], order = _scale_labels(df)
     hue_order = runtime_order(df["runtime"])
     palette = runtime_palette(hue_order)
     fig, ax = plt.subplots(figsize=(max(9.5, 1.6 * len(order) * len(hue_order) + 5.5), 5.2))
-    steady = df[~df["warmup"]]
-    warm = df[df["warmup"]]
+    steady = df[~df["warmup"] & ~hollow]
+    warm = df[df["warmup"] & ~hollow]
     common = dict(x="x", y="epoch_s", hue="runtime", order=order, hue_order=hue_order, ax=ax)
     if not steady.empty:
         sns.boxplot(data=steady, palette=palette, showfliers=False, width=0.6,
@@ -416,6 +537,10 @@ def epoch_time_figure(epochs: pd.DataFrame, points: pd.DataFrame | None = None,
         sns.stripplot(data=warm, palette=palette, dodge=True, jitter=0.05, size=8,
                       marker="X", edgecolor="black", linewidth=0.6, legend=steady.empty,
                       **common)
+    if hollow.any():
+        sns.stripplot(data=df[hollow], palette={rt: "white" for rt in hue_order}, dodge=True,
+                      jitter=0.12, size=6, edgecolor=DISTURBED_COLOR, linewidth=1.2,
+                      legend=False, **common)
     ax.set_xlabel(count_axis_label(df))
     ax.set_ylabel("seconds per epoch")
     ax.set_ylim(bottom=0)
@@ -423,11 +548,19 @@ def epoch_time_figure(epochs: pd.DataFrame, points: pd.DataFrame | None = None,
     handles, labels = ax.get_legend_handles_labels()
     handles += [Line2D([], [], marker="X", linestyle="", color="0.4", markeredgecolor="black",
                        markersize=9, label="first epoch (warm-up)")]
+    if hollow.any():
+        handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="white",
+                              markeredgecolor=DISTURBED_COLOR, markersize=6,
+                              label="disturbed run (left out)"))
     ax.legend(handles=handles, **OUTSIDE_LEGEND)
     n_runs = df.groupby(["runtime", "count", "repeat"]).ngroups if "repeat" in df else len(df)
     return _finish(fig, not_done_note(points, _only(epochs)),
                    [f"{len(df)} epochs of {n_runs} runs; boxes: steady-state epochs (all but "
-                    "the first, when a run has several) pooled over repeats"])
+                    "the first, when a run has several) pooled over repeats; boxes show the "
+                    "spread of epochs, not a confidence interval",
+                    disturbed_note(df.drop_duplicates(["runtime", "count", "repeat"])
+                                   if "repeat" in df else df)],
+                   warnings=[shared_cores_note(epochs)])
 
 
 def memory_figure(runs: pd.DataFrame, points: pd.DataFrame | None = None,
@@ -445,11 +578,18 @@ def memory_figure(runs: pd.DataFrame, points: pd.DataFrame | None = None,
     palette = runtime_palette(hue_order)
     fig, ax = plt.subplots(figsize=(max(9.5, 1.6 * len(order) * len(hue_order) + 5.5), 5.2))
     common = dict(x="x", y="peak_rss_mb", hue="runtime", order=order, hue_order=hue_order, ax=ax)
-    sns.barplot(data=df, palette=palette, errorbar=None, alpha=0.6, **common)
-    for container in ax.containers:
-        ax.bar_label(container, fmt="%.0f MB", fontsize="small", label_type="center")
-    sns.stripplot(data=df, palette=palette, dodge=True, jitter=0.1, size=5, edgecolor="black",
-                  linewidth=0.5, legend=False, **common)
+    hollow = disturbed_mask(df)
+    valid = df[~hollow] if (~hollow).any() else df.iloc[0:0]
+    if not valid.empty:
+        sns.barplot(data=valid, palette=palette, errorbar=None, alpha=0.6, **common)
+        for container in ax.containers:
+            ax.bar_label(container, fmt="%.0f MB", fontsize="small", label_type="center")
+        sns.stripplot(data=valid, palette=palette, dodge=True, jitter=0.1, size=5,
+                      edgecolor="black", linewidth=0.5, legend=False, **common)
+    if hollow.any():
+        sns.stripplot(data=df[hollow], palette={rt: "white" for rt in hue_order}, dodge=True,
+                      jitter=0.1, size=6, edgecolor=DISTURBED_COLOR, linewidth=1.2,
+                      legend=valid.empty, **common)
     llm = "payload" in df and (df["payload"] == "llm").all()
     ax.set_ylabel("inference server peak RSS (MB)" if llm
                   else "peak RSS (MB, largest rank)")
@@ -458,7 +598,9 @@ def memory_figure(runs: pd.DataFrame, points: pd.DataFrame | None = None,
     ax.set_title(name)
     ax.legend(**OUTSIDE_LEGEND)
     return _finish(fig, not_done_note(points, _only(runs)),
-                   ["bars: mean over repeats, dots: each repeat"])
+                   ["bars: mean over the undisturbed repeats, dots: each repeat (no error bars)",
+                    disturbed_note(df)],
+                   warnings=[shared_cores_note(runs)])
 
 
 def startup_figure(samples: pd.DataFrame, title: str = "") -> plt.Figure:
@@ -511,7 +653,9 @@ def completeness_figure(points: pd.DataFrame) -> plt.Figure:
     df["row"] = df["workload"] + " / " + df["runtime"]
     df["point"] = df.apply(point_label, axis=1)
     grouped = df.groupby(["row", "point"])
-    frac = grouped["state"].apply(lambda s: (s == "done").mean()).unstack()
+    # disturbed runs are replaced by further repeats: they do not count against a point
+    frac = grouped["state"].apply(
+        lambda s: (s == "done").sum() / max(1, (s != "disturbed").sum())).unstack()
     text = grouped["state"].apply(_cell_text).unstack().fillna("")
     rows = sorted(frac.index, key=lambda r: (r.split(" / ")[0],
                                              runtime_order([r.split(" / ")[1], *RUNTIMES])
@@ -527,15 +671,21 @@ def completeness_figure(points: pd.DataFrame) -> plt.Figure:
     ax.tick_params(axis="y", rotation=0)
     ax.grid(False)
     done, total = int((df["state"] == "done").sum()), len(df)
-    ax.set_title(f"sweep completeness: {done} of {total} requested runs finished")
+    disturbed = int((df["state"] == "disturbed").sum())
+    title = f"sweep completeness: {done} of {total} requested runs finished"
+    if disturbed:
+        title += f"\n(and {disturbed} disturbed: kept, left out of the statistics)"
+    ax.set_title(title)
     return _finish(fig, "", ["empty cell: that point was not requested; failed and missing "
-                             "points are listed with reason and log in the table"])
+                             "points are listed with reason and log in the table; disturbed "
+                             "runs (interference during the measurement) are re-measured by "
+                             "further repeats and do not count against a cell's colour"])
 
 
 def _cell_text(states: pd.Series) -> str:
     done = int((states == "done").sum())
     text = f"{done}/{len(states)} done"
-    for state in ("failed", "missing"):
+    for state in ("disturbed", "failed", "missing"):
         n = int((states == state).sum())
         if n:
             text += f"\n{n} {state}"
@@ -548,7 +698,7 @@ def missing_table(points: pd.DataFrame) -> pd.DataFrame:
     """The requested points that did not finish: state (failed/missing), reason, log."""
     if _empty(points, "state"):
         return pd.DataFrame(columns=MISSING_COLUMNS)
-    bad = points[points["state"] != "done"].copy()
+    bad = points[~points["state"].isin(["done", "disturbed"])].copy()
     for col in MISSING_COLUMNS:
         if col not in bad:
             bad[col] = ""
@@ -558,17 +708,21 @@ def missing_table(points: pd.DataFrame) -> pd.DataFrame:
 
 def epochs_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
     """One row per epoch of every run that has epoch_s (tidy: point, count, epoch, seconds,
-    warmup = first epoch of a run that has several, excluded from the steady-state time).
-    count is the run's scaling count, as in runs.csv."""
+    warmup = first epoch of a run that has several, excluded from the steady-state time,
+    disturbed and shared_cores of the run). count is the run's scaling count, as in
+    runs.csv."""
     rows = []
     for _path, m in records:
         epochs = m.get("epoch_s") or []
         point = m["point"]
         count = scaling_count(SweepPoint(**point), m.get("payload") or "cnn")
+        disturbed = disturbance(m)[0]
+        shared = bool((m.get("allocation") or {}).get("shared_cores", False))
         for i, seconds in enumerate(epochs, start=1):
             rows.append({**{c: point.get(c) for c in POINT_COLUMNS}, "count": count,
                          "epoch": i, "epoch_s": float(seconds),
-                         "warmup": i == 1 and len(epochs) > 1})
+                         "warmup": i == 1 and len(epochs) > 1, "disturbed": disturbed,
+                         "shared_cores": shared})
     if not rows:
         return pd.DataFrame(columns=EPOCH_COLUMNS)
     return pd.DataFrame(rows, columns=EPOCH_COLUMNS).sort_values(
@@ -577,7 +731,9 @@ def epochs_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
 
 def provenance_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
     """Where and with what each run was measured: hosts, launcher, Slurm job, image digest,
-    library and engine versions, model and dataset, git commit, times, metrics file."""
+    library and engine versions, model and dataset, git commit, times, whether it was
+    disturbed, what the allocation gave it (exclusive, shared cores, CPUs and GPUs bound),
+    its place in its block's order, metrics file."""
     rows = []
     for path, m in records:
         image = m.get("image") or {}
@@ -587,6 +743,7 @@ def provenance_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
         host = m.get("host") or {}
         dataset = m.get("dataset") or {}
         slurm = m.get("slurm") or {}
+        allocation = m.get("allocation") or {}
         rows.append({
             **{c: m["point"].get(c) for c in POINT_COLUMNS},
             "hosts": ";".join(m.get("hosts") or []),
@@ -605,6 +762,13 @@ def provenance_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
             "git_commit": m.get("git_commit"),
             "start": m.get("harness_start") or m.get("start"),
             "end": m.get("harness_end") or m.get("end"),
+            "disturbed": disturbance(m)[0],
+            "disturbed_reason": disturbance(m)[1],
+            "exclusive": allocation.get("exclusive"),
+            "shared_cores": allocation.get("shared_cores"),
+            "cpus_bound": allocation.get("cpus_bound"),
+            "gpus_visible": allocation.get("gpus_visible"),
+            "order_position": (m.get("order") or {}).get("position"),
             "path": str(path),
         })
     if not rows:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from scalesweep.cli import UsageError
-from scalesweep.collect import point_states
+from scalesweep.collect import extra_repeats, point_states
 from scalesweep.config import ConfigError, load_config
 from scalesweep.sweep import SweepError, sweep_points
 
@@ -58,7 +58,10 @@ def _in_flight(directory: Path, path: str, state: str) -> bool:
 
 
 def status_table(config: dict, directory: Path):
-    table = point_states(sweep_points(config), str(directory / "results"))
+    requested = sweep_points(config)
+    results = str(directory / "results")
+    # repeats the workflow added (adaptive repeats, replacements of disturbed runs) count too
+    table = point_states(sorted([*requested, *extra_repeats(requested, results)]), results)
     in_flight = [_in_flight(directory, p, s) for p, s in zip(table["path"], table["state"])]
     table.loc[in_flight, "state"] = "running"
     failed = table["state"].eq("failed")
@@ -75,6 +78,9 @@ def status_table(config: dict, directory: Path):
     return table
 
 
+STATES = ["done", "disturbed", "failed", "running", "missing"]
+
+
 def run(args) -> int:
     directory = Path(args.directory)
     configs = args.configfile or [str(directory / "config" / "config.yaml")]
@@ -83,8 +89,9 @@ def run(args) -> int:
         table = status_table(config, directory)
     except (ConfigError, SweepError) as exc:
         raise UsageError(str(exc)) from None
-    counts = table["state"].value_counts().reindex(["done", "failed", "running", "missing"], fill_value=0)
+    counts = table["state"].value_counts().reindex(STATES, fill_value=0)
     failed = table[table["state"] == "failed"]
+    disturbed = table[table["state"] == "disturbed"]
     rerun = "snakemake" + (f" --profile {shlex.quote(args.profile)}" if args.profile else "")
     rerun += "".join(f" --configfile {shlex.quote(c)}" for c in args.configfile or [])
     if args.json:
@@ -97,6 +104,14 @@ def run(args) -> int:
     shown = table[table["state"] != "done"] if not args.all else table
     if not shown.empty:
         print(shown[cols].to_string(index=False))
+    if len(disturbed):
+        print(f"\n{len(disturbed)} disturbed run(s) left out of the statistics (kept on disk, "
+              "marked in runs.csv): something else used the CPU during the measurement:")
+        for _, row in disturbed.iterrows():
+            print(f"  {row['path']}: {row['reason']}")
+        print("They are re-measured by re-running the same command (the workflow adds "
+              "repeats to replace them):")
+        print(f"  {rerun}")
     if len(failed) or counts["missing"]:
         print("\nRe-run only the failed and missing points (finished ones are never redone):")
         print(f"  {rerun}")
@@ -104,7 +119,7 @@ def run(args) -> int:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("status", help="requested sweep points by state (done, failed, running, missing)")
+    p = sub.add_parser("status", help="requested sweep points by state (done, disturbed, failed, running, missing)")
     p.add_argument("--directory", "-d", default=".", help="campaign directory (default: .)")
     p.add_argument("--configfile", nargs="*", help="config files (default: DIR/config/config.yaml)")
     p.add_argument("--profile", default="", help="profile to name in the re-run command")

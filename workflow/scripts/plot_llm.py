@@ -1,4 +1,6 @@
-"""Snakemake glue: runs.csv -> llm.png."""
+"""Snakemake glue: runs.csv -> llm.png. The bars and 95% CIs are llm.csv's: the same
+scalesweep.collect.llm_summary of the same runs (disturbed runs left out, one row of panels
+per model)."""
 
 import sys
 from pathlib import Path
