@@ -74,7 +74,12 @@ def campaign_runs(directory: Path) -> tuple[pd.DataFrame, list[str]]:
             continue
         paths.append(path)
     config = {"workloads": {name: {"payload": kind} for name, kind in kinds.items()}}
-    return collect_runs(paths, config), skipped
+    runs = collect_runs(paths, config)
+    if "disturbed" in runs and len(runs):  # kept on disk, left out of the comparison
+        disturbed = runs["disturbed"].fillna(False).astype(bool)
+        skipped += [f"{p}: disturbed run (interference), left out" for p in runs.loc[disturbed, "path"]]
+        runs = runs[~disturbed].reset_index(drop=True)
+    return runs, skipped
 
 
 def compare_runs(a: pd.DataFrame, b: pd.DataFrame, threshold: float = 5.0,

@@ -22,7 +22,12 @@ def training_runs():
         runs = pd.read_csv(sm.input.runs)
     except pd.errors.EmptyDataError:
         return pd.DataFrame(columns=[*SERIES, "count", "time_s"])
-    return runs[runs["payload"] == "cnn"] if "payload" in runs else runs.iloc[0:0]
+    if "payload" not in runs:
+        return runs.iloc[0:0]
+    runs = runs[runs["payload"] == "cnn"]
+    if "disturbed" in runs:  # kept in runs.csv, left out of every statistic
+        runs = runs[~runs["disturbed"].fillna(False).astype(bool)]
+    return runs
 
 
 def series_fits(runs):
