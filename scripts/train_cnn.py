@@ -174,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
 
     n = len(y)
     epoch_s: list[float] = []
+    step_s: list[list[float]] = []  # per epoch, every step's seconds (this rank)
     epoch_loss: list[float] = []
     epoch_acc: list[float] = []
     for epoch in range(args.epochs):
@@ -191,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
         tot_loss = torch.zeros(1)
         correct = torch.zeros(1)
         seen = torch.zeros(1)
+        steps_here: list[float] = []
         for s in range(steps):
+            t_step = time.perf_counter()
             idx = mine[s * args.batch_size:(s + 1) * args.batch_size]
             xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
             opt.zero_grad(set_to_none=True)
@@ -202,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
             tot_loss += loss.detach().cpu() * len(idx)
             correct += (out.argmax(1) == yb).sum().cpu()
             seen += len(idx)
+            steps_here.append(time.perf_counter() - t_step)
+        step_s.append(steps_here)
         if args.device == "cuda":
             torch.cuda.synchronize()
         if distributed:
@@ -258,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             "parameters": n_params,
             "epochs": args.epochs,
             "epoch_s": epoch_s,
+            "step_s": [[round(t, 6) for t in e] for e in step_s],  # rank 0, per epoch
             "train_s": total,
             "images_per_s": images_per_epoch * args.epochs / total,
             "final_loss": epoch_loss[-1],

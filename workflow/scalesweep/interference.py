@@ -37,7 +37,7 @@ from typing import Any, Iterable
 
 TOKEN_VAR = "SCALESWEEP_RUN_TOKEN"
 METHOD = f"proc-stat busy minus own processes ({TOKEN_VAR})"
-DEFAULT_INTERVAL_S = 0.5
+DEFAULT_INTERVAL_S = 1.0
 DEFAULT_MAX_OUTSIDE_CPU_PCT = 10.0
 DEFAULT_MAX_STEAL_PCT = 5.0
 _YOUNG_S = 10.0  # a process without the token is checked again while this young
