@@ -25,6 +25,7 @@ from scalesweep.config import ConfigError, check_config  # noqa: E402
 from scalesweep.metrics import write_json_atomic  # noqa: E402
 from scalesweep.payloads import image_manifest_path, point_inputs  # noqa: E402
 from scalesweep.sweep import (  # noqa: E402
+    NATIVE_RUNTIMES,
     POINT_DIR,
     WILDCARD_CONSTRAINTS,
     SweepError,
@@ -147,7 +148,7 @@ def image_format_args(wildcards):
 
 
 def container_runtimes():
-    return sorted({p.runtime for p in POINTS} - {"native"})
+    return sorted({p.runtime for p in POINTS} - set(NATIVE_RUNTIMES))
 
 
 def per_job(func):

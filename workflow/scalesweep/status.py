@@ -81,6 +81,47 @@ def status_table(config: dict, directory: Path):
 STATES = ["done", "disturbed", "failed", "running", "missing"]
 
 
+def _replacement_advice(config: dict, directory: Path, disturbed, rerun: str) -> list[str]:
+    """How the disturbed runs' series get replacements: by the same command while a
+    series is below its maximum of repeats (the workflow adds blocks until it has the
+    undisturbed repeats it needs), by a raised maximum once it is there."""
+    from scalesweep.adaptive import Series, repeat_bounds
+    from scalesweep.sweep import SweepPoint
+
+    kinds: dict[str, tuple[str, int, bool]] = {}
+    for path in disturbed["path"]:
+        point = SweepPoint.from_path(path)
+        series = Series.of(point)
+        low, high = repeat_bounds(config, point.workload)
+        final = directory / "results" / "decisions" / series.path / "final.json"
+        decision = (json.loads(final.read_text()).get("last_decision") or {}) if final.is_file() else {}
+        point_dir = directory / "results" / "runs" / Path(path).parent
+        done = max((int(p.name[3:]) for p in point_dir.glob("rep*")), default=0)
+        if decision.get("enough"):
+            kind = "enough"
+        elif high > low and done < high:
+            kind = "below"
+        else:
+            kind = "at_max"
+        kinds[series.path] = (kind, high, high > low)
+    lines = []
+    enough = sorted(k for k, v in kinds.items() if v[0] == "enough")
+    if enough:
+        lines.append("Not needed for " + ", ".join(enough) + ": enough undisturbed repeats.")
+    if any(v[0] == "below" for v in kinds.values()):
+        lines.append("Re-running the same command measures replacement blocks (series "
+                     "below their maximum of repeats):")
+        lines.append(f"  {rerun}")
+    for series, (kind, high, adaptive) in sorted(kinds.items()):
+        if kind != "at_max":
+            continue
+        key = ("measurement='{max_repeats: %d}'" % (high + 2) if adaptive
+               else "sweep='{repeats: %d}'" % (high + 1))
+        lines.append(f"{series}: at its maximum of {high} repeats; to replace its disturbed "
+                     f"runs: {rerun} --config {key}")
+    return lines
+
+
 def run(args) -> int:
     directory = Path(args.directory)
     configs = args.configfile or [str(directory / "config" / "config.yaml")]
@@ -109,9 +150,8 @@ def run(args) -> int:
               "marked in runs.csv): something else used the CPU during the measurement:")
         for _, row in disturbed.iterrows():
             print(f"  {row['path']}: {row['reason']}")
-        print("They are re-measured by re-running the same command (the workflow adds "
-              "repeats to replace them):")
-        print(f"  {rerun}")
+        for line in _replacement_advice(config, directory, disturbed, rerun):
+            print(line)
     if len(failed) or counts["missing"]:
         print("\nRe-run only the failed and missing points (finished ones are never redone):")
         print(f"  {rerun}")
