@@ -370,7 +370,25 @@ def test_status_counts_and_lists_disturbed_runs(tmp_path, capsys):
     assert out.startswith("3 requested points: 2 done, 1 disturbed, 0 failed")
     assert "1 disturbed run(s) left out of the statistics" in out
     assert points[0].path in out and "outside processes" in out
-    assert "snakemake --profile profiles/local" in out and "adds repeats" in out
+    assert "snakemake --profile profiles/local" in out and "--config sweep='{repeats: 3}'" in out
     status.run(Namespace(**{**vars(args), "json": True}))
     report = json.loads(capsys.readouterr().out)
     assert report["counts"]["disturbed"] == 1
+
+
+def test_pairs_on_the_same_nodes_are_preferred():
+    """Under Slurm a block's runs can land on different nodes: the pairs that share their
+    nodes are used where there are at least two of them."""
+    import pandas as pd
+
+    from scalesweep.analysis import verdict_table
+
+    rows = []
+    for k, (nat, cont, same) in enumerate([(10.0, 10.1, True), (10.0, 10.05, True),
+                                           (10.0, 10.08, True), (10.0, 13.0, False)], 1):
+        rows.append({"runtime": "native", "repeat": k, "time_s": nat, "hosts": "n1"})
+        rows.append({"runtime": "charliecloud", "repeat": k, "time_s": cont,
+                     "hosts": "n1" if same else "n2"})
+    row = verdict_table(pd.DataFrame(rows)).iloc[0]
+    assert bool(row["paired"]) and row["n"] == 3
+    assert row["overhead_pct"] < 1.5

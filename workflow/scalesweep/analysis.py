@@ -281,7 +281,9 @@ def verdict_table(
     valid on both sides; only those pairs are used (a repeat valid on one side only is
     left out), and native_s / time_s are then the geometric means over the pairs (so
     that overhead_pct = (time_s - native_s) / native_s x 100 still holds). Otherwise it
-    is unpaired over the valid runs, with arithmetic means.
+    is unpaired over the valid runs, with arithmetic means. Where a ``hosts`` column
+    exists, pairs whose two runs ran on the same nodes are preferred (used alone when
+    there are at least two of them).
     """
     group_cols = _as_list(group_cols)
     _require_table(df, [*group_cols, runtime_col, time_col])
@@ -354,7 +356,7 @@ def _valid_pairs(base: pd.DataFrame, runs: pd.DataFrame, pair_col: str | None,
     order; None where the comparison is not paired (see ``verdict_table``)."""
     if not pair_col or pair_col not in base.columns:
         return None
-    sides = []
+    sides, hosts = [], []
     for side in (base, runs):
         keys = side[pair_col].to_numpy()
         if pd.isna(keys).any() or len(set(keys.tolist())) != len(keys):
@@ -362,7 +364,15 @@ def _valid_pairs(base: pd.DataFrame, runs: pd.DataFrame, pair_col: str | None,
         times = side[time_col].to_numpy(float)
         ok = ~side["_excluded"].to_numpy(bool) & _usable(times)
         sides.append(dict(zip(keys[ok].tolist(), times[ok])))
+        if "hosts" in side.columns:
+            hosts.append(dict(zip(keys.tolist(), side["hosts"].astype(str).tolist())))
     common = sorted(set(sides[0]) & set(sides[1]))
+    if len(hosts) == 2:
+        # Under Slurm the two runs of a block may get different nodes: pairs measured on
+        # the same nodes are preferred, where at least two such pairs exist.
+        same = [k for k in common if hosts[0].get(k) == hosts[1].get(k)]
+        if len(same) >= 2:
+            common = same
     if len(common) < 2:
         return None
     return (np.array([sides[0][k] for k in common], dtype=float),
