@@ -389,7 +389,8 @@ def test_cancelled_and_timed_out_points_fail_alone(slurm_cluster, runs):  # noqa
     status = status_json(slurm_cluster, b.workdir)
     states = {w: p["state"] for w, p in states_of(status).items()}
     assert states == {OK: "done", CANCEL: "failed", STUCK: "failed", WIDE: "done"}, states
-    assert status["counts"] == {"done": 2, "failed": 2, "running": 0, "missing": 0}
+    assert status["counts"] == {"done": 2, "disturbed": 0, "failed": 2, "running": 0,
+                                "missing": 0}
     by = states_of(status)
     for name, verdict in ((CANCEL, "CANCELLED"), (STUCK, "TIMEOUT")):
         d = b.point_dir(name)
@@ -473,4 +474,5 @@ def test_rerun_redoes_only_the_failed_points(slurm_cluster, runs):  # noqa: F811
         assert (d / "metrics.json").is_file() and not (d / "failure.json").exists()
         assert [t["state"] for t in attempts(d)] == ["failed", "done"]
     status = status_json(slurm_cluster, b.workdir)
-    assert status["counts"] == {"done": 4, "failed": 0, "running": 0, "missing": 0}
+    assert status["counts"] == {"done": 4, "disturbed": 0, "failed": 0, "running": 0,
+                                "missing": 0}

@@ -110,7 +110,8 @@ def check_points(cluster, metrics: dict[SweepPoint, dict]) -> None:
     for p, m in metrics.items():
         job = m["slurm"]["job_id"]
         assert alloc[job][1] == "COMPLETED", alloc.get(job)
-        assert int(alloc[job][2]) == p.nodes and int(alloc[job][4]) == p.world_size * p.threads
+        # whole nodes (machine.exclusive): every CPU of the point's nodes, 2 each here
+        assert int(alloc[job][2]) == p.nodes and int(alloc[job][4]) == p.nodes * 2
         assert alloc[job][5].startswith("rule_run_point_wildcards_"), alloc[job]
         # step 0 is the point's own srun (all ranks) or, for one process, the jobstep's
         # srun -n1: either way world-size tasks on the point's nodes
