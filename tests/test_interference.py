@@ -206,7 +206,11 @@ def _probe(tmp_path: Path, monkeypatch, srun_body: str) -> dict:
     from scalesweep.launch import Launch
     from scalesweep.runpoint import InterferenceProbe
 
+    import scalesweep.runpoint
+
     monkeypatch.setenv("PATH", _fake_srun(tmp_path, srun_body)["PATH"])
+    # one stand-in watcher for two nodes: do not wait the real minute for the second
+    monkeypatch.setattr(scalesweep.runpoint, "WATCHERS_READY_TIMEOUT_S", 5)
     out = tmp_path / "point"
     out.mkdir()
     launch = Launch(runtime="native", launcher="srun", nodes=2, ranks_per_node=1, threads=1,

@@ -406,7 +406,7 @@ def test_cancelled_and_timed_out_points_fail_alone(slurm_cluster, runs):  # noqa
         == b.events["cancelled"]
     # the human-readable table says the same, and how to re-run
     text = slurm_cluster.run(SCALESWEEP, "status", "-d", b.workdir, "--profile", PROFILE).stdout
-    assert "2 done, 2 failed" in text and "CANCELLED" in text and "TIMEOUT" in text, text
+    assert "2 done, 0 disturbed, 2 failed" in text and "CANCELLED" in text and "TIMEOUT" in text, text
     assert f"snakemake --profile {PROFILE}" in text
 
 

@@ -106,16 +106,25 @@ def check_points(cluster, metrics: dict[SweepPoint, dict]) -> None:
     ids = [m["slurm"]["job_id"] for m in metrics.values()]
     rows = sacct_rows(cluster, ids, want_final=len(ids))
     alloc = {r[0]: r for r in rows if "." not in r[0]}
-    steps = {r[0]: r for r in rows if r[0].endswith(".0")}
+    steps: dict[str, list] = {}
+    for r in rows:
+        job, _, step = r[0].partition(".")
+        if step.isdigit():
+            steps.setdefault(job, []).append(r)
     for p, m in metrics.items():
         job = m["slurm"]["job_id"]
         assert alloc[job][1] == "COMPLETED", alloc.get(job)
         # whole nodes (machine.exclusive): every CPU of the point's nodes, 2 each here
         assert int(alloc[job][2]) == p.nodes and int(alloc[job][4]) == p.nodes * 2
         assert alloc[job][5].startswith("rule_run_point_wildcards_"), alloc[job]
-        # step 0 is the point's own srun (all ranks) or, for one process, the jobstep's
-        # srun -n1: either way world-size tasks on the point's nodes
-        assert int(steps[f"{job}.0"][3]) == p.world_size and int(steps[f"{job}.0"][2]) == p.nodes
+        # a step of world-size tasks on the point's nodes: the point's own srun (all
+        # ranks) or, for one process, the jobstep's srun -n1
+        shapes = [(int(r[3]), int(r[2])) for r in steps[job]]
+        assert (p.world_size, p.nodes) in shapes, shapes
+        if p.nodes > 1:  # and the interference monitors: one task per node, beside it
+            assert (p.nodes, p.nodes) in shapes, shapes
+            assert m["interference"]["nodes_monitored"]["monitored"] == p.nodes, m["interference"]
+            assert len(m["interference"]["nodes"]) == p.nodes
 
 
 CHARLIECLOUD = have("ch-run") and have("ch-image")
