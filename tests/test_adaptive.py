@@ -177,3 +177,13 @@ def test_adaptive_interleaved_isolated_campaign(campaign):
     # re-running finds nothing to do: the decisions are kept
     again = run_snakemake(wd, "--cores", "2", "-n", "results/summary/runs.csv")
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_timeline_ends_a_failed_measurement_at_its_error(tmp_path):
+    log = tmp_path / "x.snakemake.log"
+    log.write_text(LOG.replace(
+        "[Wed Nov 25 02:15:44 2026]\nFinished jobid: 2 (Rule: run_point)\n",
+        "[Wed Nov 25 02:15:44 2026]\nError in rule run_point:\n    message: None\n    jobid: 2\n"))
+    (run,) = [j for j in parse_snakemake_log(log) if j.rule == "run_point"]
+    assert run.end - run.start == 13
+    assert [(m.rule, o.rule) for m, o in overlaps(parse_snakemake_log(log))] == [("run_point", "build_image")]

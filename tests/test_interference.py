@@ -321,3 +321,32 @@ def test_exclusive_from_oversubscribe(value, expected):
     a = allocation_info({"hosts": ["n1", "n2"], "oversubscribe": value, "source": "scontrol"}, {})
     assert (a["hosts"], a["exclusive"], a["source"], a["shared_cores"]) == (["n1", "n2"], expected, "scontrol", False)
     assert cpu_ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8" and cpu_ranges([3]) == "3"
+
+
+def launcher_run(token: str, seconds: float, rusage_root: bool, interval: float = 1.0):
+    """The harness's case: a launcher (mpirun, torchrun, apptainer's starter) whose rank
+    exits, then the launcher itself, both between two samples."""
+    launcher = [sys.executable, "-c",
+                "import subprocess, sys; subprocess.run(sys.argv[1:], check=True)", *burn(seconds)]
+    with Monitor(token, interval, pids=(os.getpid(),), rusage_root=rusage_root) as monitor:
+        child = subprocess.Popen(launcher, env={**os.environ, TOKEN_VAR: token})
+        _, status, usage = os.wait4(child.pid, 0)
+    return monitor.stop(), usage.ru_utime + usage.ru_stime  # the whole tree's CPU
+
+
+def test_a_rank_and_its_launcher_exiting_together_are_counted_once():
+    """Counted twice (the rank's own entry and the harness's children time), the run's
+    own CPU would hide a hog beside it."""
+    rec, tree_cpu = launcher_run(new_token(), 3.0, rusage_root=True)
+    print(f"launcher: {json.dumps(rec)}; tree CPU {tree_cpu:.2f} s")
+    assert tree_cpu - 0.3 <= rec["own_cpu_s"] <= tree_cpu + 0.6
+    hog = subprocess.Popen(HOG)
+    try:
+        time.sleep(0.3)
+        rec, tree_cpu = launcher_run(new_token(), 3.0, rusage_root=True)
+    finally:
+        hog.kill()
+        hog.wait()
+    print(f"launcher beside a hog: {json.dumps(rec)}; tree CPU {tree_cpu:.2f} s")
+    assert rec["own_cpu_s"] <= tree_cpu + 0.6
+    assert assess([rec], max_outside_cpu_pct=10, max_steal_pct=100)["disturbed"]

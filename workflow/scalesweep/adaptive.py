@@ -178,8 +178,21 @@ def wants_more(decision: Mapping[str, Any], config: dict) -> bool:
     """Another block after this decision, under the current config's maximum (a raised
     ``max_repeats`` continues a series that had stopped at the old one)."""
     series = decision["series"]
-    _, high = repeat_bounds(config, series["workload"])
-    return (not decision["enough"]) and int(decision["round"]) < high
+    low, high = repeat_bounds(config, series["workload"])
+    if int(decision["round"]) >= high:
+        return False
+    # judged again under the current config: a lowered target or a raised minimum
+    # continues a series that had stopped
+    target = float((config.get("measurement") or {}).get("target_ci_pp", 2.0))
+    if any(len(v) < low for v in (decision.get("valid_repeats") or {}).values()):
+        return True
+    for c in (decision.get("comparisons") or {}).values():
+        half = c.get("ci_half_width_pp")
+        if min(c.get("n") or 0, c.get("n_native") or 0) < MIN_COMPARED:
+            return True
+        if half is None or not half <= target:
+            return True
+    return not decision["enough"] and not decision.get("comparisons")
 
 
 def _fmt(x: Any) -> str:

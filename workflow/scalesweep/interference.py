@@ -135,8 +135,14 @@ class Monitor:
     """
 
     def __init__(self, token: str, interval_s: float = DEFAULT_INTERVAL_S,
-                 pids: Iterable[int] = (), proc: str = "/proc"):
+                 pids: Iterable[int] = (), proc: str = "/proc", rusage_root: bool = False):
         self.token = token
+        # rusage_root: this process (the harness) is the root of the run's process tree:
+        # its own CPU and that of every descendant it (transitively) reaped come from
+        # getrusage (exact, each counted once); /proc sampling then counts only the
+        # token's processes outside that tree (ranks started by srun through slurmstepd)
+        self.rusage_root = rusage_root
+        self._ppids: dict[int, int] = {}  # pid -> ppid of every process seen
         self.interval_s = float(interval_s)
         self.extra_pids = {int(p) for p in pids} | {os.getpid()}
         self.proc = proc
@@ -168,6 +174,7 @@ class Monitor:
             if st is None:
                 continue
             ppid, self_t, children_t, start = st
+            self._ppids[pid] = ppid
             key = (pid, start)
             alive.add(key)
             tracked = self._tracked.get(key)
@@ -213,6 +220,7 @@ class Monitor:
     # ------------------------------------------------------------------ interface
     def start(self) -> "Monitor":
         self._start_ticks = read_uptime_ticks(self.proc)
+        self._ru0 = _rusage_s() if self.rusage_root else 0.0
         with self._lock:
             self._sample()
         self._thread = threading.Thread(target=self._run, name="scalesweep-interference", daemon=True)
@@ -227,6 +235,7 @@ class Monitor:
             self._thread.join()
         with self._lock:
             self._sample()
+            self._ru1 = _rusage_s() if self.rusage_root else 0.0
             self._record = self._node_record()
         return self._record
 
@@ -244,17 +253,36 @@ class Monitor:
         lived, that is subtracted from the parent (the child's own times counted it).
         """
         tracked = self._tracked
+        root_ticks = 0
+        if self.rusage_root:
+            root = os.getpid()
+            root_ticks = round((self._ru1 - self._ru0) * self.tick)
+            # the root and its descendants that are gone (reaped inside the tree, so in
+            # the root's RUSAGE_CHILDREN or in a live descendant's children time) are
+            # left to those; live descendants still count by their own entries
+            tracked = {k: t for k, t in tracked.items()
+                       if k[0] != root and not (t.gone_at is not None and self._descends(k[0], root))}
         by_pid = {pid: t for (pid, _start), t in tracked.items()}
         reaped: dict[int, int] = {}
         for t in tracked.values():
             parent = by_pid.get(t.ppid)
             if t.gone_at is not None and parent is not None and parent.seen_at >= t.gone_at:
                 reaped[t.ppid] = reaped.get(t.ppid, 0) + t.last_self + t.last_children
-        total = 0
+        total = root_ticks
         for (pid, _start), t in tracked.items():
             children = t.last_children - t.first_children - reaped.get(pid, 0)
             total += (t.last_self - t.first_self) + max(0, children)
         return total
+
+    def _descends(self, pid: int, root: int) -> bool:
+        """Whether ``pid`` is ``root`` or one of its descendants (ppids as last seen)."""
+        seen = set()
+        while pid and pid not in seen:
+            if pid == root:
+                return True
+            seen.add(pid)
+            pid = self._ppids.get(pid, 0)
+        return False
 
     def _node_record(self) -> dict[str, Any]:
         window = max(self._t1 - self._t0, 1e-9)
@@ -277,6 +305,16 @@ class Monitor:
             "load1_max": self._load_max,
             "samples": self._samples,
         }
+
+
+def _rusage_s() -> float:
+    """CPU seconds of this process and of every descendant it has reaped (each reaped
+    process brings its own reaped descendants: the kernel sums them once each)."""
+    import resource
+
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def _fmt(value: float) -> str:

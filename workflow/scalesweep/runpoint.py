@@ -47,6 +47,8 @@ from scalesweep.metrics import (
 )
 from scalesweep.sweep import SweepPoint, block_order
 
+BLAS_THREAD_VARS = ("MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
+                    "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 PAYLOAD_JSON = "payload.json"
 FAILURE_JSON = "failure.json"
 ATTEMPTS = "attempts.jsonl"
@@ -326,7 +328,8 @@ class InterferenceProbe:
 
     def start(self) -> None:
         try:
-            self.local = Monitor(self.token, self.interval, pids=(os.getpid(),)).start()
+            self.local = Monitor(self.token, self.interval, pids=(os.getpid(),),
+                                 rusage_root=True).start()
         except OSError as exc:
             self.error = f"interference monitor failed to start: {exc}"
             return
@@ -432,6 +435,9 @@ def execute(
 
     env = dict(os.environ)
     env.setdefault("USER", _user())  # ch-run refuses to start without $USER
+    # Snakemake exports its job's `threads` (locally every core: a measurement takes
+    # them all) as the BLAS pools' sizes: the point's own threads per rank instead
+    env.update({v: str(launch.threads) for v in BLAS_THREAD_VARS})
     env.update(launch_env(launch))
     rdv = rendezvous_env(launch.launcher) if launch.world_size > 1 else {}
     env.update(rdv)

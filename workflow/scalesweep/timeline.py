@@ -58,10 +58,13 @@ def parse_snakemake_log(path: str | Path) -> list[Job]:
     stamp = None
     pending: dict = {}
     current: Job | None = None
+    failing: float | None = None
+    last = None
     for line in Path(path).read_text(errors="replace").splitlines():
         m = _STAMP.match(line)
         if m:
-            stamp, pending, current = _epoch(m[1]), {}, None
+            stamp, pending, current, failing = _epoch(m[1]), {}, None, None
+            last = stamp
             continue
         m = _RULE.match(line)
         if m and stamp is not None:
@@ -71,7 +74,16 @@ def parse_snakemake_log(path: str | Path) -> list[Job]:
         if m and current is not None:  # after "jobid:" in Snakemake 9's job block
             current.wildcards = m[1]
             continue
+        m = _ERROR.match(line)
+        if m and stamp is not None:  # a failed job ends here: "Error in rule X:", "jobid: N"
+            pending, current, failing = {}, None, stamp
+            continue
         m = _JOBID.match(line)
+        if m and failing is not None:
+            if int(m[1]) in jobs and jobs[int(m[1])].end is None:
+                jobs[int(m[1])].end = failing
+            failing = None
+            continue
         if m and pending:
             jobid = int(m[1])
             current = jobs[jobid] = Job(jobid, pending["rule"], "", pending["start"])
@@ -84,6 +96,9 @@ def parse_snakemake_log(path: str | Path) -> list[Job]:
         m = _SUBMITTED.match(line)
         if m and int(m[1]) in jobs:
             jobs[int(m[1])].slurm_job = m[2]
+    for job in jobs.values():  # never finished (killed, or still running): up to the log's end
+        if job.end is None and last is not None:
+            job.end = last
     return list(jobs.values())
 
 
