@@ -388,9 +388,14 @@ def test_cancelled_and_timed_out_points_fail_alone(slurm_cluster, runs):  # noqa
     assert f"SLURM-job '{b.events['cancelled']}' failed" in out
     status = status_json(slurm_cluster, b.workdir)
     states = {w: p["state"] for w, p in states_of(status).items()}
-    assert states == {OK: "done", CANCEL: "failed", STUCK: "failed", WIDE: "done"}, states
-    assert status["counts"] == {"done": 2, "disturbed": 0, "failed": 2, "running": 0,
-                                "missing": 0}
+    # the finished points may read "disturbed": this test runs them side by side on the
+    # test cluster's shared cores, and the monitor sees it (finished all the same)
+    finished = {"done", "disturbed"}
+    assert states[OK] in finished and states[WIDE] in finished, states
+    assert states[CANCEL] == "failed" and states[STUCK] == "failed", states
+    counts = status["counts"]
+    assert counts["done"] + counts["disturbed"] == 2, counts
+    assert (counts["failed"], counts["running"], counts["missing"]) == (2, 0, 0), counts
     by = states_of(status)
     for name, verdict in ((CANCEL, "CANCELLED"), (STUCK, "TIMEOUT")):
         d = b.point_dir(name)
@@ -406,7 +411,8 @@ def test_cancelled_and_timed_out_points_fail_alone(slurm_cluster, runs):  # noqa
         == b.events["cancelled"]
     # the human-readable table says the same, and how to re-run
     text = slurm_cluster.run(SCALESWEEP, "status", "-d", b.workdir, "--profile", PROFILE).stdout
-    assert "2 done, 0 disturbed, 2 failed" in text and "CANCELLED" in text and "TIMEOUT" in text, text
+    assert f"{counts['done']} done, {counts['disturbed']} disturbed, 2 failed" in text, text
+    assert "CANCELLED" in text and "TIMEOUT" in text, text
     assert f"snakemake --profile {PROFILE}" in text
 
 
@@ -474,5 +480,6 @@ def test_rerun_redoes_only_the_failed_points(slurm_cluster, runs):  # noqa: F811
         assert (d / "metrics.json").is_file() and not (d / "failure.json").exists()
         assert [t["state"] for t in attempts(d)] == ["failed", "done"]
     status = status_json(slurm_cluster, b.workdir)
-    assert status["counts"] == {"done": 4, "disturbed": 0, "failed": 0, "running": 0,
-                                "missing": 0}
+    counts = status["counts"]  # finished points may read "disturbed" (shared cores)
+    assert counts["done"] + counts["disturbed"] == 4, counts
+    assert (counts["failed"], counts["running"], counts["missing"]) == (0, 0, 0), counts
