@@ -19,7 +19,13 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from scalesweep.sweep import SweepPoint, is_native, workload_axes, workload_runtimes
+from scalesweep.sweep import (
+    SweepPoint,
+    block_order,
+    is_native,
+    workload_axes,
+    workload_runtimes,
+)
 
 # results/decisions/<series>/after<round>.json, final.json
 # a comparison's CI from fewer undisturbed repeats per side is not trusted, whatever
@@ -83,18 +89,12 @@ def run_priority(point: SweepPoint, config: dict, series_index: Mapping[Series, 
     within a block in ``block_order``; all negative, so the jobs that prepare them
     (image build, staging; priority 0) are always scheduled first.
     """
-    order = _block_order(point, config)
+    order = block_order(point, config)
     n_rt = len(order)
     position = order.index(point.runtime) if point.runtime in order else n_rt
     n_series = max(len(series_index), 1)
     index = series_index.get(Series.of(point), n_series)
     return -(((point.repeat - 1) * (n_series + 1) + index) * (n_rt + 1) + position) - 1
-
-
-def _block_order(point: SweepPoint, config: dict) -> list[str]:
-    from scalesweep.sweep import block_order
-
-    return block_order(point, config)
 
 
 def decide(

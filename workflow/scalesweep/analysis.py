@@ -214,13 +214,7 @@ def overhead_table(
     data = df.assign(**{time_col: pd.to_numeric(df[time_col])})
     rows = []
     for key, group in _grouped(data, group_cols):
-        is_base = group[runtime_col] == baseline_runtime
-        if not is_base.any():
-            raise TableError(
-                f"no {runtime_col}={baseline_runtime!r} rows in "
-                f"{_describe_group(group_cols, key)} ({runtime_col} present: "
-                f"{', '.join(map(str, group[runtime_col].unique()))})"
-            )
+        is_base = _baseline_mask(group, runtime_col, baseline_runtime, group_cols, key)
         native = group.loc[is_base, time_col].to_numpy(float)
         for runtime, runs in group[~is_base].groupby(runtime_col, sort=False):
             container = runs[time_col].to_numpy(float)
@@ -296,13 +290,7 @@ def verdict_table(
     data = data.assign(_excluded=excluded.astype(bool))
     rows = []
     for key, group in _grouped(data, group_cols):
-        is_base = group[runtime_col] == baseline_runtime
-        if not is_base.any():
-            raise TableError(
-                f"no {runtime_col}={baseline_runtime!r} rows in "
-                f"{_describe_group(group_cols, key)} ({runtime_col} present: "
-                f"{', '.join(map(str, group[runtime_col].unique()))})"
-            )
+        is_base = _baseline_mask(group, runtime_col, baseline_runtime, group_cols, key)
         base = group[is_base]
         for runtime, runs in group[~is_base].groupby(runtime_col, sort=False):
             pairs = _valid_pairs(base, runs, pair_col, time_col)
@@ -676,6 +664,20 @@ def _verdict_text(v: dict, margin_pct: float, more: int) -> str:
     if not np.isfinite(overhead):
         return f"inconclusive: {about} (no usable runs on a side; {n_text})"
     return f"inconclusive: {about} (overhead {pct(overhead)}, {ci}, {n_text})"
+
+
+def _baseline_mask(group: pd.DataFrame, runtime_col: str, baseline_runtime: str,
+                   group_cols: list[str], key: tuple) -> pd.Series:
+    """The rows of ``baseline_runtime`` in ``group``; a TableError naming the group where
+    there are none."""
+    is_base = group[runtime_col] == baseline_runtime
+    if not is_base.any():
+        raise TableError(
+            f"no {runtime_col}={baseline_runtime!r} rows in "
+            f"{_describe_group(group_cols, key)} ({runtime_col} present: "
+            f"{', '.join(map(str, group[runtime_col].unique()))})"
+        )
+    return is_base
 
 
 def _as_list(cols: Iterable[str]) -> list[str]:

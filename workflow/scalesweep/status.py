@@ -16,19 +16,28 @@ from scalesweep.config import ConfigError, load_config
 from scalesweep.sweep import SweepError, sweep_points
 
 
-def slurm_states(job_ids: list[str]) -> dict[str, str]:
-    """Slurm's own verdict (TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, CANCELLED...) per job id."""
-    if not job_ids or not shutil.which("sacct"):
+def sacct_fields(job_ids, fields: str, timeout: float = 30) -> dict[str, list[str]]:
+    """``sacct -X`` of the jobs: job id -> the values of ``fields`` (comma-separated
+    sacct field names after JobID); {} without sacct or jobs."""
+    ids = sorted(set(job_ids))
+    if not ids or not shutil.which("sacct"):
         return {}
     proc = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(job_ids)],
-        capture_output=True, text=True, timeout=30,
+        ["sacct", "-X", "-n", "-P", "-o", f"JobID,{fields}", "-j", ",".join(ids)],
+        capture_output=True, text=True, timeout=timeout,
     )
-    states = {}
+    width = fields.count(",") + 1
+    out = {}
     for line in proc.stdout.splitlines():
-        job, _, state = line.partition("|")
-        states[job.strip()] = state.split()[0] if state else ""
-    return states
+        job, *values = line.split("|")
+        out[job.strip()] = (values + [""] * width)[:width]
+    return out
+
+
+def slurm_states(job_ids: list[str]) -> dict[str, str]:
+    """Slurm's own verdict (TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, CANCELLED...) per job id."""
+    return {job: (state.split() or [""])[0]
+            for job, (state,) in sacct_fields(job_ids, "State").items()}
 
 
 def _incomplete_marker(directory: Path, output: str) -> Path:

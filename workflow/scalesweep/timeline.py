@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -104,25 +102,16 @@ def parse_snakemake_log(path: str | Path) -> list[Job]:
 
 def sacct_times(job_ids: Iterable[str]) -> dict[str, tuple[float | None, float | None]]:
     """Slurm's own start and end of each job (None where it never started/ended)."""
-    ids = sorted(set(job_ids))
-    if not ids or not shutil.which("sacct"):
-        return {}
-    proc = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-o", "JobID,Start,End", "-j", ",".join(ids)],
-        capture_output=True, text=True, timeout=60,
-    )
-    out = {}
-    for line in proc.stdout.splitlines():
-        job, start, end = (line.split("|") + ["", ""])[:3]
+    from scalesweep.status import sacct_fields
 
-        def parse(value: str) -> float | None:
-            try:
-                return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").timestamp()
-            except ValueError:
-                return None
+    def parse(value: str) -> float | None:
+        try:
+            return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").timestamp()
+        except ValueError:
+            return None
 
-        out[job.strip()] = (parse(start), parse(end))
-    return out
+    return {job: (parse(start), parse(end))
+            for job, (start, end) in sacct_fields(job_ids, "Start,End", timeout=60).items()}
 
 
 def with_slurm_times(jobs: list[Job]) -> list[Job]:

@@ -38,9 +38,7 @@ for path in metrics:
     m = read_metrics(path)
     point = SweepPoint(**m["point"])
     series = series or Series.of(point)
-    row = run_row(m, path, config["workloads"][point.workload]["payload"])
-    row["disturbed"] = bool(m.get("disturbed"))
-    runs.append(row)
+    runs.append(run_row(m, path, config["workloads"][point.workload]["payload"]))
 if series is None:
     sys.exit("decide_repeats: no metrics files given")
 
