@@ -39,6 +39,9 @@ onerror:
 rule all:
     default_target: True
     input:
+        # every requested measurement, so that a missing one is measured again even when
+        # the summary is up to date (common.smk: requested_metrics)
+        requested_metrics,
         rules.aggregate.output,
         rules.plot_scaling.output,
         rules.plot_llm.output,

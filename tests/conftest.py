@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterable
 
 import pytest
 import yaml
@@ -80,3 +81,23 @@ def payload_pids(marker: str, payload: str = "train_cnn.py") -> list[int]:
 
 def have(binary: str) -> bool:
     return shutil.which(binary) is not None
+
+
+def run_files_digest(workdir: Path, skip: Iterable[str] = ()) -> dict[str, str]:
+    """sha256 of every file under results/runs/ except below the point paths in ``skip``
+    (e.g. 'cnn_ddp/native/n1-g0-r1-t1/rep1'): what must stay byte-identical when only
+    those points are measured again."""
+    import hashlib
+
+    runs = workdir / "results" / "runs"
+    skip = tuple(str(runs / s) + os.sep for s in skip)
+    return {str(p.relative_to(runs)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(runs.rglob("*")) if p.is_file() and not str(p).startswith(skip)}
+
+
+def measured_by(output: str) -> list[str]:
+    """Point paths of the run_point jobs in a Snakemake log (its stdout/stderr or a
+    .snakemake/log file), from each job's metrics.json output line."""
+    import re
+
+    return sorted(re.findall(r"output: results/runs/(\S+)/metrics\.json", output))

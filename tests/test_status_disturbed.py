@@ -19,6 +19,7 @@ def _campaign(tmp_path, adaptive: bool, measured: int):
         p = type(point)(**{**point.as_dict(), "repeat": k})
         write_metrics(tmp_path / "results" / "runs" / p.path / "metrics.json", {
             "point": p.as_dict(), "epoch_s": [1.0, 1.0], "disturbed": k == 2,
+            "train_s": 2.0, "final_loss": 0.5, "final_accuracy": 0.9,
             "interference": {"reasons": ["vm: outside processes used 48.0% of the node's CPUs"]},
         })
     return tmp_path

@@ -8,7 +8,6 @@ import shlex
 import sys
 from pathlib import Path
 
-import yaml
 from snakemake.resources import Resource
 from snakemake.utils import min_version, update_config, validate
 
@@ -21,15 +20,18 @@ os.environ.update(
     PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
 )
 
-from scalesweep.config import ConfigError, check_config  # noqa: E402
+from scalesweep.config import ConfigError, check_config, typed_values  # noqa: E402
 from scalesweep.metrics import write_json_atomic  # noqa: E402
 from scalesweep.payloads import image_manifest_path, point_inputs  # noqa: E402
 from scalesweep.sweep import (  # noqa: E402
+    HISTORY_DIR,
     NATIVE_RUNTIMES,
     POINT_DIR,
     WILDCARD_CONSTRAINTS,
+    Selection,
     SweepError,
     SweepPoint,
+    select_points,
     sweep_points,
 )
 
@@ -38,25 +40,9 @@ envvars:
     "PATH",
 
 
-def _typed(value):
-    """--config parses nested values with YAML's BaseLoader (every scalar a string):
-    re-read them with the safe loader so `--config sweep='{repeats: 3}'` gives an int.
-    """
-    if isinstance(value, dict):
-        return {k: _typed(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_typed(v) for v in value]
-    if isinstance(value, str):
-        try:
-            return yaml.safe_load(value)
-        except yaml.YAMLError:
-            return value
-    return value
-
-
 # Only --config values (config_settings.config): --configfile values are typed YAML
 # already, and re-reading them would turn a quoted "1" into 1 or "" into None.
-update_config(config, _typed(dict(workflow.config_settings.config or {})))
+update_config(config, typed_values(dict(workflow.config_settings.config or {})))
 try:
     check_config(config)
 except ConfigError as exc:
@@ -65,9 +51,12 @@ validate(config, schema="../schemas/config.schema.yaml")
 config["_code_root"] = workflow.basedir
 
 try:
-    POINTS = sweep_points(config)
+    POINTS = sweep_points(config)  # the whole sweep: what the summary and report cover
+    # --config only=...: what this invocation measures (all of POINTS without it)
+    SELECTED = select_points(POINTS, config)
 except SweepError as exc:
     raise WorkflowError(f"scalesweep config: {exc}") from None
+SELECTION = Selection.of(config)
 
 for _name, _wl in config["workloads"].items():
     if _wl["payload"] == "cnn" and _wl.get("dataset") not in config["datasets"]:
@@ -94,7 +83,8 @@ def point_of(wildcards):
 
 
 def metrics_files(points=None):
-    return [f"results/runs/{p.path}/metrics.json" for p in (points or POINTS)]
+    """The metrics files of ``points``, by default of the points this run measures."""
+    return [f"results/runs/{p.path}/metrics.json" for p in (points or SELECTED)]
 
 
 def sweep_banner():
@@ -102,7 +92,13 @@ def sweep_banner():
     for p in POINTS:
         by_workload[p.workload] = by_workload.get(p.workload, 0) + 1
     parts = ", ".join(f"{w}: {n} points" for w, n in by_workload.items())
-    return f"scalesweep: {len(POINTS)} sweep points ({parts})"
+    banner = f"scalesweep: {len(POINTS)} sweep points ({parts})"
+    if not SELECTION.everything:
+        banner += (
+            f"; measuring the {len(SELECTED)} selected by {SELECTION.describe()} "
+            "(the others are kept, and summarised where measured)"
+        )
+    return banner
 
 
 def model_params(wildcards):
@@ -148,7 +144,7 @@ def image_format_args(wildcards):
 
 
 def container_runtimes():
-    return sorted({p.runtime for p in POINTS} - set(NATIVE_RUNTIMES))
+    return sorted({p.runtime for p in SELECTED} - set(NATIVE_RUNTIMES))
 
 
 def per_job(func):
@@ -242,6 +238,7 @@ def measurement_threads(wildcards):
 
 
 # --- Interleaved blocks and adaptive repeats (scalesweep.adaptive) ----------------------
+from scalesweep.sweep import workload_runtimes  # noqa: E402
 from scalesweep.adaptive import (  # noqa: E402
     Series,
     is_adaptive,
@@ -251,9 +248,11 @@ from scalesweep.adaptive import (  # noqa: E402
     wants_more,
 )
 
-SERIES = series_of(POINTS)
+SERIES = series_of(SELECTED)  # the series this run measures
 SERIES_INDEX = {s: i for i, s in enumerate(SERIES)}
-ADAPTIVE = is_adaptive(config, POINTS)
+# A selection of runtimes splits a series (its decisions compare all its runtimes): the
+# selected runtimes get their minimum of blocks, no decision is made or changed.
+ADAPTIVE = is_adaptive(config, SELECTED) and SELECTION.runtimes is None
 
 
 @per_job
@@ -264,8 +263,6 @@ def point_priority(wildcards):
 
 
 def series_point_metrics(series, repeats):
-    from scalesweep.sweep import workload_runtimes
-
     return [
         f"results/runs/{series.point(rt, k).path}/metrics.json"
         for k in repeats
@@ -334,10 +331,65 @@ def aggregate_metrics(wildcards):
             )
         ]
     else:
-        files = [f for s in SERIES for f in series_walk(s)[0]]
+        files = []
+        for s in SERIES:
+            walked = series_walk(s)[0]
+            files += walked + measured_beyond(s, walked)
+    files += measured_outside(files)
     if partial:
         return [f for f in files if Path(f).is_file()]
     return files
+
+
+def measured_outside(files):
+    """With `only:`, the metrics already on disk for points of the sweep (any repeat)
+    that ``files`` does not name: points outside the selection, and repeats beyond what
+    this run asks for. They stay in the summary and are never measured by this run.
+    """
+    if SELECTION.everything:
+        return []
+    named = set(files)
+    found = []
+    for series in series_of(POINTS):
+        for runtime in workload_runtimes(config, series.workload):
+            base = Path("results", "runs", series.point(runtime, 1).path).parent
+            for metrics in sorted(base.glob("rep*/metrics.json")):
+                if metrics.parent.name[3:].isdigit() and str(metrics) not in named:
+                    found.append(str(metrics))
+    return found
+
+
+def measured_beyond(series, walked):
+    """Metrics files of the series already on disk beyond the blocks its decisions now
+    ask for: a re-measured repeat makes its decisions run again, and a new decision may
+    stop the series earlier than the old one did; what was measured stays in the summary.
+    """
+    walked = set(walked)
+    found = []
+    for runtime in workload_runtimes(config, series.workload):
+        base = Path("results", "runs", series.point(runtime, 1).path).parent
+        for rep in sorted(base.glob("rep*")) if base.is_dir() else []:
+            metrics = str(rep / "metrics.json")
+            # a repeat being measured again (scalesweep rerun moved its run to history/)
+            kept = (rep / "metrics.json").is_file() or (rep / HISTORY_DIR).is_dir()
+            if kept and metrics not in walked and rep.name[3:].isdigit():
+                found.append(metrics)
+    return found
+
+
+def requested_metrics(wildcards):
+    """Every point this run measures, an input of the default target; with adaptive
+    repeats those its series' decisions asked for so far. Named there because Snakemake re-makes
+    a missing intermediate file only when a job that needs it must run anyway: with
+    the aggregation up to date, a deleted point (or one whose failed attempt left no
+    metrics.json) would otherwise never be measured again. With analysis.partial,
+    nothing: that run aggregates and reports what exists, it measures nothing.
+    """
+    if config.get("analysis", {}).get("partial", False):
+        return []
+    if not ADAPTIVE:
+        return metrics_files()
+    return [f for s in SERIES for f in series_walk(s)[0]]
 
 
 def series_final_files():

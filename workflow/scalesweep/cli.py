@@ -14,6 +14,7 @@ import sys
 COMMANDS = [
     "scalesweep.analysis_cli",
     "scalesweep.status",
+    "scalesweep.rerun",
     "scalesweep.campaign",
     "scalesweep.compare",
     "scalesweep.plan",

@@ -12,7 +12,8 @@ import pandas as pd
 from scalesweep.analysis import truthy, describe_repeats, scaling_table, verdict_table
 from scalesweep.metrics import MetricsError, read_metrics
 from scalesweep.runpoint import FAILURE_JSON
-from scalesweep.sweep import SweepError, SweepPoint, scaling_count, workload_axes
+from scalesweep.sweep import (HISTORY_DIR, SweepError, SweepPoint, scaling_count,
+                              workload_axes)
 
 RUN_COLUMNS = [
     "workload", "payload", "runtime", "nodes", "gpus", "ranks", "threads", "repeat",
@@ -128,12 +129,75 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
     return row
 
 
-def collect_runs(metrics_paths: Iterable[str], config: dict) -> pd.DataFrame:
-    rows = []
+
+
+def history_runs(metrics_path: str | Path) -> list[Path]:
+    """The metrics files kept in the point's history, newest first (the directory names
+    are UTC time stamps, so they sort by time)."""
+    history = Path(metrics_path).parent / HISTORY_DIR
+    if not history.is_dir():
+        return []
+    return sorted(history.glob("*/metrics.json"), key=lambda p: p.parent.name, reverse=True)
+
+
+def read_run(path: str | Path, config: dict) -> tuple[dict, dict]:
+    """(metrics, run_row) of one metrics file; MetricsError naming the file and the
+    field when it is unreadable, of another schema, or lacks (or has a non-numeric)
+    field the tables need."""
+    m = read_metrics(path)
+    try:
+        workload = m["point"]["workload"]
+        kind = config["workloads"][workload]["payload"]
+    except (KeyError, TypeError) as exc:
+        raise MetricsError(f"{path}: no point/workload of this config ({exc})") from None
+    try:
+        row = run_row(m, str(path), kind)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, IndexError) as exc:
+        raise MetricsError(f"{path}: missing or malformed field ({type(exc).__name__}: "
+                           f"{exc})") from None
+    if not _finite(row.get("time_s")):
+        raise MetricsError(f"{path}: its time ({row.get('time_s')!r}) is not a number")
+    return m, row
+
+
+def _finite(value) -> bool:
+    try:
+        return bool(np.isfinite(float(value)))
+    except (TypeError, ValueError):
+        return False
+
+
+def readable_runs(metrics_paths: Iterable[str], config: dict,
+                  log=None) -> list[tuple[str, dict, dict]]:
+    """(path, metrics, run_row) of every run that can be read. A file that cannot be
+    (truncated, a missing or non-numeric field) is left out with a warning in ``log``
+    (points.csv then lists its point as failed, with the reason): never a traceback,
+    never a zero. The newest valid run kept in the point's history stands in for it,
+    said so in ``log``."""
+    log = log or (lambda text: None)
+    out = []
     for path in metrics_paths:
-        m = read_metrics(path)
-        kind = config["workloads"][m["point"]["workload"]]["payload"]
-        rows.append(run_row(m, str(path), kind))
+        try:
+            out.append((str(path), *read_run(path, config)))
+            continue
+        except MetricsError as exc:
+            problem = str(exc)
+        for earlier in history_runs(path):
+            try:
+                out.append((str(earlier), *read_run(earlier, config)))
+            except MetricsError:
+                continue
+            log(f"warning: {problem}; the summary uses the earlier run {earlier}")
+            break
+        else:
+            log(f"warning: {problem}; left out of the summary (a failed point in "
+                "points.csv; `scalesweep rerun --failed` measures it again)")
+    return out
+
+
+def collect_runs(metrics_paths: Iterable[str], config: dict, log=None) -> pd.DataFrame:
+    """One row per readable run (readable_runs: unreadable ones are left out, logged)."""
+    rows = [row for _, _, row in readable_runs(metrics_paths, config, log)]
     df = pd.DataFrame(rows)
     if df.empty:
         return pd.DataFrame(columns=RUN_COLUMNS)
@@ -145,7 +209,7 @@ def collect_runs(metrics_paths: Iterable[str], config: dict) -> pd.DataFrame:
 
 def point_states(
     points: Iterable[SweepPoint], results: str = "results", done: Iterable[str] = (),
-    disturbed: Mapping[str, str] | None = None,
+    disturbed: Mapping[str, str] | None = None, config: dict | None = None,
 ) -> pd.DataFrame:
     """done / disturbed (with reason) / failed (with reason) / missing for every point.
 
@@ -154,7 +218,9 @@ def point_states(
     pass was 13 s of a 37 s aggregation). ``disturbed``: those of them whose run was
     disturbed, mapped to the reason (collect_runs' disturbed_reason). A metrics file read
     here is checked for ``disturbed`` itself. A disturbed run is kept but left out of the
-    statistics; the workflow measures further repeats to replace it.
+    statistics; the workflow measures further repeats to replace it. With ``config``, a
+    metrics file read here is checked as the aggregation reads it (read_run: every field
+    the tables need), so a point the summary had to leave out is listed as failed.
     """
     done = {str(Path(f)) for f in done}
     disturbed = {str(Path(f)): r for f, r in (disturbed or {}).items()}
@@ -169,7 +235,9 @@ def point_states(
                 state, reason = "disturbed", disturbed[metrics_path]
         elif (d / "metrics.json").is_file():
             try:
-                flagged, why = disturbance(read_metrics(d / "metrics.json"))
+                m = (read_run(d / "metrics.json", config)[0] if config is not None
+                     else read_metrics(d / "metrics.json"))
+                flagged, why = disturbance(m)
                 state, reason = ("disturbed", why) if flagged else ("done", "")
             except MetricsError as exc:
                 state, reason = "failed", str(exc)

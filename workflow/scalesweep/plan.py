@@ -1,10 +1,12 @@
 """``scalesweep plan``: what a sweep will cost before it is submitted.
 
-For a config (the campaign's ``config/config.yaml`` with any ``--configfile`` overlays,
-merged as Snakemake merges them) and a profile: the number of Slurm jobs, the node-hours
-they request (nodes x the runtime of attempt 1, one job per point: repeats are points), the
-worst case (every point failing until its last attempt, each attempt using all it asked
-for), and the node-hours to expect from earlier campaigns' measured wall times. Then the
+For a config (the campaign's config as ``snakemake`` reads it for the same
+``--configfile``, ``--config`` and ``--profile``: ``scalesweep.config.effective_config``;
+with ``--config 'only={...}'`` only the selected points) and a profile: the number of
+Slurm jobs, the node-hours they request (nodes x the runtime of attempt 1, one job per
+point: repeats are points), the worst case (every point failing until its last attempt,
+each attempt using all it asked for), and the node-hours to expect from earlier
+campaigns' measured wall times. Then the
 warnings a site would otherwise give at submission or after days in the queue: over the
 allocation, past a queue limit, over a walltime cap.
 
@@ -43,9 +45,9 @@ import yaml
 
 from scalesweep import fits
 from scalesweep.cli import UsageError
-from scalesweep.config import ConfigError, load_config
+from scalesweep.config import ConfigError, config_sources
 from scalesweep.slurm import runtime_min
-from scalesweep.sweep import SweepError, sweep_points
+from scalesweep.sweep import SweepError, selected_points
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -223,7 +225,7 @@ def plan_points(config: dict, profile: dict, history: pd.DataFrame | None = None
     expected_source, expected_node_h."""
     attempts = attempts_of(profile)
     rows = []
-    for p in sweep_points(config):
+    for p in selected_points(config):
         per_attempt = [point_runtime_min(config, profile, p.workload, a)
                        for a in range(1, attempts + 1)]
         rows.append({**p.as_dict(), "runtime_min": per_attempt,
@@ -239,7 +241,7 @@ def plan_points(config: dict, profile: dict, history: pd.DataFrame | None = None
 def support_jobs(config: dict, profile: dict) -> pd.DataFrame:
     """The Slurm jobs that are not points: staging and verifying each CNN dataset."""
     datasets = sorted({config["workloads"][p.workload].get("dataset")
-                       for p in sweep_points(config)
+                       for p in selected_points(config)
                        if config["workloads"][p.workload]["payload"] == "cnn"} - {None})
     runtime = support_runtime_min(profile)
     return pd.DataFrame([{"rule": rule, "dataset": d, "nodes": 1, "runtime_min": runtime,
@@ -391,11 +393,16 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "plan",
         help="jobs, node-hours and queue limits of a sweep, before submitting it",
-        description="The config is DIR/config/config.yaml with each --configfile merged "
-        "over it, as Snakemake merges them.",
+        description="The config is read as snakemake reads it with the same arguments: "
+        "DIR/config/config.yaml, each --configfile merged over it, then --config; a "
+        "profile's config:/configfile: keys apply unless given here.",
     )
     p.add_argument("--directory", "-d", default=".", help="campaign directory (default: .)")
-    p.add_argument("--configfile", nargs="*", default=[], help="config overlays, in order")
+    p.add_argument("--configfile", nargs="*", default=[], metavar="FILE",
+                   help="config overlays, in order")
+    p.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="config values, as for snakemake (e.g. only='{workloads: [llm]}' "
+                        "to plan the selected points only)")
     p.add_argument("--profile", help="Snakemake profile directory, e.g. profiles/frontier")
     p.add_argument("--allocation-node-hours", type=_positive, metavar="N",
                    help="warn when the sweep needs more than this")
@@ -411,13 +418,12 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     directory = Path(args.directory)
-    base = directory / "config" / "config.yaml"
-    configs = ([str(base)] if base.is_file() else []) + list(args.configfile)
-    if not configs:
-        raise UsageError(f"no config: {base} does not exist and no --configfile was given")
-    try:
-        config = load_config(configs)
-        profile = read_profile(args.profile)
+    profile = read_profile(args.profile)  # names a missing profile first
+    try:  # the config as `snakemake` reads it with the same arguments
+        sources = config_sources(directory, args.configfile, args.config, args.profile)
+        configs = [str(f) for f in sources.files()] + [f"--config {c}"
+                                                      for c in sources.config_args]
+        config = sources.load()
         history = campaign_history(args.from_campaign)
         points = plan_points(config, profile, history)
         support = support_jobs(config, profile)

@@ -20,6 +20,8 @@ AXES = ("runtimes", "nodes", "gpus_per_node", "ranks_per_node", "threads_per_ran
 
 # results/runs/<workload>/<runtime>/n<nodes>-g<gpus>-r<ranks>-t<threads>/rep<repeat>
 POINT_DIR = "{workload}/{runtime}/n{nodes}-g{gpus}-r{ranks}-t{threads}/rep{repeat}"
+# <point dir>/history/<UTC stamp>/: a point's earlier runs, moved aside by `scalesweep rerun`
+HISTORY_DIR = "history"
 WILDCARD_CONSTRAINTS = {
     "workload": r"[a-z][a-z0-9_]*",
     "runtime": "|".join(re.escape(r) for r in RUNTIMES),
@@ -232,3 +234,99 @@ def sweep_points(config: dict) -> list[SweepPoint]:
     if not points:
         raise SweepError("the config enables no workload, or its axes are empty")
     return points
+
+
+# --- choosing points from the command line: `--config 'only={workloads: [llm], ...}'` -----
+# The selection limits which points are MEASURED in this invocation; it never removes a
+# point from the sweep (sweep_points), and results outside it are kept and summarised.
+SELECTION_KEY = "only"
+# selection key -> the SweepPoint field it selects on
+SELECTION_AXES = {"workloads": "workload", "runtimes": "runtime", "nodes": "nodes"}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Allowed values per point field; an axis not named allows every value."""
+
+    workloads: frozenset | None = None
+    runtimes: frozenset | None = None
+    nodes: frozenset | None = None
+
+    @classmethod
+    def of(cls, config: dict) -> "Selection":
+        """The config's ``only:`` (no validation against the sweep: ``select_points``)."""
+        only = config.get(SELECTION_KEY) or {}
+        return cls(**{key: frozenset(_as_list(only[key])) if only.get(key) is not None
+                      else None for key in SELECTION_AXES})
+
+    @property
+    def everything(self) -> bool:
+        return all(getattr(self, key) is None for key in SELECTION_AXES)
+
+    def __contains__(self, point: SweepPoint) -> bool:
+        for key, field in SELECTION_AXES.items():
+            allowed = getattr(self, key)
+            if allowed is not None and getattr(point, field) not in allowed:
+                return False
+        return True
+
+    def describe(self) -> str:
+        """The selection as the --config value that gives it: only={workloads: [llm]}."""
+        parts = [f"{key}: [{', '.join(map(str, sorted(getattr(self, key))))}]"
+                 for key in SELECTION_AXES if getattr(self, key) is not None]
+        return f"{SELECTION_KEY}={{{', '.join(parts)}}}" if parts else ""
+
+
+def check_selection(points: Iterable[SweepPoint], config: dict) -> Selection:
+    """The config's selection, checked against ``points`` (the whole sweep,
+    ``sweep_points(config)``): every name or count must be one of the sweep's, and
+    together they must select at least one point. Raises SweepError naming the bad value
+    and the valid choices."""
+    points = list(points)
+    selection = Selection.of(config)
+    if selection.everything:
+        return selection
+    workloads = config.get("workloads") or {}
+    enabled = sorted({p.workload for p in points})
+    for name in sorted(selection.workloads or ()):
+        if name not in workloads:
+            raise SweepError(
+                f"{SELECTION_KEY}.workloads: {name!r} is not a workload of this config "
+                f"(defined: {', '.join(sorted(workloads)) or 'none'})")
+        if name not in enabled:
+            raise SweepError(
+                f"{SELECTION_KEY}.workloads: {name!r} is switched off "
+                f"(workloads.{name}.enabled: false); enabled: {', '.join(enabled) or 'none'}")
+    chosen = [p for p in points
+              if selection.workloads is None or p.workload in selection.workloads]
+    scope = ("the selected workloads" if selection.workloads is not None else "the sweep")
+    for key in ("runtimes", "nodes"):
+        allowed = getattr(selection, key)
+        field = SELECTION_AXES[key]
+        present = sorted({getattr(p, field) for p in chosen},
+                         key=(RUNTIMES.index if key == "runtimes" else int))
+        for value in sorted(allowed or (), key=str):
+            if value not in present:
+                what = "a runtime" if key == "runtimes" else "a node count"
+                raise SweepError(
+                    f"{SELECTION_KEY}.{key}: {value!r} is not {what} of {scope} "
+                    f"(in the sweep: {', '.join(map(str, present))})")
+    if not any(p in selection for p in chosen):
+        raise SweepError(f"{selection.describe()} selects no point of the sweep (no point "
+                         "of the selected workloads has a selected runtime at a selected "
+                         "node count)")
+    return selection
+
+
+def select_points(points: Iterable[SweepPoint], config: dict) -> list[SweepPoint]:
+    """The points of ``points`` (the sweep) that the config's ``only:`` selects, in
+    order; all of them without ``only:``. Raises SweepError for a name or count that is
+    not in the sweep (``check_selection``)."""
+    points = list(points)
+    selection = check_selection(points, config)
+    return points if selection.everything else [p for p in points if p in selection]
+
+
+def selected_points(config: dict) -> list[SweepPoint]:
+    """The points to measure: ``sweep_points(config)`` narrowed by ``only:``."""
+    return select_points(sweep_points(config), config)

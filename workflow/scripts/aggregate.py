@@ -29,7 +29,7 @@ def log(text):
     print(text, file=sys.stderr)
 
 
-runs = collect_runs(sm.input.metrics, cfg)
+runs = collect_runs(sm.input.metrics, cfg, log)
 runs.to_csv(sm.output.runs, index=False)
 if not runs.empty and runs["disturbed"].any():
     log(f"{int(runs['disturbed'].sum())} disturbed runs kept in runs.csv, left out of the "
@@ -48,6 +48,6 @@ points = sorted(set(sweep_points(cfg)) | set(runs_points(runs)))
 disturbed = (dict(zip(runs.loc[runs["disturbed"], "path"],
                       runs.loc[runs["disturbed"], "disturbed_reason"]))
              if not runs.empty else {})
-states = point_states(points, done=runs["path"], disturbed=disturbed)
+states = point_states(points, done=runs["path"], disturbed=disturbed, config=cfg)
 states.to_csv(sm.output.points, index=False)
 log(states["state"].value_counts().to_string())

@@ -26,21 +26,21 @@ config = json.loads(Path(args.config).read_text())
 sys.path.insert(0, str(Path(config["_code_root"]) / "workflow"))
 
 from scalesweep.adaptive import Series, decide  # noqa: E402
-from scalesweep.collect import run_row  # noqa: E402
-from scalesweep.metrics import read_metrics, write_json_atomic  # noqa: E402
+from scalesweep.collect import readable_runs  # noqa: E402
+from scalesweep.metrics import write_json_atomic  # noqa: E402
 from scalesweep.sweep import SweepPoint  # noqa: E402
 
 metrics = [f for f in args.files if f.endswith("/metrics.json") or f == "metrics.json"]
 decisions = [f for f in args.files if f not in metrics]
 runs = []
 series = None
-for path in metrics:
-    m = read_metrics(path)
-    point = SweepPoint(**m["point"])
-    series = series or Series.of(point)
-    runs.append(run_row(m, path, config["workloads"][point.workload]["payload"]))
+# an unreadable run (truncated, a field missing) counts as not measured: the decision
+# then asks for another block, as for a disturbed one; named in the log
+for path, m, row in readable_runs(metrics, config, lambda text: print(text, file=sys.stderr)):
+    series = series or Series.of(SweepPoint(**m["point"]))
+    runs.append(row)
 if series is None:
-    sys.exit("decide_repeats: no metrics files given")
+    sys.exit(f"decide_repeats: no readable metrics file among {metrics}")
 
 if args.final:
     last = json.loads(Path(sorted(decisions, key=lambda f: int(Path(f).stem[5:]))[-1]).read_text()) if decisions else None

@@ -1,0 +1,237 @@
+"""Measuring points again, every documented way, against the real workflow: a deleted
+point directory or metrics.json (plain re-run), and `scalesweep rerun` (--where,
+--disturbed, --failed, --missing), which keeps the earlier files in the point's history.
+
+Each workflow test copies one finished tiny campaign (two native CNN points, 1 and 2
+ranks), hurts it, runs, and checks from Snakemake's own output that exactly the intended
+points ran again and that every other file under results/runs/ is byte-identical.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, SNAKEMAKE, measured_by, run_files_digest, run_snakemake, tiny_config
+from scalesweep.cli import UsageError
+from scalesweep.collect import readable_runs
+from scalesweep.rerun import move_aside, parse_where, select
+
+PROFILE = str(REPO / "profiles" / "local")
+SCALESWEEP = str(Path(SNAKEMAKE).parent / "scalesweep")
+R1 = "cnn_ddp/native/n1-g0-r1-t1/rep1"
+R2 = "cnn_ddp/native/n1-g0-r2-t1/rep1"
+
+pytestmark = pytest.mark.integration
+
+
+def small_config() -> dict:
+    config = tiny_config()
+    config["datasets"]["tiny"]["images_per_class"] = 16
+    config["workloads"]["cnn_ddp"]["epochs"] = 1
+    # what is tested is which points run again, not interference: no run is flagged
+    # disturbed by what else this machine runs (the disturbed test marks one itself)
+    config["measurement"].update(max_outside_cpu_pct=100, max_steal_pct=100)
+    return config
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("rerun-base")
+    (workdir / "config").mkdir()
+    (workdir / "config" / "config.yaml").write_text(json.dumps(small_config()))
+    run_snakemake(workdir, "--profile", PROFILE)
+    return workdir
+
+
+@pytest.fixture
+def copy(finished, tmp_path):
+    workdir = tmp_path / "campaign"
+    shutil.copytree(finished, workdir, symlinks=True)
+    return workdir
+
+
+def scalesweep(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([SCALESWEEP, *args], cwd=workdir, capture_output=True, text=True,
+                          timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"scalesweep {' '.join(args)}: {proc.returncode}\n"
+                             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def runs_csv(workdir: Path) -> pd.DataFrame:
+    return pd.read_csv(workdir / "results" / "summary" / "runs.csv")
+
+
+# --- plain re-runs ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("hurt", ["directory", "metrics.json"])
+def test_deleted_point_is_measured_again(copy, hurt):
+    """Snakemake re-makes a missing intermediate file only when a job needing it must run
+    anyway; rule all names every requested metrics.json, so it does."""
+    before = run_files_digest(copy, skip=[R2])
+    target = copy / "results" / "runs" / R2
+    if hurt == "directory":
+        shutil.rmtree(target)
+    else:
+        (target / "metrics.json").unlink()
+    status = scalesweep(copy, "status")
+    assert "1 missing" in status.stdout
+    proc = run_snakemake(copy, "--profile", PROFILE)
+    assert measured_by(proc.stdout + proc.stderr) == [R2]
+    assert run_files_digest(copy, skip=[R2]) == before
+    assert (target / "metrics.json").is_file()
+    assert set(runs_csv(copy)["ranks"]) == {1, 2}
+    assert "0 missing" in scalesweep(copy, "status").stdout
+    # and then nothing is left to do
+    again = run_snakemake(copy, "--profile", PROFILE, "-n")
+    assert measured_by(again.stdout) == []
+
+
+# --- scalesweep rerun ---------------------------------------------------------------------
+
+def test_rerun_where_keeps_the_earlier_run_and_the_summary_uses_the_new_one(copy):
+    old = (copy / "results" / "runs" / R1 / "metrics.json").read_bytes()
+    before = run_files_digest(copy, skip=[R1])
+    proc = scalesweep(copy, "rerun", "--where", "ranks=1", "--profile", PROFILE)
+    assert "Measuring 1 point(s) again" in proc.stdout and R1 in proc.stdout
+    assert measured_by(proc.stdout + proc.stderr) == [R1]
+    assert run_files_digest(copy, skip=[R1]) == before
+    point = copy / "results" / "runs" / R1
+    (kept,) = (point / "history").iterdir()
+    assert (kept / "metrics.json").read_bytes() == old  # moved aside, byte for byte
+    assert (kept / "run.log").is_file() and (point / "run.log").is_file()
+    assert (point / "attempts.jsonl").read_text().count("\n") == 2  # both attempts logged
+    new = json.loads((point / "metrics.json").read_text())
+    row = runs_csv(copy).query("ranks == 1").iloc[0]
+    assert row["path"] == f"results/runs/{R1}/metrics.json"
+    assert row["train_s"] == pytest.approx(new["train_s"])
+    assert new["train_s"] != json.loads(old)["train_s"]  # a new measurement, not a copy
+
+
+def test_rerun_disturbed_and_dry_run(copy):
+    """A run marked disturbed is chosen by --disturbed; -n prints and changes nothing."""
+    metrics = copy / "results" / "runs" / R2 / "metrics.json"
+    m = json.loads(metrics.read_text())
+    m["disturbed"] = True
+    m.setdefault("interference", {})["reasons"] = ["outside CPU 40% > 10% (test)"]
+    metrics.write_text(json.dumps(m))
+    status = scalesweep(copy, "status")
+    assert "1 disturbed" in status.stdout and "scalesweep rerun --disturbed" in status.stdout
+    before = run_files_digest(copy)
+    dry = scalesweep(copy, "rerun", "--disturbed", "-n")
+    assert R2 in dry.stdout and R1 not in dry.stdout
+    assert run_files_digest(copy) == before and not (copy / "results/runs" / R2 / "history").exists()
+    proc = scalesweep(copy, "rerun", "--disturbed", "--profile", PROFILE)
+    assert measured_by(proc.stdout + proc.stderr) == [R2]
+    assert (copy / "results/runs" / R2 / "history").is_dir()
+    assert "0 disturbed" in scalesweep(copy, "status").stdout
+
+
+def test_rerun_refuses_while_a_lock_is_held(copy):
+    locks = copy / ".snakemake" / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    (locks / "0.input.lock").write_text("")
+    before = run_files_digest(copy)
+    proc = scalesweep(copy, "rerun", "--where", "ranks=2", "--profile", PROFILE, check=False)
+    assert proc.returncode == 2 and "--unlock" in proc.stderr
+    assert run_files_digest(copy) == before
+
+
+def test_rerun_with_nothing_chosen_or_an_unknown_value(copy):
+    proc = scalesweep(copy, "rerun", check=False)
+    assert proc.returncode == 2 and "--failed" in proc.stderr
+    proc = scalesweep(copy, "rerun", "--where", "runtime=docker", check=False)
+    assert proc.returncode == 2 and "runtime=docker" in proc.stderr and "native" in proc.stderr
+    proc = scalesweep(copy, "rerun", "--failed")
+    assert "Nothing to measure again" in proc.stdout
+
+
+# --- adaptive repeats ---------------------------------------------------------------------
+
+def test_deleted_repeat_of_an_adaptive_series_is_measured_again(campaign):
+    """The series' decisions run again over the new repeat; every repeat measured
+    before stays in the summary even if the new decisions would have stopped earlier."""
+    config = small_config()
+    config["sweep"].update(ranks_per_node=[1], repeats=2, runtimes=["native", "native-aa"])
+    config["measurement"].update(adaptive=True, max_repeats=3, target_ci_pp=0.01)
+    workdir = campaign(config)
+    run_snakemake(workdir, "--profile", PROFILE)
+    assert len(runs_csv(workdir)) == 6  # 3 blocks x 2 runtimes (the CI target is unreachable)
+    hurt = "cnn_ddp/native/n1-g0-r1-t1/rep1"
+    before = run_files_digest(workdir, skip=[hurt])
+    shutil.rmtree(workdir / "results" / "runs" / hurt)
+    proc = run_snakemake(workdir, "--profile", PROFILE)
+    assert measured_by(proc.stdout + proc.stderr) == [hurt]
+    assert run_files_digest(workdir, skip=[hurt]) == before
+    assert len(runs_csv(workdir)) == 6
+
+
+# --- units --------------------------------------------------------------------------------
+
+def test_parse_where():
+    assert parse_where(["runtime=native,charliecloud", "nodes=2"]) == {
+        "runtime": {"native", "charliecloud"}, "nodes": {"2"}}
+    with pytest.raises(UsageError, match="unknown axis 'node'"):
+        parse_where(["node=2"])
+    with pytest.raises(UsageError, match="expected AXIS=VALUE"):
+        parse_where(["nodes"])
+
+
+def test_select_by_state_and_axis():
+    table = pd.DataFrame({
+        "workload": ["w"] * 4, "runtime": ["native", "native", "charliecloud", "charliecloud"],
+        "nodes": [1, 2, 1, 2], "gpus": 0, "ranks": 1, "threads": 1, "repeat": 1,
+        "path": list("abcd"), "state": ["done", "failed", "missing", "disturbed"]})
+    assert list(select(table, {"failed", "missing"}, {})["path"]) == ["b", "c"]
+    assert list(select(table, set(), {"runtime": {"charliecloud"}})["path"]) == ["c", "d"]
+    assert list(select(table, {"disturbed"}, {"nodes": {"1"}})["path"]) == []
+    with pytest.raises(UsageError, match="nodes=3: no point"):
+        select(table, set(), {"nodes": {"3"}})
+
+
+def test_move_aside_keeps_history_and_attempts(tmp_path):
+    point = tmp_path / "rep1"
+    point.mkdir()
+    for name in ("metrics.json", "run.log", "attempts.jsonl"):
+        (point / name).write_text(name)
+    first = move_aside(point, "20260101T000000Z")
+    assert sorted(p.name for p in first.iterdir()) == ["metrics.json", "run.log"]
+    assert sorted(p.name for p in point.iterdir()) == ["attempts.jsonl", "history"]
+    assert move_aside(point, "20260101T000001Z") is None  # nothing left to move
+    (point / "metrics.json").write_text("second")
+    with pytest.raises(UsageError, match="exists already"):
+        move_aside(point, "20260101T000000Z")
+
+
+def test_summary_falls_back_on_the_newest_valid_run_in_history(tmp_path):
+    """An unreadable metrics.json is left out with a warning; a valid earlier run kept
+    in history stands in for it (the newest one)."""
+    src = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "metrics_cnn.json"
+    valid = json.loads(src.read_text())
+    config = {"workloads": {valid["point"]["workload"]: {"payload": "cnn"}}}
+    point = tmp_path / "rep1"
+    for stamp, loss in (("20260101T000000Z", 1.0), ("20260102T000000Z", 2.0)):
+        (point / "history" / stamp).mkdir(parents=True)
+        (point / "history" / stamp / "metrics.json").write_text(
+            json.dumps({**valid, "final_loss": loss}))
+    (point / "metrics.json").write_text(src.read_text()[:200])  # truncated
+    notes = []
+    ((path, _, row),) = readable_runs([point / "metrics.json"], config, notes.append)
+    assert "20260102T000000Z" in path and row["final_loss"] == 2.0
+    assert "not valid JSON" in notes[0] and "earlier run" in notes[0]
+    shutil.rmtree(point / "history")
+    notes.clear()
+    assert readable_runs([point / "metrics.json"], config, notes.append) == []
+    assert "left out of the summary" in notes[0]
+    # a valid file whose time is not a number is refused too, naming it
+    bad = dict(valid, epoch_s=["fast"])
+    (point / "metrics.json").write_text(json.dumps(bad))
+    assert readable_runs([point / "metrics.json"], config, notes.append) == []
+    assert "metrics.json" in notes[-1]

@@ -1,0 +1,201 @@
+"""`scalesweep rerun`: measure chosen points again, keeping what they measured before.
+
+    scalesweep rerun --failed                    # failed points (incl. an unreadable metrics.json)
+    scalesweep rerun --disturbed                 # runs left out of the statistics
+    scalesweep rerun --missing                   # never measured (or deleted)
+    scalesweep rerun --where runtime=charliecloud nodes=2
+    scalesweep rerun --failed --missing -n       # print what would be re-measured, run nothing
+
+The selections combine: state flags add up (--failed --missing), ``--where`` narrows them
+(alone, it selects every point matching it, whatever its state). The command prints the
+points, moves each one's earlier files (metrics.json, failure.json, run.log, ...) into
+``<point>/history/<UTC stamp>/`` (never deleted, never overwritten: the summary falls
+back on the newest valid one there if the new run cannot be read), then runs Snakemake
+with the same profile and config arguments, naming the points' metrics files as targets
+next to the workflow's default target, so the summary and the report follow.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from scalesweep.cli import UsageError
+from scalesweep.sweep import HISTORY_DIR, SweepPoint
+
+REPO = Path(__file__).resolve().parents[2]
+AXES = [f for f in SweepPoint.__dataclass_fields__]
+# left in the point directory: the history itself, and the log of every attempt
+KEPT_IN_PLACE = {HISTORY_DIR, "attempts.jsonl"}
+STATE_FLAGS = {"failed": ("failed", "stale"), "disturbed": ("disturbed",),
+               "missing": ("missing",)}
+
+
+def parse_where(items: list[str]) -> dict[str, set[str]]:
+    """``axis=value[,value]`` items -> {axis: {values}}; an unknown axis is an error."""
+    where: dict[str, set[str]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not value.strip():
+            raise UsageError(f"--where {item!r}: expected AXIS=VALUE (axes: {', '.join(AXES)})")
+        if key not in AXES:
+            raise UsageError(f"--where {item!r}: unknown axis {key!r} (axes: {', '.join(AXES)})")
+        where.setdefault(key, set()).update(v.strip() for v in value.split(",") if v.strip())
+    return where
+
+
+def select(table, states: set[str], where: dict[str, set[str]]):
+    """Rows of a status table (scalesweep.status.status_table) chosen by state and axes.
+    A value of ``where`` that no point of the campaign has is an error naming it."""
+    for axis, values in where.items():
+        known = {str(v) for v in table[axis]}
+        unknown = sorted(values - known)
+        if unknown:
+            raise UsageError(f"--where {axis}={','.join(unknown)}: no point of this campaign "
+                             f"has it ({axis} values: {', '.join(sorted(known, key=_natural))})")
+    chosen = table
+    if states:
+        chosen = chosen[chosen["state"].isin(states)]
+    for axis, values in where.items():
+        chosen = chosen[chosen[axis].astype(str).isin(values)]
+    return chosen
+
+
+def _natural(text: str):
+    return (0, int(text), "") if text.isdigit() else (1, 0, text)
+
+
+def history_stamp() -> str:
+    """UTC, sortable, unique enough for one rerun (a second in the same second waits)."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+
+def move_aside(point_dir: Path, stamp: str) -> Path | None:
+    """Move everything in ``point_dir`` but its history and attempts log into
+    ``point_dir/history/<stamp>/``; the destination, or None when there was nothing."""
+    if not point_dir.is_dir():
+        return None
+    entries = [e for e in point_dir.iterdir() if e.name not in KEPT_IN_PLACE]
+    if not entries:
+        return None
+    dest = point_dir / HISTORY_DIR / stamp
+    if dest.exists():
+        raise UsageError(f"{dest} exists already: run rerun again in a second")
+    dest.mkdir(parents=True)
+    # metrics.json last: until it has moved, the point still reads as measured
+    for entry in sorted(entries, key=lambda e: e.name == "metrics.json"):
+        os.rename(entry, dest / entry.name)
+    return dest
+
+
+def snakemake_command(args, targets: list[str]) -> list[str]:
+    """The Snakemake command the rerun runs: this checkout's Snakefile, the campaign
+    directory, the user's profile and config arguments, the default target and the
+    points' metrics files."""
+    exe = Path(sys.executable).with_name("snakemake")
+    cmd = [str(exe) if exe.exists() else "snakemake", "-s", str(REPO / "Snakefile")]
+    if Path(args.directory).resolve() != Path.cwd().resolve():
+        cmd += ["--directory", str(args.directory)]
+    if args.profile:
+        cmd += ["--profile", args.profile]
+    if args.configfile:
+        cmd += ["--configfile", *args.configfile]
+    if args.config:
+        cmd += ["--config", *args.config]
+    extra = list(args.snakemake_args or [])
+    cores = {"-c", "--cores", "-j", "--jobs"}
+    if not args.profile and not any(a.split("=")[0] in cores or a.startswith(("-c", "-j"))
+                                    for a in extra):
+        cmd += ["--cores", "all"]  # Snakemake needs a core budget to run locally
+    cmd += extra
+    return cmd + ["all", *targets]
+
+
+def campaign_config(args) -> dict:
+    """The campaign's config as Snakemake reads it for the same arguments."""
+    from scalesweep.config import effective_config
+
+    return effective_config(args.directory, args.configfile, args.config, args.profile or None)
+
+
+def locked(directory: Path) -> bool:
+    locks = directory / ".snakemake" / "locks"
+    return locks.is_dir() and any(locks.iterdir())
+
+
+def run(args) -> int:
+    from scalesweep.config import ConfigError
+    from scalesweep.status import status_table
+    from scalesweep.sweep import SweepError
+
+    directory = Path(args.directory)
+    states = {s for flag, group in STATE_FLAGS.items() if getattr(args, flag) for s in group}
+    where = parse_where(args.where or [])
+    if not states and not where:
+        raise UsageError("say what to measure again: --failed, --disturbed, --missing "
+                         "and/or --where AXIS=VALUE ...")
+    try:
+        config = campaign_config(args)
+        table = status_table(config, directory)
+    except (ConfigError, SweepError) as exc:
+        raise UsageError(str(exc)) from None
+    chosen = select(table, states, where)
+    running = chosen[chosen["state"].eq("running")]
+    if len(running):
+        raise UsageError(f"{len(running)} of the chosen points are being measured now "
+                         f"(e.g. {running['path'].iloc[0]}): wait for that run to end")
+    if chosen.empty:
+        print("Nothing to measure again: no point matches "
+              + " and ".join([*(f"state {'/'.join(sorted(states))}" for _ in [0] if states),
+                              *(f"{k}={','.join(sorted(v))}" for k, v in where.items())]))
+        return 0
+    targets = [f"results/runs/{p}/metrics.json" for p in chosen["path"]]
+    cmd = snakemake_command(args, targets)
+    print(f"Measuring {len(chosen)} point(s) again:")
+    for _, row in chosen.iterrows():
+        print(f"  {row['path']}  ({row['state']}{': ' + str(row['reason'])[:100] if row['reason'] else ''})")
+    print("Earlier files of each point go to <point>/history/<UTC stamp>/ (kept, never "
+          "overwritten).")
+    print("$ " + shlex.join(cmd), flush=True)
+    if args.dry_run:
+        return 0
+    if locked(directory):
+        raise UsageError(f"{directory / '.snakemake' / 'locks'} holds a lock: another "
+                         "snakemake runs in this campaign, or one was killed (then "
+                         "`snakemake --unlock` with the same arguments releases it)")
+    stamp = history_stamp()
+    for path in chosen["path"]:
+        dest = move_aside(directory / "results" / "runs" / path, stamp)
+        if dest is not None:
+            print(f"  kept {path} -> {dest.relative_to(directory)}")
+    return subprocess.call(cmd)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "rerun", help="measure chosen points again (failed, disturbed, missing, by axis)",
+        description=__doc__.split("\n\n")[0] + " The selections add up; --where narrows.",
+    )
+    p.add_argument("--failed", action="store_true",
+                   help="failed points (a failure.json, an unreadable metrics.json, a run "
+                        "whose owner is gone)")
+    p.add_argument("--disturbed", action="store_true",
+                   help="runs marked disturbed (left out of the statistics)")
+    p.add_argument("--missing", action="store_true", help="points with no run at all")
+    p.add_argument("--where", nargs="+", metavar="AXIS=VALUE[,VALUE]",
+                   help=f"only points with these values (axes: {', '.join(AXES)})")
+    p.add_argument("-n", "--dry-run", action="store_true",
+                   help="print what would be measured again and the command; change nothing")
+    p.add_argument("--directory", "-d", default=".", help="campaign directory (default: .)")
+    p.add_argument("--profile", default="", help="Snakemake profile, e.g. profiles/local-slurm")
+    p.add_argument("--configfile", nargs="+", default=[], help="as for snakemake")
+    p.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="as for snakemake")
+    p.add_argument("snakemake_args", nargs="*", metavar="-- SNAKEMAKE_ARGS",
+                   help="further snakemake arguments, after --")
+    p.set_defaults(func=run)
