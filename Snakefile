@@ -24,9 +24,7 @@ onstart:
 
 
 onsuccess:
-    print(
-        "scalesweep: sweep complete; summary in results/summary/, report: snakemake --report report.html"
-    )
+    print(completion_message())
 
 
 onerror:

@@ -22,12 +22,16 @@ def point(nodes=1, ranks=1, repeat=1, workload="cnn_ddp", runtime="native", gpus
     return SweepPoint(workload, runtime, nodes, gpus, ranks, 1, repeat)
 
 
-def write_run(campaign: Path, p: SweepPoint, seconds: float) -> None:
-    """A finished point's metrics.json: CNN (steady epoch time = seconds) or LLM (wall)."""
+def write_run(campaign: Path, p: SweepPoint, seconds: float, model: str | None = None,
+              synthetic: bool = False) -> None:
+    """A finished point's metrics.json: CNN (steady epoch time = seconds) or LLM (wall;
+    ``model``: the model's name, if any)."""
     record = {"point": p.as_dict(), "harness_wall_s": 3 * seconds + 2, "ranks": p.ranks,
               "launcher": "local", "versions": {"torch": "2.13.0"}}
     if p.workload.startswith("llm"):
         record.update(wall_s=seconds, tokens_per_s=100 / seconds, requests_per_s=8 / seconds)
+        if model is not None:
+            record["model"] = {"name": model, "synthetic": synthetic}
     else:
         record.update(epoch_s=[1.5 * seconds, seconds, seconds], train_s=3.5 * seconds,
                       images_per_s=64 / seconds, final_loss=0.4, final_accuracy=0.9)
@@ -165,6 +169,82 @@ def test_provenance_differences_are_noted(campaigns):
     a = compare.campaign_runs(campaigns[0])[0]
     b = a.assign(torch="2.14.0")
     assert compare.provenance_notes(a, b) == ["torch differs: A 2.13.0; B 2.14.0"]
+
+
+# --- never pooling what differs ---------------------------------------------------------------
+
+def llm_campaign(root: Path, name: str, models: dict, repeats=2, seed=0) -> Path:
+    """One LLM point (1 node, 1 GPU, native); models: {(model, synthetic): mean seconds},
+    each model measured on its own repeats (the first model on repeats 1.., the next after)."""
+    rng = np.random.default_rng(seed)
+    campaign, repeat = root / name, 1
+    for (model, synthetic), seconds in models.items():
+        for _ in range(repeats):
+            write_run(campaign, point(workload="llm", gpus=1, repeat=repeat),
+                      seconds * np.exp(rng.normal(0, 0.005)), model=model, synthetic=synthetic)
+            repeat += 1
+    return campaign
+
+
+def test_models_of_one_point_are_never_pooled(tmp_path):
+    # same workload and point, two models (and the synthetic-weights variant of one)
+    a = llm_campaign(tmp_path, "a", {("m1", False): 10.0, ("m2", False): 30.0,
+                                     ("m2", True): 50.0}, seed=1)
+    b = llm_campaign(tmp_path, "b", {("m1", False): 10.0, ("m2", False): 39.0,
+                                     ("m2", True): 50.0}, seed=2)
+    table = compare.compare_runs(compare.campaign_runs(a)[0], compare.campaign_runs(b)[0])
+    assert len(table) == 3  # pooled, it would be one row of about +13%
+    by = table.set_index("model_label")
+    assert by.loc["m2", "verdict"] == "regression"
+    assert by.loc["m2", "change_pct"] == pytest.approx(30, abs=2)
+    assert by.loc["m2", "a_s"] == pytest.approx(30, rel=0.02)
+    assert by.loc["m1", "verdict"] == "within_threshold"
+    assert by.loc["m2 (synthetic weights)", "b_s"] == pytest.approx(50, rel=0.02)
+    assert table[["n_a", "n_b"]].values.tolist() == [[2, 2]] * 3
+    assert set(table["payload"]) == {"llm"} and set(table["runtime"]) == {"native"}
+
+
+def test_a_changed_model_is_not_compared_across(tmp_path):
+    a = llm_campaign(tmp_path, "a", {("m1", False): 10.0})
+    b = llm_campaign(tmp_path, "b", {("m2", False): 10.0})
+    out = scalesweep("compare", a, b)
+    assert out.returncode == 0, out.stderr
+    table = pd.read_csv(io.StringIO(out.stdout))
+    assert table[["model_label", "verdict", "n_a", "n_b"]].fillna(0).values.tolist() == [
+        ["m1", "only_in_a", 2, 0], ["m2", "only_in_b", 0, 2]]
+    assert "note: workload llm: model differs (A m1; B m2)" in out.stderr
+
+
+def test_runtimes_and_workloads_are_never_pooled(tmp_path):
+    # the same geometry in two runtimes and two workloads: four rows, each its own
+    points = {point(): 10.0, point(runtime="apptainer"): 11.0,
+              point(workload="cnn_big"): 20.0, point(workload="cnn_big", runtime="apptainer"): 22.0}
+    a = make_campaign(tmp_path, "a", points, seed=1)
+    b = make_campaign(tmp_path, "b", {p: 1.3 * t if p.runtime == "apptainer" else t
+                                      for p, t in points.items()}, seed=2)
+    table = compare.compare_runs(compare.campaign_runs(a)[0], compare.campaign_runs(b)[0])
+    assert len(table) == 4 and (table[["n_a", "n_b"]] == 4).all().all()
+    verdicts = {(r.workload, r.runtime): r.verdict for r in table.itertuples()}
+    assert verdicts == {("cnn_ddp", "apptainer"): "regression",
+                        ("cnn_big", "apptainer"): "regression",
+                        ("cnn_ddp", "native"): "within_threshold",
+                        ("cnn_big", "native"): "within_threshold"}
+    by = {(r.workload, r.runtime): r.a_s for r in table.itertuples()}
+    assert by[("cnn_big", "apptainer")] == pytest.approx(22, rel=0.02)
+
+
+def test_command_markdown_and_options(campaigns):
+    a, b = campaigns
+    out = scalesweep("compare", a, b, "--format", "markdown")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("| workload | payload | model_label ")
+    assert lines[1].startswith("| -------- | ------- |")
+    assert len(lines) == 2 + 6 and "| regression " in lines[2]
+    assert "scalesweep compare: 6 points" in out.stderr and "|" not in out.stderr
+    for bad in (["--threshold", "nan"], ["--threshold", "-1"]):
+        refused = scalesweep("compare", a, b, *bad)
+        assert refused.returncode == 2 and "argument --threshold: must be" in refused.stderr
 
 
 # --- two real campaigns ------------------------------------------------------------------------

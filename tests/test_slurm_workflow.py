@@ -10,16 +10,21 @@ geometry, the ranks as one step of world-size tasks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, have, run_snakemake, tiny_config
+from conftest import (REPO, SNAKEMAKE, have, measured_by, run_files_digest, run_snakemake,
+                      tiny_config)
 from slurm_fixtures import slurm_cluster, slurm_skip_reason  # noqa: F401  (session fixture)
 from scalesweep.sweep import SweepPoint, sweep_points
 
@@ -152,7 +157,7 @@ def only(config: dict, workload: str) -> dict:
 def test_workflow_through_slurm_completes(slurm_run):
     workdir, config, proc, _ = slurm_run
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
-    assert "sweep complete" in proc.stdout + proc.stderr
+    assert "summary in results/summary/" in proc.stdout + proc.stderr  # onsuccess ran
     jobs = list((workdir / ".snakemake" / "slurm_logs" / "rule_run_point").iterdir())
     assert len(jobs) == len(sweep_points(config))  # one sbatch job per point
     summary = (workdir / "results" / "summary" / "runs.csv").read_text()
@@ -250,3 +255,45 @@ def test_slurm_executor_without_a_site_profile_is_refused(slurm_cluster, tmp_pat
     assert "needs a Slurm site profile" in out and "profiles/local-slurm" in out, out[-3000:]
     assert not (tmp_path / ".snakemake" / "slurm_logs").exists()  # nothing submitted
     assert not (tmp_path / "resources").exists()
+
+
+@contextlib.contextmanager
+def slurm_env(cluster):
+    saved = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = cluster.env["SLURM_CONF"]
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = saved
+
+
+def test_deleted_and_rerun_points_are_measured_again_through_slurm(slurm_cluster, slurm_run):  # noqa: F811
+    """The last tests of the module (they re-measure two of its points): a deleted point
+    directory, then `scalesweep rerun --where`, each re-measures exactly its point as a
+    new Slurm job; every other file under results/runs/ stays byte-identical."""
+    workdir, config, _, _ = slurm_run
+    deleted = SweepPoint("cnn_ddp", "native", 1, 0, 1, 1, 1).path
+    chosen = SweepPoint("cnn_ddp", "native", 2, 0, 1, 1, 1).path
+    old_job = json.loads((workdir / "results/runs" / chosen / "metrics.json").read_text())["slurm"]["job_id"]
+    before = run_files_digest(workdir, skip=[deleted, chosen])
+    shutil.rmtree(workdir / "results" / "runs" / deleted)
+    with slurm_env(slurm_cluster):
+        proc = run_snakemake(workdir, "--profile", PROFILE, timeout=600)
+        assert measured_by(proc.stdout + proc.stderr) == [deleted]
+        rerun = subprocess.run(
+            [str(Path(SNAKEMAKE).parent / "scalesweep"), "rerun", "--where", "workload=cnn_ddp",
+             "runtime=native", "nodes=2", "ranks=1", "--profile", PROFILE],
+            cwd=workdir, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert measured_by(rerun.stdout + rerun.stderr) == [chosen]
+    assert run_files_digest(workdir, skip=[deleted, chosen]) == before
+    point = workdir / "results" / "runs" / chosen
+    (kept,) = (point / "history").iterdir()
+    assert json.loads((kept / "metrics.json").read_text())["slurm"]["job_id"] == old_job
+    new = json.loads((point / "metrics.json").read_text())
+    assert new["slurm"]["job_id"] != old_job and len(new["slurm"]["hosts"]) == 2
+    runs = pd.read_csv(workdir / "results" / "summary" / "runs.csv")
+    assert str(new["slurm"]["job_id"]) in set(runs["slurm_job_id"].astype(str))

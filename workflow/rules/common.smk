@@ -87,6 +87,30 @@ def metrics_files(points=None):
     return [f"results/runs/{p.path}/metrics.json" for p in (points or SELECTED)]
 
 
+def completion_message():
+    """onsuccess: what the summary says of the points (an unreadable metrics.json is
+    left out of it, and the points outside a selection may be missing)."""
+    import csv
+    from collections import Counter
+
+    points = Path("results", "summary", "points.csv")
+    counts = Counter()
+    if points.is_file():
+        with points.open() as fh:
+            counts = Counter(row["state"] for row in csv.DictReader(fh))
+    left = ", ".join(
+        f"{counts[s]} {s}" for s in ("failed", "missing", "disturbed") if counts[s]
+    )
+    head = (
+        "scalesweep: sweep complete" if not left else f"scalesweep: done, with {left}"
+    )
+    tail = "; see `scalesweep status`" if left else ""
+    return (
+        f"{head}; summary in results/summary/, report: snakemake --report "
+        f"report.html{tail}"
+    )
+
+
 def sweep_banner():
     by_workload = {}
     for p in POINTS:

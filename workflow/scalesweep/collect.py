@@ -337,9 +337,24 @@ def scaling_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame:
             df, count_col="count", time_col="time_s", group_cols=SCALING_SERIES,
             baseline=baseline, cv_threshold=config.get("analysis", {}).get("cv_threshold", 0.05)))
     if not tables:
-        return pd.DataFrame()
+        return pd.DataFrame(columns=[*SCALING_SERIES, "count", *ROW_NOTES])  # a header
     table = pd.concat(tables, ignore_index=True)
-    return _row_notes(table, trained, [*SCALING_SERIES, "count"])
+    table = _row_notes(table, trained, [*SCALING_SERIES, "count"])
+    # a count reached by several node layouts (1 node x 2 ranks and 2 nodes x 1 rank) is
+    # pooled here as repeats of one count: said on the row and in the log, never silently
+    layouts = valid_runs(trained).groupby([*SCALING_SERIES, "count"]).apply(
+        lambda d: sorted({(int(n), int(g), int(r)) for n, g, r in
+                          zip(d["nodes"], d["gpus"], d["ranks"])}), include_groups=False)
+    for i, row in table.iterrows():
+        found = layouts.get(tuple(row[c] for c in [*SCALING_SERIES, "count"]), [])
+        if len(found) > 1:
+            shown = " + ".join(f"{n}x{g or r} {'GPUs' if g else 'ranks'}" for n, g, r in found)
+            text = f"pools node layouts {shown} (nodes x per node)"
+            table.at[i, "note"] = "; ".join(t for t in (table.at[i, "note"], text) if t)
+            log(f"scaling: {dict(zip(SCALING_SERIES, row[SCALING_SERIES]))} count "
+                f"{row['count']}: {text}; sweep nodes and ranks/GPUs per node in separate "
+                "workloads to keep them apart")
+    return table
 
 
 def llm_summary(runs: pd.DataFrame) -> pd.DataFrame:
@@ -350,13 +365,13 @@ def llm_summary(runs: pd.DataFrame) -> pd.DataFrame:
     mean peak server memory; n_disturbed, shared_cores, note."""
     llm = runs[runs["payload"] == "llm"] if not runs.empty and "payload" in runs else runs.iloc[0:0]
     if llm.empty:
-        return pd.DataFrame()
+        return pd.DataFrame(columns=[*LLM_KEYS, *ROW_NOTES])
     llm = llm.assign(model_label=[model_label(m, s) for m, s in
                                   zip(llm.get("model", pd.Series(None, index=llm.index)),
                                       llm.get("synthetic_model", pd.Series(False, index=llm.index)))])
     valid = valid_runs(llm)
     if valid.empty:
-        return pd.DataFrame()
+        return pd.DataFrame(columns=[*LLM_KEYS, *ROW_NOTES])
     table = describe_repeats(valid, LLM_KEYS, "time_s")
     models = valid.groupby("model_label", dropna=False).agg(
         model=("model", "first"),

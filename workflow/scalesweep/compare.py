@@ -2,8 +2,11 @@
 
 A campaign is a directory with ``results/runs/<point>/metrics.json`` (what ``snakemake``,
 ``scalesweep merge`` or an unpacked ``scalesweep archive`` leave). Points match on workload,
-runtime, nodes, gpus, ranks and threads; their repeats are pooled. For each point found in
-both: change = (mean B - mean A) / mean A x 100 (positive = B slower), its 95% CI (Fieller's
+payload kind, model (its label: LLM inference; synthetic weights are another model),
+runtime, nodes, gpus, ranks and threads (``POINT_KEYS``): only the repeats of one point are
+pooled, never two models, runtimes or geometries, and a point whose model changed between
+the campaigns is listed as only in A and only in B. For each point found in both:
+change = (mean B - mean A) / mean A x 100 (positive = B slower), its 95% CI (Fieller's
 interval for the ratio of means, as for container overhead: ``analysis.overhead_table``)
 and Welch's p-value. A point is a ``regression`` when B is slower by more than the
 threshold and the difference is significant (p < alpha), an ``improvement`` when faster
@@ -25,12 +28,16 @@ import numpy as np
 import pandas as pd
 
 from scalesweep import analysis
+from scalesweep.analysis_cli import add_format, non_negative, print_table
 from scalesweep.cli import UsageError
 from scalesweep.collect import collect_runs
 from scalesweep.metrics import MetricsError, read_metrics
-from scalesweep.sweep import SweepError, SweepPoint
+from scalesweep.sweep import HISTORY_DIR, SweepError, SweepPoint
 
-POINT_KEYS = ["workload", "runtime", "nodes", "gpus", "ranks", "threads"]
+# what makes a point: rows that agree on all of these are repeats (model_label is empty
+# for CNN training, which records no model)
+POINT_KEYS = ["workload", "payload", "model_label", "runtime", "nodes", "gpus", "ranks",
+              "threads"]
 METRICS = ("time_s", "harness_wall_s", "train_s")  # lower is better for each
 VERDICTS = ("regression", "improvement", "within_threshold", "not_significant", "untested",
             "only_in_a", "only_in_b")
@@ -59,6 +66,8 @@ def campaign_runs(directory: Path) -> tuple[pd.DataFrame, list[str]]:
     paths, kinds, skipped = [], {}, []
     for path in sorted(runs_dir.rglob("metrics.json")):
         rel = str(path.parent.relative_to(runs_dir))
+        if HISTORY_DIR in Path(rel).parts:  # an earlier run, superseded (scalesweep rerun)
+            continue
         try:
             point = SweepPoint.from_path(rel)
             metrics = read_metrics(path)
@@ -90,7 +99,11 @@ def compare_runs(a: pd.DataFrame, b: pd.DataFrame, threshold: float = 5.0,
     tables = {}
     for side, runs in (("a", a), ("b", b)):
         runs = runs.dropna(subset=[metric]) if metric in runs else runs.iloc[0:0]
-        tables[side] = runs.reindex(columns=[*POINT_KEYS, metric]).assign(campaign=side)
+        table = runs.reindex(columns=[*POINT_KEYS, metric]).assign(campaign=side)
+        for key in POINT_KEYS:  # an empty key is a key ('' matches ''; NaN would not)
+            if not pd.api.types.is_numeric_dtype(table[key]) or table[key].isna().all():
+                table[key] = table[key].astype(object).where(table[key].notna(), "")
+        tables[side] = table
     keys_a = set(map(tuple, tables["a"][POINT_KEYS].itertuples(index=False)))
     keys_b = set(map(tuple, tables["b"][POINT_KEYS].itertuples(index=False)))
     both = keys_a & keys_b
@@ -140,6 +153,21 @@ def verdict(change_pct: float, p_value: float, threshold: float, alpha: float) -
     return "regression" if change_pct > 0 else "improvement"
 
 
+def model_notes(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
+    """Workloads whose model differs between the campaigns (their points are then not
+    compared: each is only in A or only in B)."""
+    notes = []
+    if "model_label" not in a or "model_label" not in b:
+        return notes
+    for workload in sorted(set(a["workload"]) & set(b["workload"])):
+        va = sorted(map(str, a.loc[a["workload"] == workload, "model_label"].dropna().unique()))
+        vb = sorted(map(str, b.loc[b["workload"] == workload, "model_label"].dropna().unique()))
+        if va and vb and va != vb:
+            notes.append(f"workload {workload}: model differs (A {', '.join(va)}; B "
+                         f"{', '.join(vb)}): its points are not compared across models")
+    return notes
+
+
 def provenance_notes(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
     """What else differs between the campaigns (code, torch, image, launcher)."""
     notes = []
@@ -171,8 +199,8 @@ def comparison_figure(table: pd.DataFrame, threshold: float, names=("A", "B")):
                 transform=ax.transAxes)
     else:
         matched["point"] = [
-            f"{r.workload} {r.runtime} n{r.nodes}-g{r.gpus}-r{r.ranks}-t{r.threads}"
-            for r in matched.itertuples()]
+            f"{r.workload}{f' ({r.model_label})' if r.model_label else ''} {r.runtime} "
+            f"n{r.nodes}-g{r.gpus}-r{r.ranks}-t{r.threads}" for r in matched.itertuples()]
         palette = {"regression": "tab:red", "improvement": "tab:green",
                    "within_threshold": "tab:grey", "not_significant": "tab:orange",
                    "untested": "tab:purple"}
@@ -201,13 +229,15 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "compare",
         help="two campaigns point by point: regressions, improvements, missing points",
-        description="Prints one CSV row per point (matched on workload, runtime, nodes, "
-        "gpus, ranks, threads; repeats pooled): change_pct = (B - A) / A x 100 with its "
-        "95%% CI (Fieller) and Welch's p-value. A summary goes to stderr.",
+        description="Prints one CSV row per point (matched on workload, payload, model, "
+        "runtime, nodes, gpus, ranks, threads; only the repeats of one point are pooled, "
+        "never two models, runtimes or geometries): change_pct = (B - A) / A x 100 with "
+        "its 95% CI (Fieller), Welch's p-value and the verdict. A summary and notes go "
+        "to stderr.",
     )
     p.add_argument("a", type=Path, help="campaign directory A (the reference)")
     p.add_argument("b", type=Path, help="campaign directory B (compared with A)")
-    p.add_argument("--threshold", type=_non_negative, default=5.0,
+    p.add_argument("--threshold", type=non_negative, default=5.0,
                    help="percent change that counts (default: 5)")
     p.add_argument("--alpha", type=_probability, default=0.05,
                    help="significance level of Welch's test (default: 0.05)")
@@ -215,14 +245,13 @@ def add_parser(subparsers) -> None:
                    help="what is compared (default: time_s, as in scaling.csv)")
     p.add_argument("--fail-on-regression", action="store_true",
                    help="exit 1 when any point regressed")
+    add_format(p)
     p.add_argument("--csv", type=Path, metavar="OUT", help="also write the table here")
     p.add_argument("--plot", type=Path, metavar="OUT.png", help="write the figure here")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from scalesweep.analysis_cli import _print_csv
-
     a, skipped_a = campaign_runs(args.a)
     b, skipped_b = campaign_runs(args.b)
     for side, runs in (("A", a), ("B", b)):
@@ -230,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"{args.a if side == 'A' else args.b}: no finished runs "
                              "(no valid results/runs/**/metrics.json)")
     table = compare_runs(a, b, args.threshold, args.alpha, args.metric)
-    _print_csv(table)
+    print_table(table, args.format)
     if args.csv:
         args.csv.parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.csv, index=False, float_format="%.10g")
@@ -242,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
     summary = ", ".join(f"{counts[v]} {v.replace('_', ' ')}" for v in VERDICTS if v in counts)
     print(f"scalesweep compare: {len(table)} points ({summary}); threshold "
           f"{args.threshold:g}%, alpha {args.alpha:g}", file=sys.stderr)
-    for note in provenance_notes(a, b):
+    for note in model_notes(a, b) + provenance_notes(a, b):
         print(f"scalesweep compare: note: {note}", file=sys.stderr)
     for side, skipped in (("A", skipped_a), ("B", skipped_b)):
         for line in skipped:
@@ -253,13 +282,6 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     return 0
-
-
-def _non_negative(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, not {text}")
-    return value
 
 
 def _probability(text: str) -> float:

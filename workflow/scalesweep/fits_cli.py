@@ -1,10 +1,11 @@
 """``scalesweep fit``: Amdahl / USL fits and predictions for any ``nodes,time_s`` CSV.
 
-Input rules are ``scalesweep scaling``'s (``analysis_cli``): rows with the same count are
-repeats, text columns group the table, other numeric columns are ignored unless named in
---group-by. Prints, per group and law, the parameters with 95% CIs, the fit quality, and
-the predictions asked for, or why there are none. ``--csv`` prints one CSV row per group
-and law instead.
+Input rules are ``scalesweep scaling``'s (``analysis_cli``): rows of the same group and
+count are repeats, runs marked disturbed are left out, and the table is grouped by every
+column that is not a measurement (``analysis_cli.GROUPING_RULE``; ``--group-by`` narrows
+it, and is refused where it would pool unlike runs). Prints, per group and law, the
+parameters with 95% CIs, the fit quality, and the predictions asked for, or why there are
+none. ``--csv`` prints one CSV row per group and law instead.
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "fit",
         help="fit Amdahl's law / the USL to a scaling series and predict other counts",
-        description="Rows with the same count are repeats; text columns group the table, "
-        "other numeric columns are ignored unless named in --group-by. Fits are least "
+        description="Rows of the same group and count are repeats; runs marked disturbed "
+        "are left out. "
+        + analysis_cli.GROUPING_RULE.replace("every column that is", "every column (but "
+                                             "the count) that is")
+        + " Fits are least "
         f"squares on log(time); CIs are seeded bootstraps. Predictions are refused when a "
         f"fit's R^2(log) < {fits.MIN_R2_LOG} or its lack of fit > "
         f"{fits.MAX_LACK_OF_FIT_LOG} (log), or with fewer counts than parameters + 1.",
@@ -38,8 +42,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--count-col", default="nodes", help="default: nodes")
     p.add_argument("--time-col", default="time_s", help="default: time_s")
     p.add_argument("--baseline", type=int, help="efficiency baseline count (default: smallest)")
-    p.add_argument("--group-by", type=lambda text: [c for c in text.split(",") if c],
-                   default=[], metavar="COL[,COL]", help="also group by these numeric columns")
+    analysis_cli.add_group_by(p)
     p.add_argument("--bootstrap", type=_non_negative_int, default=fits.DEFAULT_BOOTSTRAP,
                    metavar="N", help=f"bootstrap resamples (default: {fits.DEFAULT_BOOTSTRAP})")
     p.add_argument("--seed", type=int, default=fits.DEFAULT_SEED, help="bootstrap seed")
@@ -49,14 +52,15 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     runs = analysis_cli.read_table(args.file)
-    groups, ignored = analysis_cli._group_columns(
-        args, runs, measured=(args.count_col, args.time_col))
+    groups, ignored = analysis_cli.group_columns(
+        args, runs, key=args.count_col, time_col=args.time_col, key_role="count")
+    runs, disturbed = analysis_cli.drop_disturbed(args, runs)
     models = list(fits.MODELS) if args.model == "both" else [args.model]
-    results = analysis_cli._analyse(
-        args.file, fits.fit_groups, runs, group_cols=groups, models=models,
-        count_col=args.count_col, time_col=args.time_col, baseline=args.baseline,
-        n_boot=args.bootstrap, seed=args.seed)
-    analysis_cli._note_ignored(args, ignored)
+    results = analysis_cli.analyse(
+        args.file, fits.fit_groups, analysis_cli.keyed(runs, groups), group_cols=groups,
+        models=models, count_col=args.count_col, time_col=args.time_col,
+        baseline=args.baseline, n_boot=args.bootstrap, seed=args.seed)
+    analysis_cli.note_ignored(args, runs, ignored, groups, disturbed)
     predictions = [fits.predict(fit, args.predict) for _, fit in results]
     if args.csv:
         fits_csv(results, predictions).to_csv(sys.stdout, index=False, float_format="%.6g")
