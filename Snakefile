@@ -20,6 +20,7 @@ include: "workflow/rules/report.smk"
 
 onstart:
     check_executor()
+    check_writable()
     print(sweep_banner())
 
 

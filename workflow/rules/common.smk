@@ -576,6 +576,30 @@ RUN_POINT_SLURM_RESOURCES = (
 )
 
 
+def check_writable(directories=("results", "logs")):
+    """onstart: a read-only or full campaign directory refused before any job starts,
+    naming the directory (the harness checks each point's directory again)."""
+    for name in directories:
+        path = Path(name)
+        probe = path / f".scalesweep-write-probe-{os.getpid()}"
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            with open(probe, "wb") as fh:
+                fh.write(b"\0" * 4096)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise WorkflowError(
+                f"scalesweep: cannot write to {path.resolve()} ({exc.strerror}): "
+                "measurements and summaries go there; make it writable (or free space)"
+            ) from None
+        finally:
+            try:
+                probe.unlink()
+            except OSError:
+                pass
+
+
 def check_executor():
     """onstart (before any job is submitted): a remote executor without a Slurm site
     profile would submit every point without its geometry (RUN_POINT_SLURM_RESOURCES).

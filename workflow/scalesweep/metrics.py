@@ -8,6 +8,7 @@ payload's own dependencies exist (the repository is bound at /mnt/code and
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import socket
@@ -22,7 +23,50 @@ SCHEMA_NAME = "scalesweep.metrics"
 
 
 class MetricsError(ValueError):
-    """A metrics file is missing, unreadable, or of another schema."""
+    """A metrics file is missing, unreadable, of another schema, or lacks a field (or has
+    a non-numeric one) that the summary needs."""
+
+
+# What the summary tables read from a sweep point's record, by the payload that wrote it
+# (the record's "payload": the payload's own name). Required fields must be there; every
+# listed field that is there must be a number (times: finite; lists: of numbers). Records
+# without a known "payload" (start-up timings, hand-made ones) get the type checks only.
+REQUIRED_FIELDS = {
+    "cnn": ("epoch_s", "train_s", "final_loss", "final_accuracy"),
+    "llm_inference": ("wall_s",),
+}
+TIME_FIELDS = ("epoch_s", "train_s", "wall_s")  # finite, never NaN or infinite
+NUMBER_FIELDS = ("epoch_s", "train_s", "wall_s", "final_loss", "final_accuracy",
+                 "images_per_epoch", "images_per_s", "tokens_per_s", "requests_per_s",
+                 "peak_rss_mb", "harness_wall_s", "harness_overhead_s")
+LIST_FIELDS = ("epoch_s",)
+
+
+def _is_number(value: Any, finite: bool) -> bool:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return ok and (not finite or math.isfinite(value))
+
+
+def field_problem(data: dict[str, Any]) -> str | None:
+    """The first missing or non-numeric field of a metrics record, described; None if
+    the fields the summary reads are all there and numbers."""
+    for name in REQUIRED_FIELDS.get(data.get("payload"), ()):
+        if data.get(name) is None:
+            return f"field {name!r} is missing"
+    for name in NUMBER_FIELDS:
+        value = data.get(name)
+        if value is None and name not in REQUIRED_FIELDS.get(data.get("payload"), ()):
+            continue
+        finite = name in TIME_FIELDS
+        if name in LIST_FIELDS:
+            if not isinstance(value, list) or not value:
+                return f"field {name!r} is not a list of numbers ({value!r})"
+            bad = [v for v in value if not _is_number(v, finite)]
+            if bad:
+                return f"field {name!r} holds a non-numeric value ({bad[0]!r})"
+        elif not _is_number(value, finite):
+            return f"field {name!r} is not a number ({value!r})"
+    return None
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
@@ -67,13 +111,16 @@ def read_metrics(path: str | os.PathLike) -> dict[str, Any]:
         raise MetricsError(f"{path}: no such metrics file") from exc
     except json.JSONDecodeError as exc:
         raise MetricsError(f"{path}: not valid JSON ({exc})") from exc
-    if data.get("schema") != SCHEMA_NAME:
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA_NAME:
         raise MetricsError(f"{path}: not a scalesweep metrics file")
     if data.get("schema_version") != SCHEMA_VERSION:
         raise MetricsError(
             f"{path}: schema_version {data.get('schema_version')!r}, "
             f"this scalesweep reads {SCHEMA_VERSION}"
         )
+    problem = field_problem(data)
+    if problem:
+        raise MetricsError(f"{path}: {problem}")
     return data
 
 

@@ -165,9 +165,14 @@ def run(args) -> int:
     if args.dry_run:
         return 0
     if locked(directory):
-        raise UsageError(f"{directory / '.snakemake' / 'locks'} holds a lock: another "
-                         "snakemake runs in this campaign, or one was killed (then "
-                         "`snakemake --unlock` with the same arguments releases it)")
+        from scalesweep.status import stale_lock
+
+        where = directory / ".snakemake" / "locks"
+        if stale_lock(directory):
+            raise UsageError(f"{where} holds the lock of a snakemake that is gone (killed?): "
+                             "release it with `snakemake --unlock` and the same arguments, "
+                             "then run this again")
+        raise UsageError(f"{where}: another snakemake runs in this campaign; wait for it")
     stamp = history_stamp()
     for path in chosen["path"]:
         dest = move_aside(directory / "results" / "runs" / path, stamp)

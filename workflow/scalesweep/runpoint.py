@@ -5,10 +5,16 @@ only the launcher knows (command line, launcher, wall time, Slurm job, image dig
 allocation it got, the interference measured during the run: ``scalesweep.interference``)
 and writes ``metrics.json`` atomically. A failed attempt writes ``failure.json`` instead and
 appends to ``attempts.jsonl``; a ``metrics.json`` that exists is never touched.
+
+While it runs, ``running.json`` in the point's directory says who owns the run (host,
+pid and its start time, Slurm job): ``scalesweep status`` tells a live run from one whose
+harness was killed (``owner_state``). The payload dies with the harness, even when the
+harness is SIGKILLed (``dies_with_harness``).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -39,6 +45,7 @@ from scalesweep.launch import (
     shell_line,
 )
 from scalesweep.metrics import (
+    MetricsError,
     git_commit,
     now_iso,
     read_metrics,
@@ -52,9 +59,112 @@ BLAS_THREAD_VARS = ("MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS
 PAYLOAD_JSON = "payload.json"
 FAILURE_JSON = "failure.json"
 ATTEMPTS = "attempts.jsonl"
+RUNNING_JSON = "running.json"  # the owner of a run in progress (removed when it ends)
+MIN_FREE_BYTES = 1 << 20  # a point's own files (logs, payload.json, metrics.json) fit
 INTERFERENCE_DIR = "interference"  # per-node monitor records of multi-node points
 WATCHERS_READY_TIMEOUT_S = 60
 GPU_VISIBILITY = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+
+
+# --- The payload dies with its harness ----------------------------------------------------
+# The payload runs in a session of its own (the harness signals its whole process group
+# on scancel or Ctrl-C), so a SIGKILL of the workflow's process group (kill -9 -PGID, an
+# OOM kill) used to leave it running, orphaned, beside the next measurement: the harness
+# dies at once and its cleanup never runs. So the first process of every command the
+# harness starts asks the kernel for SIGTERM when the harness dies (prctl
+# PR_SET_PDEATHSIG), set in the child by this wrapper before it execs the command (a
+# preexec_fn is unsafe: the interference monitor's thread runs while the payload
+# starts). SIGTERM, not SIGKILL, lets each launcher stop cleanly what it started:
+#   local     the payload itself (train_cnn.py dies; infer_llm.py stops its server first)
+#   mpirun    Open MPI terminates every rank (each in a process group of its own) and exits
+#   torchrun  terminates its workers (each in a session of its own) and exits
+#   ch-run    execs the payload, which keeps the setting (ch-run is not set-uid)
+#   srun      signals the step's tasks; and Slurm kills every step when the job ends
+# (apptainer: its starter may be set-uid, which clears the setting; not tested here.) The
+# signal follows the thread that started the child: the harness starts every command from
+# its main thread, which lives as long as the harness. A harness that died between the
+# fork and prctl is caught by the parent check.
+_GUARD = """\
+import ctypes, os, sys
+sig, parent, argv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
+except (OSError, AttributeError):
+    pass
+if os.getppid() != parent:
+    sys.stderr.write("scalesweep: the harness died before its command started\\n")
+    sys.stderr.flush()
+    os._exit(128 + sig)
+try:
+    os.execvp(argv[0], argv)
+except OSError as exc:
+    sys.stderr.write(f"scalesweep: cannot run {argv[0]}: {exc}\\n")
+    sys.stderr.flush()
+    os._exit(127)
+"""
+
+
+def dies_with_harness(argv: list[str], sig: int = signal.SIGTERM) -> list[str]:
+    """``argv`` wrapped so that its process gets ``sig`` when this process dies."""
+    python = sys.executable or "python3"
+    return [python, "-I", "-S", "-c", _GUARD, str(int(sig)), str(os.getpid()), *argv]
+
+
+def proc_start_ticks(pid: int) -> int | None:
+    """A process's start time (clock ticks after boot, /proc/PID/stat field 22): with the
+    boot id, it tells a process from a later one that got the same pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    try:  # the command name (field 2) may hold spaces and parentheses: split after it
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def owner_record() -> dict[str, Any]:
+    """Who runs this point: written to ``running.json`` when the harness starts."""
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "pid_start_ticks": proc_start_ticks(pid),
+            "boot_id": boot_id(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "start": now_iso()}
+
+
+def writable_problem(out_dir: str | os.PathLike) -> str | None:
+    """Why the harness cannot write the point's directory (read-only, full, not a
+    directory...), naming the path; None if it can. Checked before the payload runs."""
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / f".write-check.{os.getpid()}"
+        try:
+            with open(probe, "w") as fh:
+                fh.write("scalesweep\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        finally:
+            probe.unlink(missing_ok=True)
+        st = os.statvfs(out_dir)
+    except OSError as exc:
+        where = exc.filename or out_dir
+        if exc.errno == errno.ENOSPC:
+            return f"no space left on the device of {out_dir}: a full results directory"
+        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            return f"cannot write {where}: {exc.strerror} (a read-only results directory?)"
+        return f"cannot write {where}: {exc.strerror or exc}"
+    free = st.f_frsize * (st.f_bfree if os.geteuid() == 0 else st.f_bavail)
+    if free < MIN_FREE_BYTES:
+        return (f"only {free // 1024} KiB free on the device of {out_dir}: a full results "
+                f"directory (a point needs at least {MIN_FREE_BYTES // 1024} KiB)")
+    return None
 
 
 def free_port() -> int:
@@ -359,8 +469,9 @@ class InterferenceProbe:
             log.write(f"# interference monitors: {shell_line(cmd)}\n")
             log.flush()
             try:
-                self.watchers = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                                 env=env, start_new_session=True)
+                self.watchers = subprocess.Popen(dies_with_harness(cmd), stdout=log,
+                                                 stderr=subprocess.STDOUT, env=env,
+                                                 start_new_session=True)
             except OSError as exc:
                 self.note = f"per-node monitors did not start ({exc}): only the harness's node is monitored"
                 return
@@ -426,10 +537,38 @@ def execute(
     metrics_path = Path(metrics_path)
     out_dir = metrics_path.parent
     if metrics_path.exists():
-        read_metrics(metrics_path)  # refuse to run over a valid measurement
+        try:
+            read_metrics(metrics_path)  # refuse to run over a measurement
+        except MetricsError as exc:
+            print(f"{exc}\nNot measured again over it: `scalesweep rerun --failed` moves it "
+                  "aside and measures the point again", file=sys.stderr)
+            return 65
         print(f"{metrics_path} exists: this point is already measured", file=sys.stderr)
         return 0
-    out_dir.mkdir(parents=True, exist_ok=True)
+    problem = writable_problem(out_dir)
+    if problem:  # before anything runs: the measurement could not be kept
+        raise PointDirError(problem)
+    running = out_dir / RUNNING_JSON
+    write_json_atomic(running, owner_record())
+    try:
+        return _execute(point, launch, metrics_path, log_path, image_manifest=image_manifest,
+                        extra=extra, stage_from=stage_from, measurement=measurement,
+                        machine=machine, order=order)
+    finally:  # a SIGKILLed harness leaves it: `scalesweep status` finds its owner gone
+        try:
+            running.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+class PointDirError(OSError):
+    """The point's directory cannot be written (read-only, full): nothing was run, or the
+    measurement could not be kept. The message names the path."""
+
+
+def _execute(point, launch, metrics_path: Path, log_path, *, image_manifest, extra,
+             stage_from, measurement, machine, order) -> int:
+    out_dir = metrics_path.parent
     payload_json = out_dir / PAYLOAD_JSON
     payload_json.unlink(missing_ok=True)
 
@@ -474,7 +613,8 @@ def execute(
             log.write(f"# staging: {shell_line(stage)}\n")
             log.flush()
             t_stage = time.perf_counter()
-            rc = subprocess.run(stage, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+            rc = subprocess.run(dies_with_harness(stage), stdout=log, stderr=subprocess.STDOUT,
+                                env=env).returncode
             attempt["staging_s"] = time.perf_counter() - t_stage
             if rc != 0:
                 attempt["reason"] = f"node-local staging failed (exit code {rc})"
@@ -550,8 +690,8 @@ def _run_llm_servers_and_client(servers: Launch, client: Launch, env: dict, log_
     with open(log_path, "a") as log:
         log.write(f"# servers: {shell_line(launch_command(servers))}\n")
         log.flush()
-        srv = subprocess.Popen(launch_command(servers), stdout=log, stderr=subprocess.STDOUT,
-                               env=env, start_new_session=True)
+        srv = subprocess.Popen(dies_with_harness(launch_command(servers)), stdout=log,
+                               stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
         while len(list(ready_dir.glob("ready-*"))) < servers.nodes:
@@ -593,8 +733,8 @@ def _stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
 
 def _run_payload(argv: list[str], env: dict, log_path: str, record=None) -> int:
     with open(log_path, "a") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(dies_with_harness(argv), stdout=log, stderr=subprocess.STDOUT,
+                                env=env, start_new_session=True)
         previous = _forward_termination(proc, record)
         try:
             return proc.wait()
@@ -641,8 +781,12 @@ def _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_
         **(extra or {}),
     )
     attempt["state"] = "done"
-    _append_attempt(out_dir, attempt)
-    write_metrics(metrics_path, record)
+    try:
+        _append_attempt(out_dir, attempt)
+        write_metrics(metrics_path, record)
+    except OSError as exc:  # full or gone read-only under the run: say where
+        raise PointDirError(f"the run finished but its metrics could not be written to "
+                            f"{metrics_path}: {exc.strerror or exc}") from exc
     payload_json.unlink(missing_ok=True)
     (out_dir / FAILURE_JSON).unlink(missing_ok=True)
     return 0

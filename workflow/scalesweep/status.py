@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
+import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from scalesweep.cli import UsageError
 from scalesweep.collect import extra_repeats, point_states
-from scalesweep.config import ConfigError, load_config
-from scalesweep.sweep import SweepError, sweep_points
+from scalesweep.config import ConfigError, config_sources
+from scalesweep.runpoint import RUNNING_JSON
+from scalesweep.sweep import SweepError, SweepPoint, check_selection, sweep_points
 
 
 def sacct_fields(job_ids, fields: str, timeout: float = 30) -> dict[str, list[str]]:
@@ -66,13 +70,133 @@ def _in_flight(directory: Path, path: str, state: str) -> bool:
         return False
 
 
+# Slurm job states after which the job's processes are gone
+SLURM_ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
+               "OUT_OF_MEMORY", "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "TIMEOUT"}
+
+
+def snakemake_pids(directory: Path) -> list[int]:
+    """Snakemake processes on this host working in ``directory`` (their cwd: Snakemake
+    changes into its --directory); [] where /proc cannot tell."""
+    try:
+        target = directory.resolve()
+        procs = list(Path("/proc").iterdir())
+    except OSError:
+        return []
+    pids = []
+    for proc in procs:
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            cwd = Path(os.readlink(proc / "cwd"))
+        except OSError:
+            continue
+        names = [os.path.basename(a.decode(errors="replace")) for a in argv[:3]]
+        if ("snakemake" in names[:2] or names[1:3] == ["-m", "snakemake"]) and cwd == target:
+            pids.append(int(proc.name))
+    return pids
+
+
+def stale_lock(directory: Path) -> list[Path]:
+    """Snakemake's lock files left in ``directory`` by a run that is gone (no snakemake
+    runs there on this host): the next run refuses to start until ``--unlock``."""
+    locks = sorted((directory / ".snakemake" / "locks").glob("*.lock"))
+    return locks if locks and not snakemake_pids(directory) else []
+
+
+def _slurm_job_state(job_id: str) -> str | None:
+    """The job's state by squeue (by sacct once it left the queue): "" when Slurm no
+    longer knows it, None when Slurm cannot be asked."""
+    if not shutil.which("squeue"):
+        return None
+    try:
+        proc = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode == 0 and proc.stdout.strip():
+        return proc.stdout.split()[0]
+    if proc.returncode != 0 and "invalid job id" not in proc.stderr.lower():
+        return None  # the controller did not answer
+    try:
+        return slurm_states([str(job_id)]).get(str(job_id), "")
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def owner_state(owner: dict) -> tuple[str, str]:
+    """("alive" | "gone" | "unknown", who) of the run that wrote a point's running.json:
+    on this host (same boot), its pid with the same start time; in a Slurm job, the
+    job's state; on another host without Slurm, unknown."""
+    from scalesweep.runpoint import boot_id, proc_start_ticks
+
+    host, pid, job = owner.get("host"), owner.get("pid"), owner.get("slurm_job_id")
+    who = f"harness pid {pid} on {host}" + (f", Slurm job {job}" if job else "")
+    who += f", started {owner['start']}" if owner.get("start") else ""
+    here = host == socket.gethostname()
+    if here and isinstance(pid, int) and owner.get("boot_id") in (None, boot_id()):
+        ticks = proc_start_ticks(pid)
+        alive = ticks is not None and ticks == owner.get("pid_start_ticks", ticks)
+        return ("alive" if alive else "gone"), who
+    if here and owner.get("boot_id"):
+        return "gone", who + " (the host rebooted since)"
+    if job:
+        state = _slurm_job_state(job)
+        if state is None:
+            return "unknown", who + " (Slurm cannot be asked from here)"
+        if not state or state.rstrip("+") in SLURM_ENDED:
+            return "gone", who + (f" (the job ended: {state})" if state else " (the job ended)")
+        return "alive", who + f" ({state})"
+    return "unknown", who + f" (another host: cannot check from {socket.gethostname()})"
+
+
+def _ownership(directory: Path, path: str, state: str,
+               snakemake_here) -> tuple[str, str] | None:
+    """(state, reason) of a point Snakemake marks incomplete ("running") or one a live
+    harness runs outside Snakemake; None to leave the point as it is."""
+    point_dir = directory / "results" / "runs" / path
+    marker = _incomplete_marker(directory, f"results/runs/{path}/metrics.json")
+    owner = None
+    try:
+        record = point_dir / RUNNING_JSON
+        # the owner of this attempt: not one left by an earlier, killed run
+        if not marker.exists() or record.stat().st_mtime >= marker.stat().st_mtime - 1:
+            owner = json.loads(record.read_text())
+    except (OSError, ValueError):
+        pass
+    if state != "running":  # missing: running all the same if a live harness owns it
+        verdict, who = owner_state(owner) if state == "missing" and owner else ("", "")
+        return ("running", who) if verdict == "alive" else None
+    if owner:
+        verdict, who = owner_state(owner)
+        if verdict == "gone":
+            return "stale", f"stale: the run that owned this point is gone ({who})"
+        return "running", who + ("" if verdict == "alive" else ": its state is unknown")
+    if snakemake_here():
+        return "running", "its job has not started the harness yet"
+    return "stale", ("stale: marked incomplete by a Snakemake run that is gone (no snakemake "
+                     f"runs in {directory} on {socket.gethostname()})")
+
+
 def status_table(config: dict, directory: Path):
     requested = sweep_points(config)
     results = str(directory / "results")
     # repeats the workflow added (adaptive repeats, replacements of disturbed runs) count too
-    table = point_states(sorted([*requested, *extra_repeats(requested, results)]), results)
+    table = point_states(sorted([*requested, *extra_repeats(requested, results)]), results,
+                         config=config)
     in_flight = [_in_flight(directory, p, s) for p, s in zip(table["path"], table["state"])]
     table.loc[in_flight, "state"] = "running"
+    # running: is its owner alive (running.json), or did it die with its workflow (stale)?
+    @functools.cache
+    def snakemake_here() -> bool:  # looked up once, if needed
+        return bool(snakemake_pids(directory))
+
+    for i in table.index[table["state"].isin(["running", "missing"])]:
+        verdict = _ownership(directory, table.at[i, "path"], table.at[i, "state"],
+                             snakemake_here)
+        if verdict:
+            table.at[i, "state"], table.at[i, "reason"] = verdict
     failed = table["state"].eq("failed")
     job_ids, jobs = [], {}
     for i in table.index[failed]:
@@ -87,7 +211,7 @@ def status_table(config: dict, directory: Path):
     return table
 
 
-STATES = ["done", "disturbed", "failed", "running", "missing"]
+STATES = ["done", "disturbed", "failed", "running", "stale", "missing"]
 
 
 def _replacement_advice(config: dict, directory: Path, disturbed, rerun: str) -> list[str]:
@@ -133,23 +257,42 @@ def _replacement_advice(config: dict, directory: Path, disturbed, rerun: str) ->
 
 def run(args) -> int:
     directory = Path(args.directory)
-    configs = args.configfile or [str(directory / "config" / "config.yaml")]
-    try:
-        config = load_config(configs)
+    try:  # the config as `snakemake` reads it with the same arguments
+        sources = config_sources(directory, args.configfile or [], args.config or [],
+                                 args.profile or None)
+        config = sources.load()
+        selection = check_selection(sweep_points(config), config)
         table = status_table(config, directory)
     except (ConfigError, SweepError) as exc:
         raise UsageError(str(exc)) from None
+    # `--config only=...`: the selected points; the others are counted, not listed
+    inside = table["path"].map(lambda p: SweepPoint.from_path(p) in selection).astype(bool)
+    table, outside = table[inside], table[~inside]
     counts = table["state"].value_counts().reindex(STATES, fill_value=0)
     failed = table[table["state"] == "failed"]
     disturbed = table[table["state"] == "disturbed"]
     rerun = "snakemake" + (f" --profile {shlex.quote(args.profile)}" if args.profile else "")
     rerun += "".join(f" --configfile {shlex.quote(c)}" for c in args.configfile or [])
+    rerun += " --config " + " ".join(map(shlex.quote, args.config)) if args.config else ""
+    outside_counts = outside["state"].value_counts().reindex(STATES, fill_value=0)
+    locks = stale_lock(directory)  # left by a killed run: the next one refuses to start
     if args.json:
         json.dump({"counts": counts.to_dict(), "points": table.to_dict(orient="records"),
-                   "rerun_command": rerun}, sys.stdout, indent=2, default=str)
+                   "unlock_command": f"{rerun} --unlock" if locks else None,
+                   "rerun_command": rerun, "config": sources.describe(),
+                   "outside_selection": {"selection": selection.describe(),
+                                         "points": len(outside),
+                                         "counts": outside_counts.to_dict()}},
+                  sys.stdout, indent=2, default=str)
         print()
         return 0
     print(f"{len(table)} requested points: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    if len(outside):
+        print(f"{len(outside)} more point(s) outside the selection {selection.describe()}, "
+              "not listed: " + ", ".join(f"{n} {s}" for s, n in outside_counts.items() if n))
+    if not sources.workflow_configfile.exists():
+        print(f"note: {sources.workflow_configfile} does not exist: the config is "
+              f"{sources.describe()} alone (as for snakemake)")
     cols = ["state", "path", "reason", "slurm_state", "log"]
     shown = table[table["state"] != "done"] if not args.all else table
     if not shown.empty:
@@ -161,17 +304,57 @@ def run(args) -> int:
             print(f"  {row['path']}: {row['reason']}")
         for line in _replacement_advice(config, directory, disturbed, rerun):
             print(line)
-    if len(failed) or counts["missing"]:
-        print("\nRe-run only the failed and missing points (finished ones are never redone):")
+        print("To measure the disturbed runs again in place instead (each kept in its "
+              "point's history/):")
+        print(f"  {rerun_points_command(args, ['--disturbed'])}")
+    if locks:
+        print(f"\nSnakemake's lock ({locks[0].parent}) is left by a run that is gone (no "
+              f"snakemake runs in {directory} on {socket.gethostname()}): the next run refuses "
+              "to start (\"Directory cannot be locked\") until it is removed:")
+        print(f"  {rerun} --unlock")
+    stale = table[table["state"] == "stale"]
+    if len(stale):
+        print(f"\n{len(stale)} stale point(s): the run that owned each is gone (killed with "
+              "its workflow?) and left it marked incomplete; the next run measures it again"
+              + (" (after --unlock)" if locks else "") + ":")
         print(f"  {rerun}")
+    if len(failed) or counts["missing"]:
+        wanted = [f for f, n in (("--failed", len(failed)), ("--missing", counts["missing"])) if n]
+        print("\nMeasure only the failed and missing points again (finished ones are never "
+              "redone; earlier files go to each point's history/):")
+        print(f"  {rerun_points_command(args, wanted)}")
+        no_metrics = failed[~failed["path"].map(
+            lambda p: (directory / "results" / "runs" / p / "metrics.json").is_file())]
+        if len(no_metrics) == len(failed):  # nothing unreadable to move aside first
+            print(f"  (or: {rerun})")
     return 0
 
 
+def rerun_points_command(args, selection: list[str]) -> str:
+    """The `scalesweep rerun` command for ``selection`` with the user's arguments."""
+    parts = ["scalesweep", "rerun", *selection]
+    if str(args.directory) not in (".", ""):
+        parts += ["-d", str(args.directory)]
+    if getattr(args, "profile", ""):
+        parts += ["--profile", args.profile]
+    if getattr(args, "configfile", None):
+        parts += ["--configfile", *args.configfile]
+    if getattr(args, "config", None):
+        parts += ["--config", *args.config]
+    return shlex.join(parts)
+
+
 def add_parser(sub) -> None:
-    p = sub.add_parser("status", help="requested sweep points by state (done, disturbed, failed, running, missing)")
+    p = sub.add_parser("status", help="requested sweep points by state (done, disturbed, failed, running, stale, missing)")
     p.add_argument("--directory", "-d", default=".", help="campaign directory (default: .)")
-    p.add_argument("--configfile", nargs="*", help="config files (default: DIR/config/config.yaml)")
-    p.add_argument("--profile", default="", help="profile to name in the re-run command")
+    p.add_argument("--configfile", nargs="*", metavar="FILE",
+                   help="config files merged over DIR/config/config.yaml, as for snakemake")
+    p.add_argument("--config", nargs="+", metavar="KEY=VALUE",
+                   help="config values, as for snakemake (e.g. only='{workloads: [llm]}' "
+                        "to list only the selected points)")
+    p.add_argument("--profile", default="",
+                   help="Snakemake profile: its config:/configfile: keys apply as for "
+                        "snakemake, and the re-run command names it")
     p.add_argument("--all", action="store_true", help="list done points too")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)

@@ -26,13 +26,19 @@ args.log = args.log or str(Path(args.metrics).parent / "run.log")
 # $USER appears in site paths (/mnt/bb/$USER) and ch-run needs it; batch jobs may lack it
 os.environ.setdefault("USER", pwd.getpwuid(os.getuid()).pw_name)
 
-Path(args.log).parent.mkdir(parents=True, exist_ok=True)
-sys.stderr = open(args.log, "a")
+try:  # a read-only results directory stops here, before anything runs
+    Path(args.log).parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr = open(args.log, "a")
+except OSError as exc:
+    print(f"scalesweep: cannot write {exc.filename or args.log}: {exc.strerror or exc} (a "
+          "read-only results directory?); the point was not run", file=sys.stderr)
+    sys.exit(74)  # EX_IOERR
 config = json.loads(Path(args.config).read_text())
 sys.path.insert(0, str(Path(config["_code_root"]) / "workflow"))
 
 from scalesweep.payloads import payload_invocation, point_inputs  # noqa: E402
-from scalesweep.runpoint import build_launch, execute, image_location, run_order  # noqa: E402
+from scalesweep.runpoint import (PointDirError, build_launch, execute,  # noqa: E402
+                                 image_location, run_order)
 from scalesweep.sweep import SweepPoint, is_native  # noqa: E402
 
 metrics = Path(args.metrics)
@@ -51,18 +57,29 @@ launch = build_launch(
     out_dir=str(out_dir),
     image=str(Path(image_location(config)).resolve()) if not is_native(point.runtime) else "",
 )
-rc = execute(
-    point,
-    launch,
-    str(metrics),
-    args.log,
-    image_manifest=inputs.get("image_manifest"),
-    extra=inv.extra,
-    stage_from=inv.stage_from,
-    measurement=config.get("measurement") or {},
-    machine=config.get("machine") or {},
-    order=run_order(point, config),
-)
+try:
+    rc = execute(
+        point,
+        launch,
+        str(metrics),
+        args.log,
+        image_manifest=inputs.get("image_manifest"),
+        extra=inv.extra,
+        stage_from=inv.stage_from,
+        measurement=config.get("measurement") or {},
+        machine=config.get("machine") or {},
+        order=run_order(point, config),
+    )
+except PointDirError as exc:  # read-only or full: on the console, and in the log if it can
+    message = f"scalesweep: point {point.path}: {exc}"
+    log, sys.stderr = sys.stderr, sys.__stderr__
+    try:
+        print(message, file=log)
+        log.close()
+    except OSError:
+        pass
+    print(message, file=sys.stderr)
+    sys.exit(74)
 if rc != 0:  # one line for the console (the details are in the log and failure.json)
     print(f"scalesweep: point {point.path} failed (exit {rc}); see {out_dir}/failure.json "
           f"and {args.log}", file=sys.__stderr__)
