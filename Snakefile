@@ -21,6 +21,7 @@ include: "workflow/rules/report.smk"
 onstart:
     check_executor()
     check_writable()
+    record_owner()
     print(sweep_banner())
 
 

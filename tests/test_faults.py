@@ -15,8 +15,6 @@ before_any_job); a payload SIGKILLed alone: tests/test_fault_tolerance.py.
 from __future__ import annotations
 
 import errno
-import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -31,7 +29,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, SNAKEMAKE, have, payload_pids, run_snakemake, tiny_config
+from conftest import (REPO, SNAKEMAKE, have, measured_by, payload_pids, run_files_digest,
+                      run_snakemake, tiny_config)
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not have("mpirun"), reason="mpirun not installed")]
@@ -75,25 +74,14 @@ def wd(finished, tmp_path) -> Path:
 
 def digests(wd: Path, hurt: str | None) -> dict[str, str]:
     """sha256 of every file under results/runs, but the hurt point's."""
-    root = wd / "results" / "runs"
-    skip = root / hurt if hurt else None
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*"))
-            if p.is_file() and (skip is None or skip not in p.parents)}
+    return run_files_digest(wd, skip=[hurt] if hurt else [])
 
 
 def run_point_jobs(wd: Path, logs_before: set[Path] = frozenset()) -> list[str]:
     """The points the run_point jobs of Snakemake's job logs (those newer than
-    ``logs_before``) measured: their output's point path, from the log's own lines."""
-    points = []
-    for log in sorted(set((wd / ".snakemake" / "log").glob("*.snakemake.log")) - set(logs_before)):
-        text = log.read_text()
-        for block in re.findall(r"^(?:local)?rule run_point:\n((?:[ \t]+\S.*\n)+)", text, re.M):
-            output = re.search(r"^\s+output: results/runs/(\S+)/metrics\.json$", block, re.M)
-            wildcards = re.search(r"^\s+wildcards: (.*)$", block, re.M)
-            assert output and wildcards, block
-            points.append(output[1])
-    return sorted(points)
+    ``logs_before``) measured."""
+    logs = sorted(set((wd / ".snakemake" / "log").glob("*.snakemake.log")) - set(logs_before))
+    return measured_by("".join(log.read_text() for log in logs))
 
 
 def payload_of(wd: Path, point: str) -> list[int]:
@@ -184,7 +172,6 @@ def test_sigkill_of_the_workflow_kills_the_payload_and_the_point_is_stale_then_r
         survivors = payload_of(wd, TWO)
         print(f"payload gone {time.monotonic() - t_kill:.1f} s after the kill")
         assert not survivors, f"payload processes outlived their harness: {survivors}"
-        assert time.monotonic() - t_kill < 5
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -197,10 +184,11 @@ def test_sigkill_of_the_workflow_kills_the_payload_and_the_point_is_stale_then_r
     assert points[TWO]["state"] == "stale", points[TWO]
     assert "the run that owned this point is gone" in points[TWO]["reason"]
     assert points[ONE]["state"] in ("done", "disturbed")
-    assert out["unlock_command"] == f"snakemake --profile {PROFILE} --unlock"
+    unlock = f"snakemake --directory {wd} --profile {PROFILE} --unlock"
+    assert out["unlock_command"] == unlock
     text = status(wd).stdout
     assert "1 stale" in text and "Directory cannot be locked" in text, text
-    assert f"snakemake --profile {PROFILE} --unlock" in text, text
+    assert unlock in text, text
     assert digests(wd, TWO) == before
 
     # what status said: the next run refuses to start until --unlock
@@ -461,8 +449,6 @@ def test_a_metrics_field_missing_or_not_a_number_is_named_and_the_point_failed(
     assert points[ONE]["state"] == "failed" and field in points[ONE]["reason"], points[ONE]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("scalesweep.rerun") is None,
-                    reason="scalesweep rerun is not there yet")
 def test_bad_metrics_fail_their_points_in_the_summary_and_rerun_failed_redoes_them(wd):
     """One truncated metrics.json, one with a non-numeric field: the aggregation leaves
     both out (no traceback) and lists them as failed; `scalesweep rerun --failed`

@@ -34,9 +34,6 @@ def small_config() -> dict:
     config = tiny_config()
     config["datasets"]["tiny"]["images_per_class"] = 16
     config["workloads"]["cnn_ddp"]["epochs"] = 1
-    # what is tested is which points run again, not interference: no run is flagged
-    # disturbed by what else this machine runs (the disturbed test marks one itself)
-    config["measurement"].update(max_outside_cpu_pct=100, max_steal_pct=100)
     return config
 
 
@@ -71,8 +68,10 @@ def runs_csv(workdir: Path) -> pd.DataFrame:
 
 # --- plain re-runs ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("hurt", ["directory", "metrics.json"])
-def test_deleted_point_is_measured_again(copy, hurt):
+@pytest.mark.parametrize("hurt,how", [("directory", "snakemake"),
+                                      ("metrics.json", "snakemake"),
+                                      ("directory", "rerun --missing")])
+def test_deleted_point_is_measured_again(copy, hurt, how):
     """Snakemake re-makes a missing intermediate file only when a job needing it must run
     anyway; rule all names every requested metrics.json, so it does."""
     before = run_files_digest(copy, skip=[R2])
@@ -82,8 +81,12 @@ def test_deleted_point_is_measured_again(copy, hurt):
     else:
         (target / "metrics.json").unlink()
     status = scalesweep(copy, "status")
-    assert "1 missing" in status.stdout
-    proc = run_snakemake(copy, "--profile", PROFILE)
+    assert "1 missing" in status.stdout and "scalesweep rerun --missing" in status.stdout
+    if how == "snakemake":
+        proc = run_snakemake(copy, "--profile", PROFILE)
+    else:
+        proc = scalesweep(copy, "rerun", "--missing", "--profile", PROFILE)
+        assert "Measuring 1 point(s) again" in proc.stdout and "Also measured" not in proc.stdout
     assert measured_by(proc.stdout + proc.stderr) == [R2]
     assert run_files_digest(copy, skip=[R2]) == before
     assert (target / "metrics.json").is_file()
@@ -151,6 +154,25 @@ def test_rerun_with_nothing_chosen_or_an_unknown_value(copy):
     assert proc.returncode == 2 and "runtime=docker" in proc.stderr and "native" in proc.stderr
     proc = scalesweep(copy, "rerun", "--failed")
     assert "Nothing to measure again" in proc.stdout
+
+
+def test_only_measures_the_selection_and_keeps_the_rest_in_the_summary(copy):
+    """`--config only=...`: with an A/A runtime added and one native point deleted, only
+    the selected runtime's points are measured; the deleted native point stays missing,
+    the other native one untouched and in the summary."""
+    shutil.rmtree(copy / "results" / "runs" / R2)
+    before = run_files_digest(copy)
+    aa = [R1.replace("/native/", "/native-aa/"), R2.replace("/native/", "/native-aa/")]
+    args = ("--profile", PROFILE, "--config", "sweep={runtimes: [native, native-aa]}")
+    bad = run_snakemake(copy, *args, "only={workloads: [cnn]}", check=False)
+    assert bad.returncode != 0 and "'cnn' is not a workload" in bad.stdout + bad.stderr
+    proc = run_snakemake(copy, *args, "only={runtimes: [native-aa]}")
+    assert measured_by(proc.stdout + proc.stderr) == sorted(aa)
+    assert run_files_digest(copy, skip=aa) == before
+    assert not (copy / "results" / "runs" / R2).exists()
+    runs = runs_csv(copy)
+    assert sorted(zip(runs["runtime"], runs["ranks"])) == [
+        ("native", 1), ("native-aa", 1), ("native-aa", 2)]
 
 
 # --- adaptive repeats ---------------------------------------------------------------------

@@ -271,25 +271,28 @@ def slurm_env(cluster):
 
 
 def test_deleted_and_rerun_points_are_measured_again_through_slurm(slurm_cluster, slurm_run):  # noqa: F811
-    """The last tests of the module (they re-measure two of its points): a deleted point
-    directory, then `scalesweep rerun --where`, each re-measures exactly its point as a
-    new Slurm job; every other file under results/runs/ stays byte-identical."""
+    """The last test of the module (it re-measures three of its points): a deleted point
+    directory and a deleted metrics.json, then `scalesweep rerun --where`, each
+    re-measure exactly their points as new Slurm jobs; every other file under
+    results/runs/ stays byte-identical."""
     workdir, config, _, _ = slurm_run
     deleted = SweepPoint("cnn_ddp", "native", 1, 0, 1, 1, 1).path
+    no_metrics = SweepPoint("cnn_ddp", "native", 1, 0, 2, 1, 1).path
     chosen = SweepPoint("cnn_ddp", "native", 2, 0, 1, 1, 1).path
     old_job = json.loads((workdir / "results/runs" / chosen / "metrics.json").read_text())["slurm"]["job_id"]
-    before = run_files_digest(workdir, skip=[deleted, chosen])
+    before = run_files_digest(workdir, skip=[deleted, no_metrics, chosen])
     shutil.rmtree(workdir / "results" / "runs" / deleted)
+    (workdir / "results" / "runs" / no_metrics / "metrics.json").unlink()
     with slurm_env(slurm_cluster):
         proc = run_snakemake(workdir, "--profile", PROFILE, timeout=600)
-        assert measured_by(proc.stdout + proc.stderr) == [deleted]
+        assert measured_by(proc.stdout + proc.stderr) == sorted([deleted, no_metrics])
         rerun = subprocess.run(
             [str(Path(SNAKEMAKE).parent / "scalesweep"), "rerun", "--where", "workload=cnn_ddp",
              "runtime=native", "nodes=2", "ranks=1", "--profile", PROFILE],
             cwd=workdir, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert measured_by(rerun.stdout + rerun.stderr) == [chosen]
-    assert run_files_digest(workdir, skip=[deleted, chosen]) == before
+    assert run_files_digest(workdir, skip=[deleted, no_metrics, chosen]) == before
     point = workdir / "results" / "runs" / chosen
     (kept,) = (point / "history").iterdir()
     assert json.loads((kept / "metrics.json").read_text())["slurm"]["job_id"] == old_job

@@ -363,14 +363,15 @@ def test_status_counts_and_lists_disturbed_runs(tmp_path, capsys):
         m = cnn_metrics(repeat=p.repeat, disturbed=disturbed)
         m["point"]["workload"] = "cnn_ddp"
         write_metrics(tmp_path / "results" / "runs" / p.path / "metrics.json", m)
-    args = Namespace(directory=str(tmp_path), configfile=None, profile="profiles/local",
+    args = Namespace(directory=str(tmp_path), configfile=None, config=None, profile="profiles/local",
                      all=False, json=False)
     assert status.run(args) == 0
     out = capsys.readouterr().out
     assert out.startswith("3 requested points: 2 done, 1 disturbed, 0 failed")
     assert "1 disturbed run(s) left out of the statistics" in out
     assert points[0].path in out and "outside processes" in out
-    assert "snakemake --profile profiles/local" in out and "--config sweep='{repeats: 3}'" in out
+    assert f"snakemake --directory {tmp_path} --profile profiles/local" in out
+    assert "--config sweep='{repeats: 3}'" in out
     status.run(Namespace(**{**vars(args), "json": True}))
     report = json.loads(capsys.readouterr().out)
     assert report["counts"]["disturbed"] == 1

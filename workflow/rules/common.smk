@@ -365,6 +365,22 @@ def aggregate_metrics(wildcards):
     return files
 
 
+def measured_on_disk(series, history=False):
+    """The series' metrics files on disk, every runtime and repeat; with ``history``
+    also the repeats being measured again (scalesweep rerun moved their run to history/).
+    """
+    found = []
+    for runtime in workload_runtimes(config, series.workload):
+        base = Path("results", "runs", series.point(runtime, 1).path).parent
+        for rep in sorted(base.glob("rep*")) if base.is_dir() else []:
+            kept = (rep / "metrics.json").is_file() or (
+                history and (rep / HISTORY_DIR).is_dir()
+            )
+            if kept and rep.name[3:].isdigit():
+                found.append(str(rep / "metrics.json"))
+    return found
+
+
 def measured_outside(files):
     """With `only:`, the metrics already on disk for points of the sweep (any repeat)
     that ``files`` does not name: points outside the selection, and repeats beyond what
@@ -373,14 +389,7 @@ def measured_outside(files):
     if SELECTION.everything:
         return []
     named = set(files)
-    found = []
-    for series in series_of(POINTS):
-        for runtime in workload_runtimes(config, series.workload):
-            base = Path("results", "runs", series.point(runtime, 1).path).parent
-            for metrics in sorted(base.glob("rep*/metrics.json")):
-                if metrics.parent.name[3:].isdigit() and str(metrics) not in named:
-                    found.append(str(metrics))
-    return found
+    return [f for s in series_of(POINTS) for f in measured_on_disk(s) if f not in named]
 
 
 def measured_beyond(series, walked):
@@ -389,22 +398,13 @@ def measured_beyond(series, walked):
     stop the series earlier than the old one did; what was measured stays in the summary.
     """
     walked = set(walked)
-    found = []
-    for runtime in workload_runtimes(config, series.workload):
-        base = Path("results", "runs", series.point(runtime, 1).path).parent
-        for rep in sorted(base.glob("rep*")) if base.is_dir() else []:
-            metrics = str(rep / "metrics.json")
-            # a repeat being measured again (scalesweep rerun moved its run to history/)
-            kept = (rep / "metrics.json").is_file() or (rep / HISTORY_DIR).is_dir()
-            if kept and metrics not in walked and rep.name[3:].isdigit():
-                found.append(metrics)
-    return found
+    return [f for f in measured_on_disk(series, history=True) if f not in walked]
 
 
 def requested_metrics(wildcards):
     """Every point this run measures, an input of the default target; with adaptive
-    repeats those its series' decisions asked for so far. Named there because Snakemake re-makes
-    a missing intermediate file only when a job that needs it must run anyway: with
+    repeats those its series' decisions asked for so far. Named there because Snakemake
+    re-makes a missing intermediate file only when a job that needs it must run anyway: with
     the aggregation up to date, a deleted point (or one whose failed attempt left no
     metrics.json) would otherwise never be measured again. With analysis.partial,
     nothing: that run aggregates and reports what exists, it measures nothing.
@@ -579,25 +579,23 @@ RUN_POINT_SLURM_RESOURCES = (
 def check_writable(directories=("results", "logs")):
     """onstart: a read-only or full campaign directory refused before any job starts,
     naming the directory (the harness checks each point's directory again)."""
+    from scalesweep.runpoint import writable_problem
+
     for name in directories:
-        path = Path(name)
-        probe = path / f".scalesweep-write-probe-{os.getpid()}"
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            with open(probe, "wb") as fh:
-                fh.write(b"\0" * 4096)
-                fh.flush()
-                os.fsync(fh.fileno())
-        except OSError as exc:
-            raise WorkflowError(
-                f"scalesweep: cannot write to {path.resolve()} ({exc.strerror}): "
-                "measurements and summaries go there; make it writable (or free space)"
-            ) from None
-        finally:
-            try:
-                probe.unlink()
-            except OSError:
-                pass
+        problem = writable_problem(name)
+        if problem:
+            raise WorkflowError(f"scalesweep: {problem}")
+
+
+WORKFLOW_OWNER = Path(".snakemake", "scalesweep", "workflow.json")
+
+
+def record_owner():
+    """onstart: who runs this workflow (host, pid and its start time, boot): `scalesweep
+    status` tells a live run on another login node from a killed one by it."""
+    from scalesweep.runpoint import owner_record
+
+    write_json_atomic(WORKFLOW_OWNER, owner_record())
 
 
 def check_executor():

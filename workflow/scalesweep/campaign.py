@@ -17,7 +17,7 @@ from pathlib import Path
 
 from scalesweep.cli import UsageError
 from scalesweep.metrics import MetricsError, read_metrics
-from scalesweep.sweep import HISTORY_DIR, SweepError, SweepPoint
+from scalesweep.sweep import SweepError, SweepPoint, in_history
 
 
 def finished_points(campaign: Path) -> dict[str, Path]:
@@ -26,7 +26,7 @@ def finished_points(campaign: Path) -> dict[str, Path]:
     out = {}
     for metrics in sorted(runs.rglob("metrics.json")) if runs.is_dir() else []:
         rel = str(metrics.parent.relative_to(runs))
-        if HISTORY_DIR in Path(rel).parts:  # earlier runs travel with their point's directory
+        if in_history(rel):  # earlier runs travel with their point's directory
             continue
         try:
             SweepPoint.from_path(rel)

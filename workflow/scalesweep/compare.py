@@ -32,7 +32,7 @@ from scalesweep.analysis_cli import add_format, non_negative, print_table
 from scalesweep.cli import UsageError
 from scalesweep.collect import collect_runs
 from scalesweep.metrics import MetricsError, read_metrics
-from scalesweep.sweep import HISTORY_DIR, SweepError, SweepPoint
+from scalesweep.sweep import SweepError, SweepPoint, in_history
 
 # what makes a point: rows that agree on all of these are repeats (model_label is empty
 # for CNN training, which records no model)
@@ -66,7 +66,7 @@ def campaign_runs(directory: Path) -> tuple[pd.DataFrame, list[str]]:
     paths, kinds, skipped = [], {}, []
     for path in sorted(runs_dir.rglob("metrics.json")):
         rel = str(path.parent.relative_to(runs_dir))
-        if HISTORY_DIR in Path(rel).parts:  # an earlier run, superseded (scalesweep rerun)
+        if in_history(rel):  # an earlier run, superseded (scalesweep rerun)
             continue
         try:
             point = SweepPoint.from_path(rel)

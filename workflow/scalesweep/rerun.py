@@ -18,6 +18,7 @@ next to the workflow's default target, so the summary and the report follow.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -71,8 +72,9 @@ def _natural(text: str):
 
 
 def history_stamp() -> str:
-    """UTC, sortable, unique enough for one rerun (a second in the same second waits)."""
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    """UTC to the microsecond, sortable as text: 20261125T061502.123456Z."""
+    now = time.time()
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
 
 
 def move_aside(point_dir: Path, stamp: str) -> Path | None:
@@ -93,6 +95,17 @@ def move_aside(point_dir: Path, stamp: str) -> Path | None:
     return dest
 
 
+def user_args(profile: str = "", configfiles=(), config_args=()) -> list[str]:
+    """The user's --profile, --configfile and --config, as given: what every command
+    scalesweep prints or runs for a campaign passes on (status, rerun)."""
+    out = ["--profile", profile] if profile else []
+    if configfiles:
+        out += ["--configfile", *configfiles]
+    if config_args:
+        out += ["--config", *config_args]
+    return out
+
+
 def snakemake_command(args, targets: list[str]) -> list[str]:
     """The Snakemake command the rerun runs: this checkout's Snakefile, the campaign
     directory, the user's profile and config arguments, the default target and the
@@ -101,12 +114,7 @@ def snakemake_command(args, targets: list[str]) -> list[str]:
     cmd = [str(exe) if exe.exists() else "snakemake", "-s", str(REPO / "Snakefile")]
     if Path(args.directory).resolve() != Path.cwd().resolve():
         cmd += ["--directory", str(args.directory)]
-    if args.profile:
-        cmd += ["--profile", args.profile]
-    if args.configfile:
-        cmd += ["--configfile", *args.configfile]
-    if args.config:
-        cmd += ["--config", *args.config]
+    cmd += user_args(args.profile, args.configfile, args.config)
     extra = list(args.snakemake_args or [])
     cores = {"-c", "--cores", "-j", "--jobs"}
     if not args.profile and not any(a.split("=")[0] in cores or a.startswith(("-c", "-j"))
@@ -114,6 +122,16 @@ def snakemake_command(args, targets: list[str]) -> list[str]:
         cmd += ["--cores", "all"]  # Snakemake needs a core budget to run locally
     cmd += extra
     return cmd + ["all", *targets]
+
+
+def planned_points(cmd: list[str]) -> list[str]:
+    """The points Snakemake would measure for ``cmd`` (its dry run); UsageError with
+    Snakemake's own message when it refuses the command."""
+    proc = subprocess.run([*cmd, "--dry-run"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise UsageError(f"snakemake refuses the command (nothing was moved):\n{tail}")
+    return sorted(set(re.findall(r"output: results/runs/(\S+)/metrics\.json", proc.stdout)))
 
 
 def campaign_config(args) -> dict:
@@ -130,8 +148,8 @@ def locked(directory: Path) -> bool:
 
 def run(args) -> int:
     from scalesweep.config import ConfigError
-    from scalesweep.status import status_table
-    from scalesweep.sweep import SweepError
+    from scalesweep.status import stale_lock, status_table
+    from scalesweep.sweep import SweepError, check_selection, sweep_points
 
     directory = Path(args.directory)
     states = {s for flag, group in STATE_FLAGS.items() if getattr(args, flag) for s in group}
@@ -141,9 +159,12 @@ def run(args) -> int:
                          "and/or --where AXIS=VALUE ...")
     try:
         config = campaign_config(args)
+        selection = check_selection(sweep_points(config), config)
         table = status_table(config, directory)
     except (ConfigError, SweepError) as exc:
         raise UsageError(str(exc)) from None
+    # `--config only=...`: only the points this invocation may measure
+    table = table[table["path"].map(lambda p: SweepPoint.from_path(p) in selection).astype(bool)]
     chosen = select(table, states, where)
     running = chosen[chosen["state"].eq("running")]
     if len(running):
@@ -159,21 +180,30 @@ def run(args) -> int:
     print(f"Measuring {len(chosen)} point(s) again:")
     for _, row in chosen.iterrows():
         print(f"  {row['path']}  ({row['state']}{': ' + str(row['reason'])[:100] if row['reason'] else ''})")
-    print("Earlier files of each point go to <point>/history/<UTC stamp>/ (kept, never "
-          "overwritten).")
-    print("$ " + shlex.join(cmd), flush=True)
-    if args.dry_run:
-        return 0
     if locked(directory):
-        from scalesweep.status import stale_lock
-
         where = directory / ".snakemake" / "locks"
         if stale_lock(directory):
             raise UsageError(f"{where} holds the lock of a snakemake that is gone (killed?): "
                              "release it with `snakemake --unlock` and the same arguments, "
                              "then run this again")
         raise UsageError(f"{where}: another snakemake runs in this campaign; wait for it")
+    # Snakemake's own plan, before anything moves: it must accept the command, and the
+    # summary needs every other point that is missing or failed: those run too, listed
+    also = [p for p in planned_points(cmd) if p not in set(chosen["path"])]
+    if also:
+        print(f"Also measured, because the summary needs them (missing or failed): {len(also)}")
+        for path in also:
+            print(f"  {path}")
+    print("Earlier files of each point go to <point>/history/<UTC stamp>/ (kept, never "
+          "overwritten).")
+    print("$ " + shlex.join(cmd), flush=True)
+    if args.dry_run:
+        return 0
     stamp = history_stamp()
+    busy = [p for p in chosen["path"]
+            if (directory / "results" / "runs" / p / HISTORY_DIR / stamp).exists()]
+    if busy:
+        raise UsageError(f"{busy[0]}/{HISTORY_DIR}/{stamp} exists already: run this again")
     for path in chosen["path"]:
         dest = move_aside(directory / "results" / "runs" / path, stamp)
         if dest is not None:

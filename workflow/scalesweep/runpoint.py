@@ -549,7 +549,10 @@ def execute(
     if problem:  # before anything runs: the measurement could not be kept
         raise PointDirError(problem)
     running = out_dir / RUNNING_JSON
-    write_json_atomic(running, owner_record())
+    try:
+        write_json_atomic(running, owner_record())
+    except OSError as exc:  # filled up (or turned read-only) since the check just above
+        raise PointDirError(f"cannot write {running}: {exc.strerror or exc}") from None
     try:
         return _execute(point, launch, metrics_path, log_path, image_manifest=image_manifest,
                         extra=extra, stage_from=stage_from, measurement=measurement,
@@ -751,8 +754,10 @@ def _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_
     if rc != 0:
         attempt.setdefault("reason", _reason(rc))
         attempt["state"] = "failed"
-        write_json_atomic(out_dir / FAILURE_JSON, attempt)
+        # recorded at the signal: failure.json is complete already (reason, exit code, wall
+        # time), and Slurm may kill this harness any moment now, mid-write
         if not recorded:
+            write_json_atomic(out_dir / FAILURE_JSON, attempt)
             _append_attempt(out_dir, attempt)
         print(f"point {point.path} failed: {attempt['reason']}; log: {attempt['log']}", file=sys.stderr)
         return rc if rc > 0 else 128 - rc
@@ -807,8 +812,7 @@ def _termination_recorder(out_dir: Path, attempt: dict, t0: float):
     after the payload has exited loses that race (seen on the local cluster: the temporary
     failure.json left unrenamed), and the point then shows as missing, without sacct's
     verdict. So: failure.json and the attempts.jsonl line now (no fsync: speed matters
-    more than surviving a power cut here); ``_finish`` completes failure.json if the
-    harness lives that long.
+    more than surviving a power cut here); ``_finish`` leaves that record as it is.
     """
     def record(signum: int) -> None:
         if attempt.get("_recorded"):

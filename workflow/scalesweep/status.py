@@ -98,11 +98,59 @@ def snakemake_pids(directory: Path) -> list[int]:
     return pids
 
 
+WORKFLOW_OWNER = Path(".snakemake", "scalesweep", "workflow.json")  # written at onstart
+
+
+def workflow_state(directory: Path) -> tuple[str, str]:
+    """("alive" | "gone" | "unknown", who) of the last Snakemake run started in
+    ``directory``, from the owner it recorded at its start (host, pid, start time, boot):
+    a run on another login node is "unknown", never "gone". Without a record (a campaign
+    from before it was kept), any snakemake working there on this host."""
+    try:
+        record = json.loads((directory / WORKFLOW_OWNER).read_text())
+    except (OSError, ValueError):
+        record = None
+    if record:
+        verdict, who = owner_state({**record, "slurm_job_id": None})
+        return verdict, who.replace("harness pid", "snakemake pid")
+    pids = snakemake_pids(directory)
+    return ("alive", f"snakemake pid {pids[0]}") if pids else (
+        "gone", f"no snakemake runs in {directory} on {socket.gethostname()}")
+
+
 def stale_lock(directory: Path) -> list[Path]:
-    """Snakemake's lock files left in ``directory`` by a run that is gone (no snakemake
-    runs there on this host): the next run refuses to start until ``--unlock``."""
+    """Snakemake's lock files left in ``directory`` by a run that is gone: the next run
+    refuses to start until ``--unlock``. [] while the run may live (on this host, or on
+    another one, where it cannot be checked)."""
     locks = sorted((directory / ".snakemake" / "locks").glob("*.lock"))
-    return locks if locks and not snakemake_pids(directory) else []
+    if not locks or snakemake_pids(directory):
+        return []
+    return locks if workflow_state(directory)[0] == "gone" else []
+
+
+def queued_points() -> set[str] | None:
+    """Sweep points with a Slurm job of this user still queued or running, from the
+    comment the Slurm executor gives each job (rule_run_point_wildcards_<values>); None
+    without Slurm."""
+    if not shutil.which("squeue"):
+        return None
+    try:
+        proc = subprocess.run(["squeue", "-h", "--me", "-o", "%k"], capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    prefix = "rule_run_point_wildcards_"
+    return {line.strip()[len(prefix):] for line in proc.stdout.splitlines()
+            if line.strip().startswith(prefix)}
+
+
+def _job_key(path: str) -> str:
+    """A point as the Slurm executor names it in a job comment: its wildcard values."""
+    p = SweepPoint.from_path(path)
+    return "_".join(str(v) for v in (p.workload, p.runtime, p.nodes, p.gpus, p.ranks,
+                                     p.threads, p.repeat))
 
 
 def _slurm_job_state(job_id: str) -> str | None:
@@ -173,10 +221,15 @@ def _ownership(directory: Path, path: str, state: str,
         if verdict == "gone":
             return "stale", f"stale: the run that owned this point is gone ({who})"
         return "running", who + ("" if verdict == "alive" else ": its state is unknown")
-    if snakemake_here():
-        return "running", "its job has not started the harness yet"
-    return "stale", ("stale: marked incomplete by a Snakemake run that is gone (no snakemake "
-                     f"runs in {directory} on {socket.gethostname()})")
+    queued = snakemake_here("queued")
+    if queued is not None and _job_key(path) in queued:
+        return "running", "its Slurm job is queued or starting"
+    verdict, who = snakemake_here("workflow")
+    if verdict == "alive":
+        return "running", f"its job has not started the harness yet ({who})"
+    if verdict == "unknown":
+        return "running", f"its workflow's state is unknown ({who})"
+    return "stale", f"stale: marked incomplete by a Snakemake run that is gone ({who})"
 
 
 def status_table(config: dict, directory: Path):
@@ -189,8 +242,8 @@ def status_table(config: dict, directory: Path):
     table.loc[in_flight, "state"] = "running"
     # running: is its owner alive (running.json), or did it die with its workflow (stale)?
     @functools.cache
-    def snakemake_here() -> bool:  # looked up once, if needed
-        return bool(snakemake_pids(directory))
+    def snakemake_here(what: str):  # looked up once, if needed
+        return queued_points() if what == "queued" else workflow_state(directory)
 
     for i in table.index[table["state"].isin(["running", "missing"])]:
         verdict = _ownership(directory, table.at[i, "path"], table.at[i, "state"],
@@ -271,9 +324,11 @@ def run(args) -> int:
     counts = table["state"].value_counts().reindex(STATES, fill_value=0)
     failed = table[table["state"] == "failed"]
     disturbed = table[table["state"] == "disturbed"]
-    rerun = "snakemake" + (f" --profile {shlex.quote(args.profile)}" if args.profile else "")
-    rerun += "".join(f" --configfile {shlex.quote(c)}" for c in args.configfile or [])
-    rerun += " --config " + " ".join(map(shlex.quote, args.config)) if args.config else ""
+    from scalesweep.rerun import user_args
+
+    here = ["--directory", str(directory)] if str(directory) not in (".", "") else []
+    rerun = shlex.join(["snakemake", *here, *user_args(args.profile, args.configfile or [],
+                                                      args.config or [])])
     outside_counts = outside["state"].value_counts().reindex(STATES, fill_value=0)
     locks = stale_lock(directory)  # left by a killed run: the next one refuses to start
     if args.json:
@@ -332,16 +387,12 @@ def run(args) -> int:
 
 def rerun_points_command(args, selection: list[str]) -> str:
     """The `scalesweep rerun` command for ``selection`` with the user's arguments."""
-    parts = ["scalesweep", "rerun", *selection]
-    if str(args.directory) not in (".", ""):
-        parts += ["-d", str(args.directory)]
-    if getattr(args, "profile", ""):
-        parts += ["--profile", args.profile]
-    if getattr(args, "configfile", None):
-        parts += ["--configfile", *args.configfile]
-    if getattr(args, "config", None):
-        parts += ["--config", *args.config]
-    return shlex.join(parts)
+    from scalesweep.rerun import user_args
+
+    here = ["-d", str(args.directory)] if str(args.directory) not in (".", "") else []
+    return shlex.join(["scalesweep", "rerun", *selection, *here,
+                       *user_args(getattr(args, "profile", ""), getattr(args, "configfile", None) or [],
+                                  getattr(args, "config", None) or [])])
 
 
 def add_parser(sub) -> None:

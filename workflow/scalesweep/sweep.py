@@ -22,6 +22,11 @@ AXES = ("runtimes", "nodes", "gpus_per_node", "ranks_per_node", "threads_per_ran
 POINT_DIR = "{workload}/{runtime}/n{nodes}-g{gpus}-r{ranks}-t{threads}/rep{repeat}"
 # <point dir>/history/<UTC stamp>/: a point's earlier runs, moved aside by `scalesweep rerun`
 HISTORY_DIR = "history"
+
+
+def in_history(path: str) -> bool:
+    """Whether a path below results/runs/ is an earlier run kept in a point's history."""
+    return HISTORY_DIR in path.replace("\\", "/").split("/")
 WILDCARD_CONSTRAINTS = {
     "workload": r"[a-z][a-z0-9_]*",
     "runtime": "|".join(re.escape(r) for r in RUNTIMES),

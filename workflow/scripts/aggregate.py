@@ -19,7 +19,7 @@ from scalesweep.collect import (  # noqa: E402
     runs_points,
     scaling_summary,
 )
-from scalesweep.sweep import sweep_points  # noqa: E402
+from scalesweep.sweep import HISTORY_DIR, sweep_points  # noqa: E402
 
 sm = snakemake  # noqa: F821
 cfg = sm.config
@@ -29,7 +29,16 @@ def log(text):
     print(text, file=sys.stderr)
 
 
-runs = collect_runs(sm.input.metrics, cfg, log)
+paths = list(sm.input.metrics)
+if cfg.get("analysis", {}).get("partial", False):
+    # a point measured again whose new run failed: its earlier run (kept in history/ by
+    # scalesweep rerun) stands in, said so in the log (readable_runs)
+    named = set(paths)
+    for p in sweep_points(cfg):
+        f = Path("results", "runs", p.path, "metrics.json")
+        if str(f) not in named and not f.is_file() and (f.parent / HISTORY_DIR).is_dir():
+            paths.append(str(f))
+runs = collect_runs(paths, cfg, log)
 runs.to_csv(sm.output.runs, index=False)
 if not runs.empty and runs["disturbed"].any():
     log(f"{int(runs['disturbed'].sum())} disturbed runs kept in runs.csv, left out of the "
@@ -49,5 +58,12 @@ disturbed = (dict(zip(runs.loc[runs["disturbed"], "path"],
                       runs.loc[runs["disturbed"], "disturbed_reason"]))
              if not runs.empty else {})
 states = point_states(points, done=runs["path"], disturbed=disturbed, config=cfg)
+# a point whose own run could not be read, summarised by its earlier run (history/)
+earlier = {str(Path(p).parents[2].relative_to("results/runs")): p
+           for p in (runs["path"] if not runs.empty else []) if f"/{HISTORY_DIR}/" in p}
+for i in states.index[states["path"].isin(earlier)]:
+    used = earlier[states.at[i, "path"]]
+    states.at[i, "reason"] = "; ".join(r for r in (states.at[i, "reason"] or "",
+                                                   f"the summary uses the earlier run {used}") if r)
 states.to_csv(sm.output.points, index=False)
 log(states["state"].value_counts().to_string())
