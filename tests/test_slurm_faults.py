@@ -413,7 +413,8 @@ def test_cancelled_and_timed_out_points_fail_alone(slurm_cluster, runs):  # noqa
     text = slurm_cluster.run(SCALESWEEP, "status", "-d", b.workdir, "--profile", PROFILE).stdout
     assert f"{counts['done']} done, {counts['disturbed']} disturbed, 2 failed" in text, text
     assert "CANCELLED" in text and "TIMEOUT" in text, text
-    assert f"snakemake --profile {PROFILE}" in text
+    assert f"scalesweep rerun --failed -d {b.workdir} --profile {PROFILE}" in text, text
+    assert f"snakemake --directory {b.workdir} --profile {PROFILE}" in text, text
 
 
 def test_point_waits_for_a_drained_node_and_runs_once_it_is_back(slurm_cluster, runs):  # noqa: F811
