@@ -199,10 +199,11 @@ def owner_state(owner: dict) -> tuple[str, str]:
     return "unknown", who + f" (another host: cannot check from {socket.gethostname()})"
 
 
-def _ownership(directory: Path, path: str, state: str,
-               snakemake_here) -> tuple[str, str] | None:
+def _ownership(directory: Path, path: str, state: str, queued,
+               workflow) -> tuple[str, str] | None:
     """(state, reason) of a point Snakemake marks incomplete ("running") or one a live
-    harness runs outside Snakemake; None to leave the point as it is."""
+    harness runs outside Snakemake; None to leave the point as it is. ``queued`` and
+    ``workflow``: queued_points and workflow_state of the campaign, looked up once."""
     point_dir = directory / "results" / "runs" / path
     marker = _incomplete_marker(directory, f"results/runs/{path}/metrics.json")
     owner = None
@@ -221,10 +222,9 @@ def _ownership(directory: Path, path: str, state: str,
         if verdict == "gone":
             return "stale", f"stale: the run that owned this point is gone ({who})"
         return "running", who + ("" if verdict == "alive" else ": its state is unknown")
-    queued = snakemake_here("queued")
-    if queued is not None and _job_key(path) in queued:
+    if _job_key(path) in (queued() or ()):
         return "running", "its Slurm job is queued or starting"
-    verdict, who = snakemake_here("workflow")
+    verdict, who = workflow()
     if verdict == "alive":
         return "running", f"its job has not started the harness yet ({who})"
     if verdict == "unknown":
@@ -241,13 +241,11 @@ def status_table(config: dict, directory: Path):
     in_flight = [_in_flight(directory, p, s) for p, s in zip(table["path"], table["state"])]
     table.loc[in_flight, "state"] = "running"
     # running: is its owner alive (running.json), or did it die with its workflow (stale)?
-    @functools.cache
-    def snakemake_here(what: str):  # looked up once, if needed
-        return queued_points() if what == "queued" else workflow_state(directory)
-
+    queued = functools.cache(queued_points)  # asked once, and only if needed
+    workflow = functools.cache(functools.partial(workflow_state, directory))
     for i in table.index[table["state"].isin(["running", "missing"])]:
         verdict = _ownership(directory, table.at[i, "path"], table.at[i, "state"],
-                             snakemake_here)
+                             queued, workflow)
         if verdict:
             table.at[i, "state"], table.at[i, "reason"] = verdict
     failed = table["state"].eq("failed")
