@@ -19,7 +19,6 @@ include: "workflow/rules/report.smk"
 
 
 onstart:
-    check_executor()
     check_writable()
     record_owner()
     print(sweep_banner())

@@ -37,7 +37,8 @@ TARGET_S = 30.0
 
 
 def sweep_config(runs: int) -> dict:
-    """A GPU-machine config whose sweep has `runs` points (25 repeats for the full size)."""
+    """A GPU-cluster config (benchmarks/configs/gpu-cluster.site.yaml: Frontier's nodes,
+    every runtime) whose sweep has `runs` points (25 repeats for the full size)."""
     if runs >= 100_000:
         nodes, gpus, threads, repeats = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], [1, 2, 4, 6, 8], [1, 2, 4, 7], 25
     else:  # smoke: 5 x 4 x 5 x 5 x 1 x 2 = 1,000
@@ -50,7 +51,7 @@ def sweep_config(runs: int) -> dict:
         workloads[f"llm_{i}"] = {"payload": "llm", "model": "bench",
                                  "sweep": {"baseline": None}}
     return {
-        "machine": {"name": "bench", "device": "rocm", "gpus_per_node": 8, "cores_per_node": 56},
+        "site": "benchmarks/configs/gpu-cluster.site.yaml",  # relative to the repository
         "sweep": {"runtimes": ["native", "charliecloud", "apptainer", "apptainer-hostmpi"],
                   "nodes": nodes, "gpus_per_node": gpus, "threads_per_rank": threads,
                   "repeats": repeats, "baseline": None},
@@ -100,9 +101,11 @@ def synthetic_metrics(point, payload: str, templates: dict, rng: random.Random) 
 
 
 def generate(root: Path, runs: int, seed: int = 0) -> tuple[dict, list[str], float]:
+    from scalesweep.config import check_config
     from scalesweep.sweep import sweep_points
 
     config = sweep_config(runs)
+    check_config(config)  # and its site loaded (config["_site"]), as the workflow does
     config["_code_root"] = str(REPO)
     points = sweep_points(config)
     templates = {"cnn": json.loads((DATA / "metrics_cnn.json").read_text()),

@@ -2,13 +2,13 @@
 
     python benchmarks/end_to_end.py [--full|--smoke] [--clone DIR] [--image-cold]
 
---full: `git clone <this repo> DIR && cd DIR && scripts/quickstart.sh` timed (cold: venv,
-        the embedded default sweep, the report), then `scripts/quickstart.sh` again (warm).
+--full: `git clone <this repo> DIR && cd DIR && tools/quickstart.sh` timed (cold: venv,
+        the embedded default sweep, the report), then `tools/quickstart.sh` again (warm).
         The clone holds the last commit only (uncommitted work is not in it). Each output
         line is time-stamped, so the install, sweep and report phases are reported apart.
         What is warm on the machine is reported with it: ~/.cache/scalesweep (the compiled
         llama.cpp wheel, the debootstrap base, the built image) and pip's local wheels.
---image-cold: also time scripts/build_image.py into an empty --cache-dir (only the
+--image-cold: also time `scalesweep build-image` into an empty --cache-dir (only the
         llama.cpp wheel copied in, so that its 8-minute compile is not re-measured).
 --smoke: no clone, no install: the quickstart's two Snakemake steps (the sweep, then
         --report when results are newer than report.html) on a tiny one-point config in a
@@ -80,7 +80,7 @@ def full(args) -> tuple[dict, str]:
     warm_caches = cache_state()
     # unbuffered: Snakemake's lines reach the time stamps when they are printed
     env = dict(os.environ, USER=os.environ.get("USER", "root"), PYTHONUNBUFFERED="1")
-    cold_s, rc, lines = stamped(["bash", "scripts/quickstart.sh"], clone, clone / "quickstart-cold.log", env)
+    cold_s, rc, lines = stamped(["bash", "tools/quickstart.sh"], clone, clone / "quickstart-cold.log", env)
     if rc != 0:
         raise SystemExit(f"cold quickstart failed ({rc}); log {clone / 'quickstart-cold.log'}:\n"
                          + "\n".join(l for _, l in lines[-40:]))
@@ -88,7 +88,7 @@ def full(args) -> tuple[dict, str]:
               "sweep_done_s": first(lines, r"scalesweep: sweep complete|Nothing to be done|steps \(100%\) done"),
               "total_s": round(cold_s, 2)}
     jobs = sum(1 for _, l in lines if re.search(r"^\s*rule \w+:|^(local)?rule \w+:", l))
-    warm_s, rc2, lines2 = stamped(["bash", "scripts/quickstart.sh"], clone, clone / "quickstart-warm.log", env)
+    warm_s, rc2, lines2 = stamped(["bash", "tools/quickstart.sh"], clone, clone / "quickstart-warm.log", env)
     if rc2 != 0:
         raise SystemExit(f"warm quickstart failed ({rc2})")
     warm_says = [l for _, l in lines2 if "Nothing to be done" in l or "up to date" in l]
@@ -111,7 +111,7 @@ def image_cold(clone: Path) -> dict:
     for whl in (CACHE / "wheels").glob("*.whl"):
         shutil.copy2(whl, cache / "wheels" / whl.name)
     out = Path(tempfile.mkdtemp(prefix="scalesweep-image-"))
-    argv = [str(clone / ".venv" / "bin" / "python"), "scripts/build_image.py",
+    argv = [str(clone / ".venv" / "bin" / "python"), "-m", "scalesweep", "build-image",
             "--builder", "charliecloud", "--recipe", "containers/charliecloud/Dockerfile",
             "--requirements", "envs/payload-requirements.txt", "--out", str(out / "default"),
             "--manifest", str(out / "default.manifest.json"), "--cache-dir", str(cache)]
@@ -131,8 +131,7 @@ def image_cold(clone: Path) -> dict:
 def smoke() -> tuple[dict, str]:
     wd = Path(tempfile.mkdtemp(prefix="scalesweep-e2e-"))
     cfg = {
-        "machine": {"name": "bench", "device": "cpu", "gpus_per_node": 0, "cores_per_node": 2,
-                    "launcher": "mpirun"},
+        "site": "local",  # sites/local.yaml: 2 cores, no GPU, mpirun
         "sweep": {"runtimes": ["native"], "nodes": [1], "ranks_per_node": [1],
                   "threads_per_rank": [1], "repeats": 1, "baseline": 1},
         "datasets": {"tiny": {"source": "synthetic", "classes": ["a", "b"],
@@ -152,7 +151,7 @@ def smoke() -> tuple[dict, str]:
             raise SystemExit(f"snakemake {' '.join(extra)} failed:\n{proc.stderr[-4000:]}")
 
     def quickstart() -> float:
-        """scripts/quickstart.sh's two steps: the sweep, then the report if results changed."""
+        """tools/quickstart.sh's two steps: the sweep, then the report if results changed."""
         t0 = time.perf_counter()
         snakemake()
         html = wd / "report.html"

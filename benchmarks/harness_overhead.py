@@ -57,8 +57,7 @@ def campaign_config(mode: str, repeats: int, container: bool, llm: bool) -> dict
     full = mode == "full"
     runtimes = ["native", "charliecloud"] if container else ["native"]
     cfg = {
-        "machine": {"name": "bench", "device": "cpu", "gpus_per_node": 0, "cores_per_node": 2,
-                    "launcher": "mpirun"},
+        "site": "local",  # sites/local.yaml: 2 cores, no GPU, mpirun
         "sweep": {"runtimes": runtimes, "nodes": [1], "ranks_per_node": [1, 2] if full else [1],
                   "threads_per_rank": [1], "repeats": repeats, "baseline": 1},
         "datasets": {"tiny": {"source": "synthetic", "classes": ["a", "b"],

@@ -45,8 +45,7 @@ REFRAME_VERSION = "4.10.4"
 def config(mode: str) -> dict:
     full = mode == "full"
     return {
-        "machine": {"name": "bench", "device": "cpu", "gpus_per_node": 0, "cores_per_node": 2,
-                    "launcher": "mpirun"},
+        "site": "local",  # sites/local.yaml: 2 cores, no GPU, mpirun
         "sweep": {"runtimes": ["native"], "nodes": [1], "ranks_per_node": [1, 2],
                   "threads_per_rank": [1], "repeats": 1, "baseline": 1},
         "datasets": {"tiny": {"source": "synthetic", "classes": ["a", "b"],

@@ -1,25 +1,29 @@
 #!/usr/bin/env python3
-"""LLM inference payload: start an inference server, stream a prompt set through it, time it.
+"""LLM inference payload: run an engine, stream a prompt set through it, time it.
 
-One point of the sweep = one engine (llama.cpp's OpenAI-compatible server from
-llama-cpp-python, or Ollama) on one model with N visible GPUs, at concurrency C:
+One point of the sweep = one engine (``--engine``: llama.cpp's OpenAI-compatible server
+from llama-cpp-python, Ollama, or an in-process PyTorch Llama; see ``llm_engines.py``)
+on one model with N visible GPUs, at concurrency C:
 
-1. start the server (unless ``--servers`` names already-running ones) with the GPU
-   visibility environment from :func:`gpu_visibility_env`, its output in ``--server-log``;
-2. health-check it with a bounded timeout (a clear error naming the log if it dies);
-3. warm up (``--warmup`` untimed requests per server);
-4. send every prompt, ``--concurrency`` at a time, through ONE stdlib streaming client
-   (``/v1/chat/completions``, ``/v1/completions`` or Ollama's native ``/api/generate``),
-   temperature 0 and a fixed seed, round-robin over the servers;
+1. start the engine (a server unless ``--servers`` names already-running ones, with the
+   GPU visibility environment from :func:`gpu_visibility_env` and its output in
+   ``--server-log``; or the model loaded in this process);
+2. wait until it is ready with a bounded timeout (a clear error naming the log if it dies);
+3. warm up (``--warmup`` untimed requests per server, or to the in-process engine);
+4. send every prompt, ``--concurrency`` at a time, through the engine's streaming
+   ``generate`` (temperature 0, a fixed seed; round-robin over servers);
 5. write the metrics JSON (wall time for the whole prompt set, requests/s, tokens/s,
-   TTFT / latency / decode-rate percentiles, server peak RSS, Ollama's own timing fields)
-   and the generated texts (JSONL, to check native vs container greedy outputs match);
-6. ALWAYS stop the server: terminate its process group, kill after a timeout; also on
-   SIGTERM (Slurm cancel) or SIGINT.
+   TTFT / latency / decode-rate percentiles, the engine's peak RSS, Ollama's own timing
+   fields) and the generated texts (JSONL, to check native vs container greedy outputs
+   match);
+6. ALWAYS stop the engine (its server's process group: terminate, kill after a
+   timeout); also on SIGTERM (Slurm cancel) or SIGINT.
 
-Imports only the standard library (plus the repository's ``workflow/scalesweep/metrics``
-writer, itself stdlib-only); the llama.cpp engine runs ``python -m llama_cpp.server`` in
-this same interpreter. It never asks whether it runs in a container.
+This driver never asks which engine it runs: engines are classes looked up by name,
+with capability flags (``serves_http``: ``--serve-only``/``--servers``, multi-node).
+Imports the standard library, ``llm_engines`` beside it and the repository's
+``workflow/scalesweep/metrics`` writer (itself stdlib-only); an engine may import more
+when it starts (torch). It never asks whether it runs in a container.
 
 Exit status: 0 all requests succeeded; 1 the point failed (metrics still written, with
 ``status: failed`` and the error); 2 bad arguments; 143/130 terminated by SIGTERM/SIGINT.
@@ -28,48 +32,27 @@ Exit status: 0 all requests succeeded; 1 the point failed (metrics still written
 from __future__ import annotations
 
 import argparse
-import ctypes
-import http.client
 import json
 import math
 import os
 import queue
-import re
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
-import urllib.parse
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Mapping
 
-_REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(_REPO / "workflow"))
+_HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(_HERE.parent / "workflow"))
+sys.path.insert(0, str(_HERE))
+from llm_engines import APIS, ENGINES, Engine, PointError, Setup, engine_class  # noqa: E402
 from scalesweep.metrics import host_info, now_iso, peak_rss_mb, write_metrics  # noqa: E402
 
-ENGINES = ("llamacpp", "ollama")
 VENDORS = ("amd", "nvidia", "none")
-APIS = ("chat", "completions", "generate")
-API_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "generate": "/api/generate"}
-# Ollama's native duration fields are nanoseconds.
-OLLAMA_TIMING_FIELDS = (
-    "total_duration",
-    "load_duration",
-    "prompt_eval_count",
-    "prompt_eval_duration",
-    "eval_count",
-    "eval_duration",
-)
-# llama.cpp's own C++ server (llama-server) reports these in a "timings" object.
-LLAMA_SERVER_TIMING_FIELDS = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
 HIDE_ALL = "-1"  # an invalid device id: Ollama's documented way to force CPU
-
-
-class PointError(RuntimeError):
-    """The point failed (server did not start, requests failed, ...)."""
 
 
 class Terminated(BaseException):
@@ -128,98 +111,6 @@ def gpu_visibility_env(n_gpus: int, vendor: str, parent: Mapping[str, str] | Non
     return env
 
 
-def _events_from_object(obj: Any) -> Iterator[dict[str, Any]]:
-    if not isinstance(obj, dict):
-        yield {"type": "error", "error": f"unexpected JSON value {obj!r:.200}"}
-        return
-    if obj.get("error"):
-        err = obj["error"]
-        yield {"type": "error", "error": err.get("message", err) if isinstance(err, dict) else err}
-        return
-    # OpenAI-compatible chunk (llama-cpp-python, Ollama /v1, vLLM, llama-server ...)
-    for choice in obj.get("choices") or []:
-        delta = choice.get("delta") or choice.get("message") or {}
-        text = choice.get("text") if "text" in choice else delta.get("content")
-        role_only = text == "" and "role" in delta  # a chat stream's opening chunk
-        if text is not None and not role_only and (text != "" or choice.get("finish_reason") is None):
-            yield {"type": "token", "text": text, "index": choice.get("index", 0)}
-        if choice.get("finish_reason"):
-            yield {"type": "finish", "reason": choice["finish_reason"], "index": choice.get("index", 0)}
-    usage = obj.get("usage")
-    if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
-        yield {
-            "type": "usage",
-            "prompt_tokens": usage.get("prompt_tokens"),
-            "completion_tokens": usage.get("completion_tokens"),
-            "total_tokens": usage.get("total_tokens"),
-        }
-    timings = obj.get("timings")
-    if isinstance(timings, dict):
-        yield {"type": "timings", "source": "llama-server", **{k: timings[k] for k in LLAMA_SERVER_TIMING_FIELDS if k in timings}}
-    # Ollama native chunk (/api/generate: "response"; /api/chat: "message")
-    if "choices" not in obj and ("response" in obj or "message" in obj or "done" in obj):
-        text = obj.get("response")
-        if text is None and isinstance(obj.get("message"), dict):
-            text = obj["message"].get("content")
-        if text:
-            yield {"type": "token", "text": text, "index": 0}
-        if obj.get("done"):
-            fields = {k: obj[k] for k in OLLAMA_TIMING_FIELDS if k in obj}
-            if fields:
-                yield {"type": "timings", "source": "ollama", **fields}
-            if "eval_count" in obj:
-                yield {
-                    "type": "usage",
-                    "prompt_tokens": obj.get("prompt_eval_count"),
-                    "completion_tokens": obj.get("eval_count"),
-                    "total_tokens": (obj.get("prompt_eval_count") or 0) + obj["eval_count"],
-                }
-            yield {"type": "finish", "reason": obj.get("done_reason") or "stop", "index": 0}
-            yield {"type": "done"}
-
-
-def parse_sse_stream(lines: Iterable[str | bytes]) -> Iterator[dict[str, Any]]:
-    """Normalised events from a streamed completion, one or more per input line.
-
-    Accepts both wire formats, line by line (lazily, so callers can time each event):
-
-    * Server-sent events (OpenAI-compatible ``/v1``): ``data: {json}`` lines, ``data:
-      [DONE]``, blank separators, ``: keep-alive`` comments, ``event:``/``id:``/``retry:``
-      fields (ignored);
-    * newline-delimited JSON (Ollama's native ``/api/generate`` and ``/api/chat``).
-
-    Events (dicts with a ``type``):
-
-    * ``token``: ``text`` (possibly ``""``), ``index`` - one streamed content piece;
-      a chat chunk carrying only the assistant ``role`` is not a token;
-    * ``finish``: ``reason`` (``length``, ``stop``, ...);
-    * ``usage``: ``prompt_tokens``, ``completion_tokens``, ``total_tokens`` (the
-      ``include_usage`` chunk, or Ollama's ``prompt_eval_count``/``eval_count``);
-    * ``timings``: ``source`` (``ollama`` or ``llama-server``) and the engine's own fields;
-    * ``error``: ``error`` (an error object in the stream, or a line that is not JSON);
-    * ``done``: ``data: [DONE]`` or Ollama's ``"done": true``.
-    """
-    for raw in lines:
-        line = raw.decode("utf-8", errors="replace") if isinstance(raw, (bytes, bytearray)) else raw
-        line = line.rstrip("\r\n")
-        if not line.strip() or line.startswith(":"):
-            continue  # event separator or SSE comment (keep-alive / ping)
-        if line.startswith("data:"):
-            payload = line[5:].strip()
-            if payload == "[DONE]":
-                yield {"type": "done"}
-                continue
-        elif line.startswith(("event:", "id:", "retry:")):
-            continue
-        else:
-            payload = line.strip()  # NDJSON
-        try:
-            obj = json.loads(payload)
-        except json.JSONDecodeError:
-            yield {"type": "error", "error": f"not JSON: {payload[:200]!r}"}
-            continue
-        yield from _events_from_object(obj)
-
 
 def percentile(values: list[float], q: float) -> float | None:
     """The q-th percentile (0..100), linear interpolation (numpy's default method)."""
@@ -277,165 +168,8 @@ def load_prompts(path: str | os.PathLike) -> list[dict[str, Any]]:
     return out
 
 
-def request_body(api: str, model: str, prompt: dict[str, Any], max_tokens: int, seed: int, threads: int | None = None) -> dict[str, Any]:
-    """The JSON body of one streamed, greedy request."""
-    if api == "generate":  # Ollama native: returns eval_count / eval_duration etc.
-        options: dict[str, Any] = {"temperature": 0, "seed": seed, "num_predict": max_tokens}
-        if threads:
-            options["num_thread"] = threads
-        return {"model": model, "prompt": prompt["prompt"], "stream": True, "options": options}
-    body: dict[str, Any] = {
-        "model": model,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "seed": seed,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    if api == "chat":
-        body["messages"] = prompt.get("messages") or [{"role": "user", "content": prompt["prompt"]}]
-    else:
-        body["prompt"] = prompt["prompt"]
-    return body
-
-
-def parse_servers(spec: str) -> list[str]:
-    """``host:port,host:port`` (or full ``http://`` URLs) -> base URLs."""
-    urls = []
-    for item in spec.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if "://" not in item:
-            item = "http://" + item
-        u = urllib.parse.urlsplit(item)
-        if not u.hostname or not u.port:
-            raise ValueError(f"server {item!r} needs host:port")
-        urls.append(f"{u.scheme}://{u.hostname}:{u.port}")
-    if not urls:
-        raise ValueError("--servers is empty")
-    return urls
-
-
-# --------------------------------------------------------------------------- HTTP client
-
-
-def _conn(base_url: str, timeout: float) -> http.client.HTTPConnection:
-    u = urllib.parse.urlsplit(base_url)
-    cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
-    return cls(u.hostname, u.port, timeout=timeout)
-
-
-def http_json(base_url: str, method: str, path: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
-    conn = _conn(base_url, timeout)
-    try:
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        conn.request(method, path, body=data, headers=headers)
-        resp = conn.getresponse()
-        raw = resp.read()
-        try:
-            return resp.status, json.loads(raw) if raw else None
-        except json.JSONDecodeError:
-            return resp.status, raw.decode("utf-8", errors="replace")
-    finally:
-        conn.close()
-
-
-def stream_request(base_url: str, api: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Send one streamed request and time it. Never raises for HTTP/stream errors:
-    they come back as ``ok: False`` with ``error``."""
-    rec: dict[str, Any] = {"server": base_url, "ok": False}
-    t_send = time.perf_counter()
-    rec["t_send"] = t_send
-    texts: list[str] = []
-    n_token_events = 0
-    t_first = t_last = None
-    usage = timings = finish = None
-    conn = _conn(base_url, timeout)
-    try:
-        conn.request(
-            "POST",
-            API_PATHS[api],
-            body=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
-        )
-        resp = conn.getresponse()
-        if resp.status != 200:
-            rec["error"] = f"HTTP {resp.status}: {resp.read()[:500].decode('utf-8', 'replace')}"
-            return rec
-        for ev in parse_sse_stream(resp):
-            now = time.perf_counter()
-            kind = ev["type"]
-            if kind == "token":
-                if t_first is None:
-                    t_first = now
-                t_last = now
-                n_token_events += 1
-                texts.append(ev["text"])
-            elif kind == "usage":
-                usage = ev
-            elif kind == "timings":
-                timings = {k: v for k, v in ev.items() if k != "type"}
-            elif kind == "finish":
-                finish = ev["reason"]
-            elif kind == "error":
-                rec["error"] = str(ev["error"])
-                break
-            elif kind == "done":
-                break
-    except (OSError, http.client.HTTPException) as exc:
-        rec["error"] = f"{type(exc).__name__}: {exc}"
-    finally:
-        conn.close()
-    t_end = time.perf_counter()
-    max_tokens = body.get("max_tokens") or body.get("options", {}).get("num_predict")
-    # Generated tokens: the engine's count when it gives one; else a "length" finish
-    # means exactly max_tokens; else the number of streamed pieces (a piece can hold
-    # several tokens when the server buffers incomplete UTF-8, so this undercounts).
-    if usage is not None:
-        n_tokens, source = usage["completion_tokens"], "usage"
-    elif finish == "length" and max_tokens:
-        n_tokens, source = int(max_tokens), "finish_length"
-    else:
-        n_tokens, source = n_token_events, "chunks"
-    rec.update(
-        text="".join(texts),
-        finish_reason=finish,
-        completion_tokens=n_tokens,
-        prompt_tokens=usage.get("prompt_tokens") if usage else None,
-        token_source=source,
-        stream_pieces=n_token_events,
-        t_first=t_first,
-        t_end=t_end,
-        latency_s=t_end - t_send,
-        ttft_s=(t_first - t_send) if t_first is not None else None,
-        decode_tokens_per_s=(
-            (n_tokens - 1) / (t_last - t_first) if t_first is not None and t_last > t_first and n_tokens > 1 else None
-        ),
-    )
-    if timings:
-        rec["engine_timings"] = timings
-    if "error" not in rec:
-        if t_first is None:
-            rec["error"] = "stream ended without any token"
-        else:
-            rec["ok"] = True
-    return rec
-
-
-def run_prompts(
-    bases: list[str],
-    api: str,
-    model: str,
-    prompts: list[dict[str, Any]],
-    max_tokens: int,
-    concurrency: int,
-    seed: int,
-    timeout: float,
-    threads: int | None = None,
-) -> tuple[list[dict[str, Any]], float, float]:
-    """All prompts through ``concurrency`` worker threads, request i to server i % len.
+def run_prompts(engine: Engine, prompts: list[dict[str, Any]], concurrency: int) -> tuple[list[dict[str, Any]], float, float]:
+    """All prompts through ``concurrency`` worker threads calling ``engine.generate``.
 
     Returns (records in prompt order, t_start, t_end) where the window spans the first
     send to the last response end: the wall time of the whole prompt set."""
@@ -450,11 +184,10 @@ def run_prompts(
                 i = work.get_nowait()
             except queue.Empty:
                 return
-            body = request_body(api, model, prompts[i], max_tokens, seed, threads)
             try:
-                rec = stream_request(bases[i % len(bases)], api, body, timeout)
-            except Exception as exc:  # a bug, not a server error: record and go on
-                rec = {"server": bases[i % len(bases)], "ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                rec = engine.generate(prompts[i], i)
+            except Exception as exc:  # a bug, not an engine error: record and go on
+                rec = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
             rec["index"] = i
             results[i] = rec
 
@@ -469,95 +202,7 @@ def run_prompts(
     return [r for r in results if r is not None], t_start, t_end
 
 
-# --------------------------------------------------------------------------- server process
-
-
-def free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def _pdeathsig() -> None:
-    """In the child: get SIGTERM if the payload dies (even SIGKILLed). Linux only."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-
-
-def start_server(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log = open(log_path, "ab")
-    log.write(f"--- scalesweep infer_llm {now_iso()}: {' '.join(cmd)}\n".encode())
-    log.flush()
-    try:
-        return subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,  # its own process group: stop it and its children at once
-            preexec_fn=_pdeathsig,
-        )
-    finally:
-        log.close()
-
-
-def stop_server(proc: subprocess.Popen | None, grace: float = 10.0) -> int | None:
-    """Terminate the server's process group, SIGKILL after ``grace`` seconds."""
-    if proc is None:
-        return None
-    pgid = proc.pid  # start_new_session: the group id is the server's pid
-
-    def signal_group(sig: int) -> None:
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    signal_group(signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        signal_group(signal.SIGKILL)
-        proc.wait(timeout=grace)
-    signal_group(signal.SIGKILL)  # stragglers (Ollama runners) left in the group
-    return proc.returncode
-
-
-def _log_tail(path: Path, n: int = 20) -> str:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join("    " + line for line in lines[-n:])
-
-
-def wait_healthy(base: str, path: str, proc: subprocess.Popen | None, timeout: float, log_path: Path | None) -> float:
-    """Poll GET ``path`` until 200; raise PointError naming the log if the server exits
-    or ``timeout`` passes. Returns the seconds waited."""
-    t0 = time.perf_counter()
-    last = "no answer"
-    while True:
-        if proc is not None and proc.poll() is not None:
-            raise PointError(
-                f"server exited with status {proc.returncode} before becoming healthy; "
-                f"see {log_path}:\n{_log_tail(log_path) if log_path else ''}"
-            )
-        try:
-            status, _ = http_json(base, "GET", path, timeout=5.0)
-            if status == 200:
-                return time.perf_counter() - t0
-            last = f"HTTP {status}"
-        except (OSError, http.client.HTTPException) as exc:
-            last = f"{type(exc).__name__}: {exc}"
-        if time.perf_counter() - t0 > timeout:
-            where = f"; see {log_path}:\n{_log_tail(log_path)}" if log_path else ""
-            raise PointError(f"server {base} not healthy after {timeout:.0f}s (last: {last}){where}")
-        time.sleep(0.2)
+# --------------------------------------------------------------------------- memory
 
 
 def _proc_children() -> dict[int, list[int]]:
@@ -588,7 +233,9 @@ def _status_kb(pid: int) -> dict[str, int]:
 
 
 class MemorySampler(threading.Thread):
-    """Samples the server's process tree (Ollama runs its model in a child runner).
+    """Samples the engine's process tree (``engine.pid``): its server and the server's
+    children (Ollama runs its model in a child runner), or this process for an engine
+    that runs in-process (the ``server_*`` fields then measure this process).
 
     ``peak_tree_rss_mb``: the largest sampled sum of VmRSS over the tree;
     ``vmhwm_mb``: the sum over the processes seen of their kernel-recorded peak VmHWM
@@ -632,7 +279,7 @@ class MemorySampler(threading.Thread):
         }
 
 
-# --------------------------------------------------------------------------- model / engine info
+# --------------------------------------------------------------------------- model info
 
 
 def model_card(model: str, card: str | None) -> dict[str, Any] | None:
@@ -658,45 +305,18 @@ def sha256_file(path: str, limit_bytes: int) -> str | None:
     return h.hexdigest()
 
 
-def dist_version(name: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
-
-
-def _ollama_model_name(path: str) -> str:
-    stem = re.sub(r"[^a-z0-9._-]+", "-", Path(path).stem.lower()).strip("-._") or "model"
-    return f"scalesweep-{stem}"
-
-
-def ollama_create(ollama_bin: str, base: str, gguf: str, env: dict[str, str], log_path: Path, timeout: float) -> str:
-    """Register a local GGUF with the running Ollama server; return the model name."""
-    name = _ollama_model_name(gguf)
-    modelfile = log_path.parent / f".{name}.Modelfile"
-    modelfile.write_text(f"FROM {Path(gguf).resolve()}\n")
-    e = dict(env, OLLAMA_HOST=urllib.parse.urlsplit(base).netloc)
-    with open(log_path, "ab") as log:
-        rc = subprocess.run(
-            [ollama_bin, "create", name, "-f", str(modelfile)], env=e, stdout=log, stderr=subprocess.STDOUT, timeout=timeout
-        ).returncode
-    if rc != 0:
-        raise PointError(f"'ollama create {name}' failed with status {rc}; see {log_path}")
-    return name
-
 
 # --------------------------------------------------------------------------- main
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        description="LLM inference payload: one sweep point (server + streaming client + metrics).",
+        description="LLM inference payload: one sweep point (engine + streaming client + metrics).",
         allow_abbrev=False,
     )
-    ap.add_argument("--engine", choices=ENGINES, required=True)
-    ap.add_argument("--model", required=True, help="GGUF path (llamacpp; also ollama: registered via 'ollama create') or Ollama model name")
+    engines = "; ".join(f"{n}: {c.summary}" for n, c in sorted(ENGINES.items()))
+    ap.add_argument("--engine", required=True, help=f"the engine ({engines})")
+    ap.add_argument("--model", required=True, help="GGUF path (ollama: registered via 'ollama create'), or an Ollama model name")
     ap.add_argument("--model-card", default=None, help="sidecar JSON (default: the model path with .json)")
     ap.add_argument("--prompts", default=None, help="text file (one prompt per line) or .jsonl (required unless --serve-only)")
     ap.add_argument("--num-requests", type=int, default=0, help="cycle the prompts to this many requests (default: one each)")
@@ -717,18 +337,18 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--ready-file", default=None, help="with --serve-only: written (host:port) once the server is healthy")
     ap.add_argument("--stop-file", default=None,
                     help="with --serve-only: stop serving (cleanly, metrics written) once this file exists")
-    ap.add_argument("--threads", type=int, default=0, help="server CPU threads (default: the CPUs this process may use)")
-    ap.add_argument("--ctx", type=int, default=2048, help="context size (llamacpp n_ctx)")
+    ap.add_argument("--threads", type=int, default=0, help="engine CPU threads (default: the CPUs this process may use)")
+    ap.add_argument("--ctx", type=int, default=2048, help="context size (llamacpp n_ctx; torch: its KV cache)")
     ap.add_argument("--api", choices=APIS, default="chat", help="chat|completions (OpenAI /v1) or generate (Ollama native, with its timing fields)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--out", required=True, help="metrics JSON")
     ap.add_argument("--outputs", default=None, help="generated texts, JSONL (one line per prompt, in prompt order)")
     ap.add_argument("--server-log", default=None, help="server stdout+stderr (default: next to --out)")
-    ap.add_argument("--ollama-bin", default="ollama")
-    ap.add_argument("--models-dir", default=None, help="OLLAMA_MODELS for the ollama engine")
     ap.add_argument("--startup-timeout", type=float, default=600.0)
     ap.add_argument("--request-timeout", type=float, default=600.0, help="socket timeout per request read")
     ap.add_argument("--hash-limit-gb", type=float, default=4.0, help="hash the model file when no card gives its sha256 and it is smaller")
+    for cls in ENGINES.values():
+        cls.add_arguments(ap)
     return ap
 
 
@@ -741,9 +361,7 @@ def _install_signal_handlers() -> None:
         signal.signal(signal.SIGHUP, handler)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = build_parser()
-    args = ap.parse_args(argv)
+def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> type[Engine]:
     for name in ("max_tokens", "concurrency"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -753,8 +371,26 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--prompts is required (unless --serve-only)")
     if args.serve_only and args.servers:
         ap.error("--serve-only starts a server; --servers uses running ones: choose one")
-    if args.api == "generate" and args.engine != "ollama":
-        ap.error("--api generate is Ollama's native API; use chat or completions with llamacpp")
+    try:
+        cls = engine_class(args.engine)
+    except ValueError as exc:
+        ap.error(str(exc))
+    if args.api not in cls.apis:
+        ap.error(f"--api {args.api} is not served by engine {cls.name}: use {' or '.join(cls.apis)}")
+    if (args.serve_only or args.servers) and not cls.serves_http:
+        servers = ", ".join(n for n, c in sorted(ENGINES.items()) if c.serves_http)
+        ap.error(f"engine {cls.name} runs in this process and serves no HTTP: it cannot run multi-node "
+                 f"(--serve-only / --servers, one server per node); engines that can: {servers}")
+    problem = cls.check(args)
+    if problem:
+        ap.error(problem)
+    return cls
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    engine_cls = _check_args(ap, args)
     # one server per node (srun --ntasks-per-node=1): each task writes its own files
     rank = next((os.environ[v] for v in ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
                  if os.environ.get(v)), "0")
@@ -790,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "server_log": str(log_path),
     }
-    proc: subprocess.Popen | None = None
+    engine: Engine | None = None
     sampler: MemorySampler | None = None
     rc = 1
     try:
@@ -814,98 +450,24 @@ def main(argv: list[str] | None = None) -> int:
             model_info["card"] = card
         if is_file and not model_info["sha256"]:
             model_info["sha256"] = sha256_file(args.model, int(args.hash_limit_gb * 2**30))
-        if args.engine == "llamacpp" and not is_file and not args.servers:
-            raise PointError(f"model {args.model} is not a file (llamacpp needs a GGUF path)")
         record["model"] = model_info
-        served_name = model_info["name"]
 
-        server_env = dict(os.environ, **gpu_env)
-        if args.servers:
-            bases = parse_servers(args.servers)
-            record["servers"] = bases
-        else:
-            port = args.port or free_port(args.host)
-            host_for_url = f"[{args.host}]" if ":" in args.host else args.host
-            bases = [f"http://{host_for_url}:{port}"]
-            if args.engine == "llamacpp":
-                cmd = [
-                    sys.executable, "-m", "llama_cpp.server",
-                    "--model", args.model,
-                    "--model_alias", served_name,
-                    "--host", args.host,
-                    "--port", str(port),
-                    "--n_threads", str(threads),
-                    "--n_threads_batch", str(threads),
-                    "--n_gpu_layers", "0" if args.gpus == 0 else "-1",
-                    "--n_ctx", str(args.ctx),
-                    "--seed", str(args.seed),
-                    "--logits_all", "False",
-                    "--interrupt_requests", "False",
-                ]  # fmt: skip
-            else:
-                server_env.update(
-                    OLLAMA_HOST=f"{host_for_url}:{port}",
-                    OLLAMA_SCHED_SPREAD="1",
-                    OLLAMA_KEEP_ALIVE="-1",
-                )
-                server_env.setdefault("OLLAMA_NUM_PARALLEL", str(args.concurrency))
-                if args.models_dir:
-                    server_env["OLLAMA_MODELS"] = str(Path(args.models_dir).resolve())
-                cmd = [args.ollama_bin, "serve"]
-                record["ollama_env"] = {k: v for k, v in server_env.items() if k.startswith("OLLAMA_")}
-            record["engine"]["server_cmd"] = cmd
-            record["servers"] = bases
-            t0 = time.perf_counter()
-            try:
-                proc = start_server(cmd, server_env, log_path)
-            except OSError as exc:
-                raise PointError(f"cannot start {cmd[0]}: {exc}") from exc
-            record["server_pid"] = proc.pid
-            sampler = MemorySampler(proc.pid)
+        engine = engine_cls(Setup(args, args.model, model_info["name"], threads, gpu_env, log_path, record))
+        engine.start()
+        if engine.pid:
+            sampler = MemorySampler(engine.pid)
             sampler.start()
-            health = "/v1/models" if args.engine == "llamacpp" else "/api/version"
-            wait_healthy(bases[0], health, proc, args.startup_timeout, log_path)
-            record["startup_s"] = time.perf_counter() - t0
-            if args.engine == "ollama" and is_file:
-                served_name = ollama_create(args.ollama_bin, bases[0], args.model, server_env, log_path, args.startup_timeout)
-                record["model"]["ollama_name"] = served_name
-        if args.servers:
-            health = "/v1/models" if args.engine == "llamacpp" else "/api/version"
-            for b in bases:
-                wait_healthy(b, health, None, args.startup_timeout, None)
-
-        if args.engine == "llamacpp":
-            record["engine"]["version"] = dist_version("llama_cpp_python")
-        else:
-            status, ver = http_json(bases[0], "GET", "/api/version")
-            record["engine"]["version"] = ver.get("version") if status == 200 and isinstance(ver, dict) else None
+        startup_s = engine.wait_ready()
+        if startup_s is not None:
+            record["startup_s"] = startup_s
+        record["engine"].update(engine.provenance())
 
         if args.serve_only:
-            assert proc is not None
-            advertised = socket.gethostname() if args.host in ("0.0.0.0", "::", "") else host_for_url
-            record["serving"] = f"{advertised}:{port}"
-            if args.ready_file:
-                ready = Path(args.ready_file)
-                ready.parent.mkdir(parents=True, exist_ok=True)
-                tmp = ready.with_name(f".{ready.name}.tmp")
-                tmp.write_text(record["serving"] + "\n")
-                os.replace(tmp, ready)
-            print(f"infer_llm: serving {served_name} at {record['serving']} until SIGTERM", file=sys.stderr, flush=True)
-            t_serve = time.perf_counter()
-            try:
-                while proc.poll() is None:
-                    if args.stop_file and Path(args.stop_file).exists():
-                        raise Terminated(signal.SIGTERM)  # same clean path as a signal
-                    time.sleep(0.5)
-            except (Terminated, KeyboardInterrupt):
-                record.update(status="ok", served_s=time.perf_counter() - t_serve)
-            else:
-                raise PointError(f"server exited with status {proc.returncode} while serving; see {log_path}")
-            rc = 0
+            _serve(args, record, engine, log_path)
         else:
-            _run_client(args, record, bases, served_name, prompts, threads, log_path)
+            _run_client(args, record, engine, prompts)
             record["status"] = "ok"
-            rc = 0
+        rc = 0
     except Terminated as exc:
         record["error"] = str(exc)
         rc = 128 + exc.signum
@@ -916,14 +478,16 @@ def main(argv: list[str] | None = None) -> int:
         record["error"] = str(exc)
         rc = 1
     finally:
-        # Stop the server whatever happened; keep stopping it if a second signal arrives.
+        # Stop the engine whatever happened; keep stopping it if a second signal arrives.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if hasattr(signal, "SIGHUP"):
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
         if sampler is not None:
             record["memory"] = sampler.stop()
-        if proc is not None:
-            record["server_returncode"] = stop_server(proc)
+        if engine is not None:
+            returncode = engine.stop()
+            if returncode is not None:
+                record["server_returncode"] = returncode
         record.setdefault("memory", {})["client_peak_rss_mb"] = round(peak_rss_mb(), 1)
         record["end"] = now_iso()
         record["payload_wall_s"] = time.perf_counter() - t_payload
@@ -945,31 +509,37 @@ def main(argv: list[str] | None = None) -> int:
     return rc
 
 
-def _run_client(
-    args: argparse.Namespace,
-    record: dict[str, Any],
-    bases: list[str],
-    served_name: str,
-    prompts: list[dict[str, Any]],
-    threads: int,
-    log_path: Path,
-) -> None:
-    """Warm up every server, time the prompt set, fill ``record``; raise PointError on failures."""
-    # Warm-up: the first calls are 3-30x slower (allocation, page faults, graph build).
+def _serve(args: argparse.Namespace, record: dict[str, Any], engine: Any, log_path: Path) -> None:
+    """--serve-only (an HTTP engine, checked with the arguments): advertise the server,
+    keep it up until a signal or the stop file."""
+    record["serving"] = engine.address
+    if args.ready_file:
+        ready = Path(args.ready_file)
+        ready.parent.mkdir(parents=True, exist_ok=True)
+        tmp = ready.with_name(f".{ready.name}.tmp")
+        tmp.write_text(record["serving"] + "\n")
+        os.replace(tmp, ready)
+    print(f"infer_llm: serving {engine.model_name} at {record['serving']} until SIGTERM", file=sys.stderr, flush=True)
+    t_serve = time.perf_counter()
+    try:
+        while engine.poll() is None:
+            if args.stop_file and Path(args.stop_file).exists():
+                raise Terminated(signal.SIGTERM)  # same clean path as a signal
+            time.sleep(0.5)
+    except (Terminated, KeyboardInterrupt):
+        record.update(status="ok", served_s=time.perf_counter() - t_serve)
+    else:
+        raise PointError(f"server exited with status {engine.poll()} while serving; see {log_path}")
+
+
+def _run_client(args: argparse.Namespace, record: dict[str, Any], engine: Engine, prompts: list[dict[str, Any]]) -> None:
+    """Warm up the engine, time the prompt set, fill ``record``; raise PointError on failures."""
     t0 = time.perf_counter()
-    for b in bases:
-        for k in range(args.warmup):
-            body = request_body(args.api, served_name, prompts[k % len(prompts)], args.max_tokens, args.seed, threads)
-            w = stream_request(b, args.api, body, args.request_timeout)
-            if not w["ok"]:
-                raise PointError(f"warm-up request to {b} failed: {w.get('error')}; see {log_path}")
+    engine.warm_up(prompts, args.warmup)
     record["warmup_s"] = time.perf_counter() - t0
 
     record["start_timed"] = now_iso()
-    results, t_start, t_end = run_prompts(
-        bases, args.api, served_name, prompts, args.max_tokens, args.concurrency, args.seed,
-        args.request_timeout, threads if args.api == "generate" else None,
-    )  # fmt: skip
+    results, t_start, t_end = run_prompts(engine, prompts, args.concurrency)
     wall = t_end - t_start
     ok = [r for r in results if r.get("ok")]
     toks = sum(r["completion_tokens"] for r in ok)
@@ -989,7 +559,7 @@ def _run_client(
     timed = [r["engine_timings"] for r in ok if r.get("engine_timings")]
     if timed:
         agg: dict[str, Any] = {"source": timed[0].get("source"), "n": len(timed)}
-        for k in OLLAMA_TIMING_FIELDS + LLAMA_SERVER_TIMING_FIELDS:
+        for k in dict.fromkeys(k for t in timed for k in t if k != "source"):
             vals = [t[k] for t in timed if isinstance(t.get(k), (int, float))]
             if vals:
                 agg[k] = summarize(vals)
@@ -1001,7 +571,7 @@ def _run_client(
         {
             k: (round(v - t_start, 6) if k in ("t_send", "t_first", "t_end") and v is not None else v)
             for k, v in r.items()
-            if k != "text"
+            if k not in ("text", "t_pieces")
         }
         for r in results
     ]

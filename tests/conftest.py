@@ -21,10 +21,12 @@ SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
 
 def tiny_config(**overrides) -> dict:
-    """A few seconds of real training: synthetic 2-class images, 1 epoch."""
+    """A few seconds of real training: synthetic 2-class images, 1 epoch, on the site
+    ``local`` (2 cores, no GPU, mpirun) unless ``site=`` names another (``write_site``).
+    Its site is loaded as validation loads it (``config["_site"]``), so library functions
+    take it as it is; ``campaign`` writes it without that key."""
     config = {
-        "machine": {"name": "test", "device": "cpu", "gpus_per_node": 0, "cores_per_node": 2,
-                    "launcher": "mpirun"},
+        "site": "local",
         "sweep": {"runtimes": ["native"], "nodes": [1], "ranks_per_node": [1, 2],
                   "threads_per_rank": [1], "repeats": 1, "baseline": 1},
         "datasets": {"tiny": {"source": "synthetic", "classes": ["a", "b"],
@@ -39,7 +41,36 @@ def tiny_config(**overrides) -> dict:
     }
     for key, value in overrides.items():
         config[key] = value
+    return with_site(config)
+
+
+def with_site(config: dict) -> dict:
+    """``config`` with the site it names loaded into ``config["_site"]`` (as
+    scalesweep.config.check_config does)."""
+    from scalesweep.config import REPO as CODE
+    from scalesweep.site import SITE_KEY, load_site
+
+    config[SITE_KEY] = load_site(config.get("site", "local"), base=CODE)
     return config
+
+
+def write_site(directory: Path, name: str = "test", extends: str | None = "local",
+               **facts) -> str:
+    """A site file in ``directory`` (``extends`` another site, then these facts merged over
+    it, e.g. ``node={"device": "rocm", "gpus": 8}``); its path, for ``site:``."""
+    site = {"name": name, "description": f"test site {name}"}
+    if extends:
+        site["extends"] = extends
+    site.update(facts)
+    path = Path(directory) / f"{name}.site.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(site))
+    return str(path)
+
+
+def config_text(config: dict) -> str:
+    """A config as a campaign's config.yaml: without the loaded site (validation loads it)."""
+    return yaml.safe_dump({k: v for k, v in config.items() if k != "_site"})
 
 
 def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900,
@@ -62,7 +93,7 @@ def campaign(tmp_path: Path):
     """A campaign directory with a config writer: campaign(config_dict) -> Path."""
     def make(config: dict) -> Path:
         (tmp_path / "config").mkdir(exist_ok=True)
-        (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+        (tmp_path / "config" / "config.yaml").write_text(config_text(config))
         return tmp_path
     return make
 

@@ -1,4 +1,4 @@
-"""Pytest fixtures for the project's local Slurm cluster (scripts/slurm-cluster).
+"""Pytest fixtures for the project's local Slurm cluster (tools/slurm-cluster).
 
 `slurm_cluster` (session scope) starts the cluster once, or reuses a healthy one. At the
 end, the last pytest session still using it stops it if a pytest session started it
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "scripts" / "slurm-cluster"
+SCRIPT = REPO / "tools" / "slurm-cluster"
 SBIN_PATH = os.environ.get("PATH", "") + ":/usr/local/sbin:/usr/sbin:/sbin"
 
 # sacct states after which a job never changes again
@@ -31,7 +31,7 @@ TERMINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
 def slurm_skip_reason():
     """Why the local cluster cannot run here, or None."""
     if shutil.which("slurmctld", path=SBIN_PATH) is None:
-        return "slurmctld is not installed (run: scripts/slurm-cluster install-deps)"
+        return "slurmctld is not installed (run: tools/slurm-cluster install-deps)"
     if os.geteuid() != 0:
         return "the local Slurm cluster runs its daemons as root"
     return None
@@ -108,7 +108,7 @@ def slurm_cluster():
             started_marker.touch()
         res = cluster.script("start", check=False)
         if res.returncode != 0:
-            pytest.fail(f"scripts/slurm-cluster start failed:\n{res.stdout}\n{res.stderr}")
+            pytest.fail(f"tools/slurm-cluster start failed:\n{res.stdout}\n{res.stderr}")
         yield cluster
         fcntl.flock(users, fcntl.LOCK_UN)
         try:

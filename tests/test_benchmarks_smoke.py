@@ -107,8 +107,15 @@ def test_benchmark_configs_validate():
     from scalesweep.config import check_config, load_config
     from scalesweep.sweep import sweep_points
 
-    assert len(sweep_points(planning_config(**SIZES["full"]))) == 9600
-    check_config(planning_config(**SIZES["full"]))
+    planned = planning_config(**SIZES["full"])
+    check_config(planned)  # and its site loaded, which the sweep's expansion reads
+    # Frontier's node shape, without scheduler (compared with the bare Snakefile)
+    assert planned["_site"]["name"] == "planning" and planned["_site"]["node"]["gpus"] == 8
+    assert planned["_site"]["scheduler"] == "none"
+    from planning import SLURM_SITE
+    from scalesweep.site import load_site
+    assert load_site(SLURM_SITE, base=REPO)["scheduler"] == "slurm"
+    assert len(sweep_points(planned)) == 9600
     full = aggregation_config(100_000)
     check_config(full)
     assert len(sweep_points(full)) == 100_000

@@ -62,7 +62,7 @@ def test_random_bad_values_give_a_schema_or_sweep_error_never_a_traceback(data):
 @pytest.mark.parametrize(
     "path",
     [
-        ("machine", "name"),
+        ("site",),
         ("datasets", "fashion_sandal_sneaker", "path"),
         ("datasets", "fashion_sandal_sneaker", "classes", 0),
         ("models", "synthetic_llama", "source"),
@@ -90,13 +90,13 @@ def test_shell_injection_through_config_strings_is_refused(path, attack):
 def test_bad_config_stops_snakemake_before_any_job(campaign):
     cfg = tiny_config()
     cfg["sweep"]["repeats"] = 0
-    cfg["machine"]["name"] = "x;touch PWNED"
+    cfg["site"] = "x;touch PWNED"
     wd = campaign(cfg)
     proc = run_snakemake(wd, "--cores", "1", check=False)
     assert proc.returncode != 0
     err = proc.stdout + proc.stderr
     assert "config key sweep.repeats: 0 is less than the minimum of 1" in err
-    assert "config key machine.name" in err
+    assert "config key site" in err
     assert not (wd / "results").exists() and not (wd / "resources").exists()
     assert not (wd / "PWNED").exists()
 

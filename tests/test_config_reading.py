@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, run_snakemake, tiny_config
+from conftest import REPO, config_text, run_snakemake, tiny_config, write_site
 from scalesweep.config import (
     WORKFLOW_CONFIGFILE,
     ConfigError,
     config_sources,
     effective_config,
     load_config,
-    typed_values,
+    schema_typed,
 )
 from scalesweep.sweep import (
     Selection,
@@ -96,8 +96,11 @@ def test_config_items_parsed_by_snakemake_then_retyped(campaign):
     assert config["sweep"]["nodes"] == [1]  # merged, not replaced
     assert config["measurement"]["adaptive"] is True
     assert config["analysis"]["cv_threshold"] == 0.1
-    assert typed_values({"a": ["1", "true", "x"], "b": "{c: 2}"}) == \
-        {"a": [1, True, "x"], "b": {"c": 2}}
+    typed = schema_typed({"sweep": {"repeats": "3", "ranks_per_node": ["1", "2"]},
+                          "containers": {"image": "007"}, "measurement": "{adaptive: true}"})
+    assert typed == {"sweep": {"repeats": 3, "ranks_per_node": [1, 2]},
+                     "containers": {"image": "007"},  # the schema takes a string there
+                     "measurement": {"adaptive": True}}
     with pytest.raises(ConfigError, match="--config: Invalid config definition"):
         effective_config(wd, config_args=["no-equals-sign"])
 
@@ -128,30 +131,58 @@ def test_missing_campaign_config_needs_a_configfile(tmp_path):
 def test_profile_config_and_configfile_keys(campaign, tmp_path):
     wd = campaign(tiny_config())
     over = write(tmp_path / "over.yaml", {"sweep": {"repeats": 3}})
-    prof = profile_dir(tmp_path / "prof", config=["machine={name: prof, shared_cores: true}"],
-                       configfile=[str(over)])
+    prof = profile_dir(tmp_path / "prof", config=["site=local-slurm"], configfile=[str(over)])
     config = effective_config(wd, profile=prof)
-    assert config["machine"]["name"] == "prof" and config["machine"]["shared_cores"] is True
-    assert config["machine"]["cores_per_node"] == 2  # merged over the campaign's machine
+    assert config["site"] == "local-slurm" and config["_site"]["shared_cores"] is True
+    assert config["sweep"]["ranks_per_node"] == [1, 2]  # merged over the campaign's config
     assert config["sweep"]["repeats"] == 3
     # an explicit --config replaces the profile's whole config: list (Snakemake's
     # argparse-based profiles: a key given on the command line wins as a whole)
     config = effective_config(wd, config_args=["sweep={repeats: 2}"], profile=prof)
-    assert config["machine"]["name"] == "test" and config["machine"]["shared_cores"] is False
+    assert config["site"] == "local" and config["_site"]["shared_cores"] is False
     assert config["sweep"]["repeats"] == 2
     # ... and an explicit --configfile the profile's configfile:
     other = write(tmp_path / "other.yaml", {"sweep": {"ranks_per_node": [2]}})
     config = effective_config(wd, [other], profile=prof)
-    assert config["sweep"]["repeats"] == 1 and config["machine"]["name"] == "prof"
+    assert config["sweep"]["repeats"] == 1 and config["site"] == "local-slurm"
     sources = config_sources(wd, [other], profile=prof)
     assert sources.files() == [wd / "config" / "config.yaml", other]
-    assert sources.config_args == ("machine={name: prof, shared_cores: true}",)
+    assert sources.config_args == ("site=local-slurm",)
 
 
-def test_local_slurm_profile_labels_shared_cores(campaign):
+LOCAL_SLURM = REPO / "profiles" / "local-slurm"
+
+
+def test_local_slurm_profile_names_its_site(campaign, tmp_path):
+    """profiles/local-slurm names config/local-slurm.yaml (site: local-slurm, whose nodes
+    share cores), relative to the profile: from any campaign directory. An explicit
+    --configfile replaces it (and names a site of its own: one extending local-slurm)."""
     wd = campaign(tiny_config())
-    config = effective_config(wd, profile=REPO / "profiles" / "local-slurm")
-    assert config["machine"]["name"] == "local-slurm" and config["machine"]["shared_cores"]
+    config = effective_config(wd, profile=LOCAL_SLURM)
+    assert config["site"] == "local-slurm" and config["_site"]["shared_cores"] is True
+    assert config_sources(wd, profile=LOCAL_SLURM).files() == [
+        wd / "config" / "config.yaml", LOCAL_SLURM / ".." / ".." / "config" / "local-slurm.yaml"]
+    site = write_site(tmp_path, "cluster", extends="local-slurm", node={"mem_mb": 1000})
+    part = write(tmp_path / "part.yaml", {"site": site, "sweep": {"repeats": 2}})
+    config = effective_config(wd, [part], profile=LOCAL_SLURM)
+    assert config["site"] == site and config["_site"]["name"] == "cluster"
+    assert config["_site"]["shared_cores"] is True and config["_site"]["node"]["mem_mb"] == 1000
+    assert config["sweep"]["repeats"] == 2
+
+
+def test_local_slurm_profile_site_agrees_with_snakemake(tmp_path):
+    """The same through `snakemake -n` (a dry run: nothing is submitted), in a campaign
+    directory outside the repository: what the workflow records is what
+    effective_config reads."""
+    site = write_site(tmp_path, "cluster", extends="local-slurm", node={"mem_mb": 1000})
+    part = write(tmp_path / "part.yaml", {"site": site, "sweep": {"repeats": 2}})
+    for name, extra in (("local-slurm", []), ("cluster", ["--configfile", str(part)])):
+        wd = tmp_path / name
+        write(wd / "config" / "config.yaml", config_text(tiny_config()))
+        run_snakemake(wd, "-n", "--profile", str(LOCAL_SLURM), *extra, timeout=300)
+        recorded = recorded_config(wd)
+        assert recorded == as_json(effective_config(wd, extra[1:], profile=LOCAL_SLURM))
+        assert recorded["_site"]["name"] == name and recorded["_site"]["shared_cores"] is True
 
 
 def test_profile_replace_workflow_config(campaign, tmp_path):
@@ -187,13 +218,12 @@ def test_status_with_a_partial_configfile_agrees_with_snakemake(campaign, tmp_pa
 
 def test_config_items_and_profile_agree_with_snakemake(campaign, tmp_path):
     wd = campaign(tiny_config())
-    prof = profile_dir(tmp_path / "prof", config=["sweep={repeats: 3}",
-                                                  "machine={name: prof}"])
+    prof = profile_dir(tmp_path / "prof", config=["sweep={repeats: 3}", "site=local-slurm"])
     args = ["--profile", str(prof), "--config", "sweep={ranks_per_node: [2], baseline: 2}",
             "analysis={cv_threshold: 0.2}"]
     dry = run_snakemake(wd, "-n", *args)
     expected = effective_config(wd, (), args[3:], prof)
-    assert expected["sweep"]["repeats"] == 1 and expected["machine"]["name"] == "test"
+    assert expected["sweep"]["repeats"] == 1 and expected["site"] == "local"
     assert recorded_config(wd) == as_json(expected)
     out = scalesweep("status", "-d", wd, *args, "--json")
     assert out.returncode == 0, out.stderr

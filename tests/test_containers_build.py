@@ -1,9 +1,11 @@
 """Image builds: command lines, cache key, preflight, recipe lint, and the real build.
 
-Unit tests pin the exact builder command lines (``scripts/build_image.py`` builds them
-with pure functions) and the cache-key rules. The ``container`` test builds the real
-Charliecloud image through the script with the shared cache ``~/.cache/scalesweep``
-(minutes the first time on a machine, seconds after) and runs it with ``ch-run``.
+Unit tests pin the exact builder command lines (the runtime classes of
+``scalesweep.runtimes`` build them with pure functions; ``scalesweep.images`` runs them)
+and the cache-key rules; stand-in binaries drive the Apptainer, SingularityCE and Podman
+flows. The ``container`` test builds the real Charliecloud image through
+``scalesweep build-image`` with the shared cache ``~/.cache/scalesweep`` (minutes the
+first time on a machine, seconds after) and runs it with ``ch-run``.
 """
 
 from __future__ import annotations
@@ -19,17 +21,19 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+from conftest import REPO
 
-import build_image as bi  # noqa: E402
+from scalesweep import images as bi
+from scalesweep.runtimes import runtime
+from scalesweep.site import load_site
 
-SCRIPT = REPO / "scripts" / "build_image.py"
+CLI = [sys.executable, "-m", "scalesweep", "build-image"]
 DOCKERFILE = REPO / "containers" / "charliecloud" / "Dockerfile"
 REQUIREMENTS = REPO / "envs" / "payload-requirements.txt"
 APPTAINER_DIR = REPO / "containers" / "apptainer"
 DEFS = sorted(APPTAINER_DIR.glob("*.def"))
-FRONTIER_ARGS = APPTAINER_DIR / "frontier.args"
+FRONTIER_ARGS = load_site("frontier")["build_args"]  # the site file's build_args
+APPTAINER, CHARLIECLOUD, PODMAN = runtime("apptainer"), runtime("charliecloud"), runtime("podman")
 SHARED_CACHE = Path(os.environ.get("SCALESWEEP_CACHE", "~/.cache/scalesweep")).expanduser()
 
 
@@ -37,13 +41,13 @@ SHARED_CACHE = Path(os.environ.get("SCALESWEEP_CACHE", "~/.cache/scalesweep")).e
 
 
 def test_apptainer_build_command_plain():
-    assert bi.apptainer_build_command("X.sif", "containers/apptainer/pytorch-rocm.def") == [
+    assert APPTAINER.build_command("X.sif", "containers/apptainer/pytorch-rocm.def") == [
         "apptainer", "build", "X.sif", "containers/apptainer/pytorch-rocm.def",
     ]
 
 
 def test_apptainer_build_command_fakeroot_and_args_in_order():
-    cmd = bi.apptainer_build_command(
+    cmd = APPTAINER.build_command(
         "out/pytorch.sif", "containers/apptainer/pytorch-rocm.def",
         {"ROCM_VERSION": "6.2.4", "MPICH_VERSION": "3.4.2"}, fakeroot=True,
     )
@@ -54,9 +58,9 @@ def test_apptainer_build_command_fakeroot_and_args_in_order():
     ]
 
 
-def test_apptainer_build_args_come_from_the_config_file():
-    args = bi.load_build_args(FRONTIER_ARGS)
-    cmd = bi.apptainer_build_command("p.sif", "pytorch-rocm.def", args, fakeroot=True)
+def test_apptainer_build_args_come_from_the_site_file():
+    args = FRONTIER_ARGS
+    cmd = APPTAINER.build_command("p.sif", "pytorch-rocm.def", args, fakeroot=True)
     pairs = [cmd[i + 1] for i, c in enumerate(cmd) if c == "--build-arg"]
     assert pairs == [f"{k}={v}" for k, v in args.items()]
     assert "ROCM_VERSION=6.2.4" in pairs
@@ -64,7 +68,10 @@ def test_apptainer_build_args_come_from_the_config_file():
     assert cmd[-2:] == ["p.sif", "pytorch-rocm.def"]
 
 
-def test_load_build_args_rejects_garbage(tmp_path):
+def test_load_build_args_reads_and_rejects(tmp_path):
+    f = tmp_path / "hand.args"
+    f.write_text("# versions\nROCM_VERSION=6.2.4\n\nTORCH_VERSION='2.6.0'\n")
+    assert bi.load_build_args(f) == {"ROCM_VERSION": "6.2.4", "TORCH_VERSION": "2.6.0"}
     f = tmp_path / "bad.args"
     f.write_text("# fine\nA=1\nthis is not an assignment\n")
     with pytest.raises(bi.BuildError, match="bad.args:3"):
@@ -72,7 +79,7 @@ def test_load_build_args_rejects_garbage(tmp_path):
 
 
 def test_ch_image_build_command():
-    cmd = bi.ch_image_build_command(
+    cmd = CHARLIECLOUD.build_command(
         "containers/charliecloud/Dockerfile", "scalesweep-build-1", "/c/tmp/st",
         context="containers/charliecloud", binds={"/c/wheelhouse/k": "/wheelhouse"},
         build_args={"SOURCE_DATE_EPOCH": "1747699200"},
@@ -86,7 +93,7 @@ def test_ch_image_build_command():
 
 
 def test_ch_image_import_and_debootstrap_commands():
-    assert bi.ch_image_import_command("/c/base.tar", "localhost/scalesweep-debian:bookworm", "/c/st") == [
+    assert CHARLIECLOUD.import_command("/c/base.tar", "localhost/scalesweep-debian:bookworm", "/c/st") == [
         "/usr/bin/python3", "ch-image", "-s", "/c/st", "--no-cache", "import", "/c/base.tar",
         "localhost/scalesweep-debian:bookworm",
     ]
@@ -108,7 +115,7 @@ def test_squashfs_and_ch_run_commands():
         "mksquashfs", "/c/img", "/c/img.sqfs", "-b", "65536", "-noappend", "-all-root",
         "-no-xattrs", "-all-time", "1747699200", "-mkfs-time", "1747699200", "-no-progress",
     ]
-    assert bi.ch_run_command("img", ["python", "-V"], binds=("/a:/mnt/data",)) == [
+    assert CHARLIECLOUD.exec_command("img", ["python", "-V"], binds=("/a:/mnt/data",)) == [
         "ch-run", "-b", "/a:/mnt/data", "img", "--", "python", "-V",
     ]
 
@@ -192,30 +199,44 @@ def test_missing_apptainer_names_what_to_install():
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("builder, hint", [("singularity", "SingularityCE"), ("podman", "Podman")])
+def test_missing_singularity_and_podman_name_what_to_install(builder, hint):
+    with pytest.raises(bi.BuilderMissing) as e:
+        bi.check_builder(builder, which=lambda tool: None)
+    assert f"needs '{builder}'" in str(e.value) and hint in str(e.value)
+
+
+def test_unknown_builder_and_format_are_refused(tmp_path):
+    with pytest.raises(bi.BuildError, match="choose from charliecloud, apptainer, singularity, podman"):
+        bi.check_builder("docker")
+    with pytest.raises(bi.BuildError, match="--format squashfs is not available with --builder apptainer"):
+        bi.build_image("apptainer", "x.def", tmp_path / "x.sif", tmp_path / "m.json", fmt="squashfs")
+
+
 def test_missing_builder_fails_before_doing_anything(tmp_path):
     """The CLI exits 1 with one line on stderr and creates nothing (no cache, no out)."""
     cache = tmp_path / "cache"
     env = dict(os.environ, PATH=str(tmp_path / "empty-bin"))
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--builder", "apptainer",
+        [*CLI, "--builder", "apptainer",
          "--recipe", str(APPTAINER_DIR / "pytorch-rocm.def"),
-         "--build-args", str(FRONTIER_ARGS),
+         "--site", "frontier",
          "--out", str(tmp_path / "x.sif"), "--manifest", str(tmp_path / "x.json"),
          "--cache-dir", str(cache)],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=60,
     )
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("build_image: error:"), proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("scalesweep build-image: error:"), proc.stderr
     assert "apptainer" in lines[0]
     assert not cache.exists() and not (tmp_path / "x.sif").exists() and not (tmp_path / "x.json").exists()
 
 
 FAKE_APPTAINER = """#!/bin/sh
-# stand-in for apptainer: records its argv, writes a fake SIF on build
+# stand-in for apptainer/singularity: records its argv, writes a fake SIF on build
 echo "$@" >> "$FAKE_APPTAINER_LOG"
 case "$1" in
-  --version) echo "apptainer version 1.3.0" ;;
+  --version) echo "$(basename "$0") version 1.3.0" ;;
   build) for last; do :; done
          out=""; prev=""; for a; do [ "$a" = "$last" ] && out="$prev"; prev="$a"; done
          printf 'SIF-%s' "$last" > "$out" ;;
@@ -224,16 +245,18 @@ esac
 """
 
 
-def test_apptainer_flow_with_a_stand_in_binary(tmp_path):
-    """The apptainer path end to end (cache miss, then hit) with a fake ``apptainer``."""
+@pytest.mark.parametrize("builder", ["apptainer", "singularity"])
+def test_sif_flow_with_a_stand_in_binary(tmp_path, builder):
+    """The definition-file path end to end (cache miss, then hit) with a fake
+    ``apptainer`` or ``singularity``; build args from the site file (--site)."""
     fakebin = tmp_path / "bin"
     fakebin.mkdir()
-    (fakebin / "apptainer").write_text(FAKE_APPTAINER)
-    (fakebin / "apptainer").chmod(0o755)
+    (fakebin / builder).write_text(FAKE_APPTAINER)
+    (fakebin / builder).chmod(0o755)
     argv_log = tmp_path / "argv.log"
     env = dict(os.environ, PATH=f"{fakebin}:{os.environ['PATH']}", FAKE_APPTAINER_LOG=str(argv_log))
-    cmd = [sys.executable, str(SCRIPT), "--builder", "apptainer",
-           "--recipe", str(APPTAINER_DIR / "pytorch-rocm.def"), "--build-args", str(FRONTIER_ARGS),
+    cmd = [*CLI, "--builder", builder,
+           "--recipe", str(APPTAINER_DIR / "pytorch-rocm.def"), "--site", "frontier",
            "--build-arg", "TORCH_VERSION=2.7.1", "--fakeroot",
            "--requirements", str(REQUIREMENTS), "--cache-dir", str(tmp_path / "cache"),
            "--out", str(tmp_path / "img/pytorch-rocm.sif"), "--manifest", str(tmp_path / "img/m.json")]
@@ -241,7 +264,7 @@ def test_apptainer_flow_with_a_stand_in_binary(tmp_path):
     assert first.returncode == 0, first.stderr
     m1 = json.loads((tmp_path / "img/m.json").read_text())
     assert m1["cached"] is False
-    assert (m1["builder"]["name"], m1["builder"]["version"]) == ("apptainer", "1.3.0")
+    assert (m1["builder"]["name"], m1["builder"]["version"]) == (builder, "1.3.0")
     build_lines = [line.split() for line in argv_log.read_text().splitlines() if line.startswith("build")]
     assert len(build_lines) == 1
     argv = build_lines[0]
@@ -264,6 +287,61 @@ def test_apptainer_flow_with_a_stand_in_binary(tmp_path):
     third = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert third.returncode == 0, third.stderr
     assert json.loads((tmp_path / "img/m.json").read_text())["cache_key"] != m1["cache_key"]
+
+
+FAKE_PODMAN = """#!/bin/sh
+# stand-in for rootless podman: records its argv; save writes a directory, pull prints an id
+echo "$@" >> "$FAKE_PODMAN_LOG"
+case "$1" in
+  --version) echo "podman version 4.9.3" ;;
+  import|build|tag) ;;
+  save) for last; do :; done; prev=""; for a; do [ "$prev" = "-o" ] && mkdir -p "$a" \
+          && echo '{"schemaVersion": 2}' > "$a/manifest.json"; prev="$a"; done ;;
+  run) case "$*" in *dpkg-query*) printf 'python3\t3.11.2-1\n' ;; *pip*) echo "torch==2.13.0+cpu" ;; esac ;;
+  pull) echo "0123456789abcdef" ;;
+  *) echo "fake podman: $1 not supported" >&2; exit 1 ;;
+esac
+"""
+
+
+def test_podman_flow_with_a_stand_in_binary(tmp_path, monkeypatch):
+    """The podman builder: import the offline base, build with the wheelhouse bound,
+    save a directory, then load the placed copy under the name the runtime runs."""
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    (fakebin / "podman").write_text(FAKE_PODMAN)
+    (fakebin / "podman").chmod(0o755)
+    argv_log = tmp_path / "argv.log"
+    monkeypatch.setenv("FAKE_PODMAN_LOG", str(argv_log))
+    tarball = tmp_path / "base.tar"
+    monkeypatch.setattr(bi, "make_base_tarball", lambda *a: (tarball, {"suite": "bookworm"}))
+    monkeypatch.setattr(bi, "mirror_release", lambda mirror: {"date": "today"})
+    wheelhouse = bi.Wheelhouse(tmp_path / "wh", {}, "k", True)
+    podman = str(fakebin / "podman")
+    build = bi.Build(PODMAN, DOCKERFILE, {"podman": podman}, tmp_path / "cache", tmp_path / "log",
+                     "ab" * 32, {}, suite="bookworm", mirror=bi.Mirror("http://m/debian", "bookworm"),
+                     sde=1747699200, wheelhouse=wheelhouse)
+    entry = tmp_path / "entry"
+    entry.mkdir()
+    facts = bi.cold_podman(build, entry)
+    lines = [line.split() for line in argv_log.read_text().splitlines()]
+    tag = "localhost/scalesweep-build:" + "ab" * 8
+    assert lines[0] == ["import", str(tarball), "localhost/scalesweep-debian:bookworm"]
+    assert lines[1] == ["build", "--pull=never", "--volume", f"{tmp_path / 'wh'}:/wheelhouse",
+                        "--build-arg", "SOURCE_DATE_EPOCH=1747699200", "-t", tag,
+                        "-f", str(DOCKERFILE), str(DOCKERFILE.parent)]
+    assert lines[2] == ["save", "--format", "oci-dir", "-o", str(entry / "image"), tag]
+    assert lines[3][:4] == ["run", "--rm", "--pull=never", "--network=none"] and lines[3][4] == tag
+    assert facts["packages"]["pip"] == {"torch": "2.13.0+cpu"}
+    assert facts["content_digest"].startswith("sha256:") and facts["build_tag"] == tag
+
+    out = tmp_path / "resources/images/default"
+    bi.place_image(entry / "image", out)
+    ref = bi.load_podman_image(out, podman)
+    assert ref == PODMAN.storage_reference(str(out.resolve()))
+    lines = [line.split() for line in argv_log.read_text().splitlines()]
+    assert lines[-2] == ["pull", "--quiet", f"dir:{out}"]
+    assert lines[-1] == ["tag", "0123456789abcdef", ref]
 
 
 # --------------------------------------------------------------- recipe lint
@@ -310,9 +388,9 @@ def test_ollama_def_pins_a_release():
     assert {"OLLAMA_BASE_IMAGE", "OLLAMA_VERSION"} <= d.used_vars
 
 
-def test_frontier_args_only_set_known_arguments():
+def test_frontier_build_args_only_set_known_arguments():
     known = set().union(*(bi.parse_apptainer_def(p.read_text()).arguments for p in DEFS))
-    assert set(bi.load_build_args(FRONTIER_ARGS)) <= known
+    assert set(FRONTIER_ARGS) <= known
 
 
 @pytest.mark.parametrize(
@@ -458,7 +536,7 @@ def _build(out: Path, manifest: Path, timeout: int = 1800) -> tuple[dict, float]
     # hard links need one filesystem; a symlink avoids copying 1.2 GB into a tmpfs /tmp
     same_fs = os.stat(SHARED_CACHE).st_dev == os.stat(out.parent).st_dev
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--builder", "charliecloud",
+        [*CLI, "--builder", "charliecloud",
          "--recipe", str(DOCKERFILE), "--requirements", str(REQUIREMENTS),
          "--out", str(out), "--manifest", str(manifest), "--cache-dir", str(SHARED_CACHE),
          "--link", "hardlink" if same_fs else "symlink"],
@@ -489,7 +567,7 @@ def test_real_charliecloud_image_builds_caches_and_runs(tmp_path):
     env = dict(os.environ)
     env.setdefault("USER", "root" if os.geteuid() == 0 else str(os.getuid()))
     run = subprocess.run(
-        bi.ch_run_command(str(out), ["/opt/venv/bin/python", "-c", "import torch; print(torch.__version__)"]),
+        CHARLIECLOUD.exec_command(str(out), ["/opt/venv/bin/python", "-c", "import torch; print(torch.__version__)"]),
         capture_output=True, text=True, env=env, timeout=300,
     )
     assert run.returncode == 0, run.stderr
@@ -501,9 +579,9 @@ def test_real_charliecloud_image_builds_caches_and_runs(tmp_path):
     outdir = tmp_path / "out"
     outdir.mkdir()
     run = subprocess.run(
-        bi.ch_run_command(str(out), ["sh", "-c", "test -d /mnt/data && test -d /mnt/code && test -d /mnt/out "
-                                     "&& cat /mnt/data/hello.txt > /mnt/out/copied.txt"],
-                          binds=(f"{data}:/mnt/data", f"{outdir}:/mnt/out", f"{REPO}:/mnt/code")),
+        CHARLIECLOUD.exec_command(str(out), ["sh", "-c", "test -d /mnt/data && test -d /mnt/code && test -d /mnt/out "
+                                             "&& cat /mnt/data/hello.txt > /mnt/out/copied.txt"],
+                                  binds=(f"{data}:/mnt/data", f"{outdir}:/mnt/out", f"{REPO}:/mnt/code")),
         capture_output=True, text=True, env=env, timeout=300,
     )
     assert run.returncode == 0, run.stderr

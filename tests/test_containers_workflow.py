@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from conftest import REPO, have, run_snakemake, tiny_config
+from conftest import REPO, have, run_snakemake, tiny_config, write_site
 from scalesweep.metrics import read_metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.container]
@@ -17,11 +17,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.container]
 def campaign_dir(tmp_path_factory):
     for tool in ("ch-run", "ch-image", "debootstrap", "mpirun"):
         if not have(tool):
-            pytest.skip(f"{tool} not installed (scripts/install.sh installs it)")
+            pytest.skip(f"{tool} not installed (tools/install.sh installs it)")
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
-        pytest.skip("llama-cpp-python not installed (scripts/install.sh installs it)")
+        pytest.skip("llama-cpp-python not installed (tools/install.sh installs it)")
     cfg = tiny_config()
     cfg["sweep"]["runtimes"] = ["native", "charliecloud"]
     cfg["workloads"]["llm"] = {
@@ -89,9 +89,10 @@ def test_payload_failing_inside_the_container_fails_only_that_point(campaign, tm
     for tool in ("ch-run", "ch-image", "debootstrap"):
         if not have(tool):
             pytest.skip(f"{tool} not installed")
-    cfg = tiny_config()
+    # the site's Charliecloud runs an interpreter the image does not have
+    cfg = tiny_config(site=write_site(tmp_path, runtimes={"charliecloud": {
+        "bin": "ch-run", "python": "/opt/venv/bin/python-missing"}}))
     cfg["sweep"].update(runtimes=["native", "charliecloud"], ranks_per_node=[1])
-    cfg["containers"] = {"site": {"python": "/opt/venv/bin/python-missing"}}
     wd = campaign(cfg)
     proc = run_snakemake(wd, "--profile", str(REPO / "profiles" / "local"), check=False, timeout=1800)
     assert proc.returncode != 0

@@ -209,7 +209,7 @@ def test_a_command_dies_with_its_harness_even_when_the_harness_is_sigkilled(tmp_
     marker = f"{tmp_path}/sleeper"
     harness = (
         "import subprocess, sys, time\n"
-        "from scalesweep.runpoint import dies_with_harness\n"
+        "from scalesweep.harness import dies_with_harness\n"
         "p = subprocess.Popen(dies_with_harness([sys.executable, '-c', "
         "'import time; time.sleep(60)', sys.argv[1]]), start_new_session=True)\n"
         "print(p.pid, flush=True)\n"
@@ -235,7 +235,7 @@ def test_a_command_dies_with_its_harness_even_when_the_harness_is_sigkilled(tmp_
 
 
 def test_the_guard_names_a_command_it_cannot_run():
-    from scalesweep.runpoint import dies_with_harness
+    from scalesweep.harness import dies_with_harness
 
     proc = subprocess.run(dies_with_harness(["/nonexistent/mpirun", "-n", "2"]),
                           capture_output=True, text=True)
@@ -248,7 +248,7 @@ def test_the_owner_of_a_run_is_checked_by_pid_and_start_time_host_and_slurm_job(
         tmp_path, monkeypatch):
     import socket
 
-    from scalesweep.runpoint import owner_record
+    from scalesweep.pointdir import owner_record
     from scalesweep.status import owner_state
 
     me = owner_record()
@@ -379,8 +379,10 @@ def test_full_results_directory_stops_the_point_before_its_payload_naming_the_pa
 def test_metrics_that_cannot_be_written_after_the_run_name_the_path(tmp_path, monkeypatch):
     """ENOSPC when the harness writes metrics.json (the disk filled during the run),
     injected at the write: an error naming the file, never a traceback without a path."""
-    import scalesweep.runpoint as runpoint
+    import scalesweep.harness as harness
     from scalesweep.launch import Launch
+    from scalesweep.pointdir import PointDirError
+    from scalesweep.site import load_site
     from scalesweep.sweep import SweepPoint
 
     code = tmp_path / "code"
@@ -398,10 +400,11 @@ def test_metrics_that_cannot_be_written_after_the_run_name_the_path(tmp_path, mo
     def full(path, record):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(runpoint, "write_metrics", full)
-    with pytest.raises(runpoint.PointDirError) as exc:
-        runpoint.execute(point, launch, str(out / "metrics.json"), str(out / "run.log"),
-                         measurement={"sample_interval_s": 0.2})
+    monkeypatch.setattr(harness, "write_metrics", full)
+    with pytest.raises(PointDirError) as exc:
+        harness.execute(point, launch, str(out / "metrics.json"), str(out / "run.log"),
+                        measurement={"sample_interval_s": 0.2, "max_outside_cpu_pct": 100,
+                                     "max_steal_pct": 100}, site=load_site("local"))
     assert str(out / "metrics.json") in str(exc.value)
     assert "No space left on device" in str(exc.value)
     assert not (out / "running.json").exists()

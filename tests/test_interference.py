@@ -202,15 +202,22 @@ def _fake_srun(tmp_path: Path, body: str) -> dict:
     return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
 
-def _probe(tmp_path: Path, monkeypatch, srun_body: str) -> dict:
-    from scalesweep.launch import Launch
-    from scalesweep.runpoint import InterferenceProbe
+def measurement(**values) -> dict:
+    """The config's ``measurement`` section as validation leaves it (the schema's
+    defaults filled in), with ``values``: what the harness is given."""
+    from scalesweep.config import validated
 
-    import scalesweep.runpoint
+    return {**validated(tiny_config())["measurement"], **values}
+
+
+def _probe(tmp_path: Path, monkeypatch, srun_body: str) -> dict:
+    import scalesweep.harness
+    from scalesweep.harness import InterferenceProbe
+    from scalesweep.launch import Launch
 
     monkeypatch.setenv("PATH", _fake_srun(tmp_path, srun_body)["PATH"])
     # one stand-in watcher for two nodes: do not wait the real minute for the second
-    monkeypatch.setattr(scalesweep.runpoint, "WATCHERS_READY_TIMEOUT_S", 5)
+    monkeypatch.setattr(scalesweep.harness, "WATCHERS_READY_TIMEOUT_S", 5)
     out = tmp_path / "point"
     out.mkdir()
     launch = Launch(runtime="native", launcher="srun", nodes=2, ranks_per_node=1, threads=1,
@@ -218,7 +225,7 @@ def _probe(tmp_path: Path, monkeypatch, srun_body: str) -> dict:
                     data_dir=str(tmp_path), out_dir=str(out), host_python=sys.executable)
     token = new_token()
     probe = InterferenceProbe(launch, dict(os.environ), out, token,
-                              {"sample_interval_s": 0.2}, str(tmp_path / "run.log"))
+                              measurement(sample_interval_s=0.2), str(tmp_path / "run.log"))
     probe.start()
     time.sleep(0.5)
     return probe.stop()
@@ -259,14 +266,16 @@ json.dump({"workload": "fake", "payload_wall_s": time.monotonic() - t}, open(out
 
 
 def test_execute_records_interference_allocation_and_order(tmp_path, monkeypatch):
+    from scalesweep.config import validated
+    from scalesweep.harness import execute
     from scalesweep.launch import Launch
-    from scalesweep.runpoint import execute, run_order
-    from scalesweep.sweep import sweep_points
+    from scalesweep.site import load_site
+    from scalesweep.sweep import run_order, sweep_points
 
     for var in [v for v in os.environ if v.startswith("SLURM_")]:
         monkeypatch.delenv(var)
     monkeypatch.setenv("SCALESWEEP_GIT_COMMIT", "0" * 40)
-    config = tiny_config()
+    config = validated(tiny_config())
     config["sweep"].update(runtimes=["native", "charliecloud"], ranks_per_node=[1], repeats=2)
     point = [p for p in sweep_points(config) if p.runtime == "charliecloud" and p.repeat == 2][0]
     code = tmp_path / "code"
@@ -281,9 +290,9 @@ def test_execute_records_interference_allocation_and_order(tmp_path, monkeypatch
     hog = subprocess.Popen(HOG)
     try:
         rc = execute(point, launch, str(out / "metrics.json"), str(out / "run.log"),
-                     measurement={"max_outside_cpu_pct": 10, "max_steal_pct": 100,
-                                  "sample_interval_s": 0.25},
-                     machine={"shared_cores": True}, order=run_order(point, config))
+                     measurement=measurement(max_outside_cpu_pct=10, max_steal_pct=100,
+                                             sample_interval_s=0.25),
+                     site=load_site("local-slurm"), order=run_order(point, config))
     finally:
         hog.kill()
         hog.wait()
@@ -299,7 +308,8 @@ def test_execute_records_interference_allocation_and_order(tmp_path, monkeypatch
     assert i["nodes"][0]["own_cpu_s"] >= 1.0  # the payload (token) is the run's own
     a = m["allocation"]
     cpus = sorted(os.sched_getaffinity(0))
-    assert a == {"hosts": [os.uname().nodename], "exclusive": None, "shared_cores": True,
+    assert a == {"site": "local-slurm", "hosts": [os.uname().nodename], "exclusive": None,
+                 "shared_cores": True,
                  "cpus_bound": a["cpus_bound"], "ncpus_bound": len(cpus),
                  "gpus_visible": a["gpus_visible"], "source": "local"}
     assert a["cpus_bound"].split(",")[0].split("-")[0] == str(cpus[0])
@@ -315,10 +325,11 @@ def test_execute_records_interference_allocation_and_order(tmp_path, monkeypatch
 @pytest.mark.parametrize("value,expected", [("NO", True), ("OK", False), ("YES", False),
                                             ("USER", False), ("MCS", False), (None, None)])
 def test_exclusive_from_oversubscribe(value, expected):
-    from scalesweep.runpoint import _exclusive, allocation_info, cpu_ranges
+    from scalesweep.slurmjob import _exclusive, allocation_info, cpu_ranges
 
     assert _exclusive(value) is expected
-    a = allocation_info({"hosts": ["n1", "n2"], "oversubscribe": value, "source": "scontrol"}, {})
+    a = allocation_info({"hosts": ["n1", "n2"], "oversubscribe": value, "source": "scontrol"},
+                        {"name": "test", "shared_cores": False})
     assert (a["hosts"], a["exclusive"], a["source"], a["shared_cores"]) == (["n1", "n2"], expected, "scontrol", False)
     assert cpu_ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8" and cpu_ranges([3]) == "3"
 

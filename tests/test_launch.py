@@ -68,7 +68,7 @@ FRONTIER = dict(
     image="/lustre/orion/proj/scalesweep/pytorch-rocm.sif",
     python="/opt/conda/bin/python",
     gpu_flag="--rocm",
-    extra_binds=("/usr/share/libdrm", "/var/spool/slurmd", "/opt/cray"),
+    binds=("/usr/share/libdrm", "/var/spool/slurmd", "/opt/cray"),
 )
 
 
@@ -90,7 +90,7 @@ def test_apptainer_hostmpi_binds_host_mpi_first_on_library_path():
     site = dict(FRONTIER, host_mpi_lib_dirs=("/opt/cray/pe/mpich/8.1.31/ofi/gnu/12.3/lib-abi-mpich",
                                              "/opt/cray/pe/mpich/8.1.31/gtl/lib"),
                 host_mpi_preload="/opt/cray/pe/mpich/8.1.31/gtl/lib/libmpi_gtl_hsa.so.0",
-                env=(("MPICH_GPU_SUPPORT_ENABLED", "1"),))
+                host_mpi_env=(("MPICH_GPU_SUPPORT_ENABLED", "1"),))
     launch = make("apptainer-hostmpi", "srun", nodes=1, ranks=8, threads=7, gpus=8, **site)
     env = launch_env(launch)
     assert env["APPTAINERENV_LD_LIBRARY_PATH"].startswith(
@@ -102,12 +102,12 @@ def test_apptainer_hostmpi_binds_host_mpi_first_on_library_path():
 
 
 def test_apptainer_hostmpi_without_host_libs_is_refused():
-    with pytest.raises(LaunchError, match="host_mpi_lib_dirs"):
+    with pytest.raises(LaunchError, match=r"host_mpi\.lib_dirs"):
         launch_env(make("apptainer-hostmpi", "srun", ranks=2, **FRONTIER))
 
 
 def test_node_local_staging_runs_once_per_node_under_srun():
-    from scalesweep.runpoint import stage_command
+    from scalesweep.pointlaunch import stage_command
 
     launch = make("apptainer", "srun", nodes=4, ranks=8, threads=7, gpus=8, **FRONTIER)
     cmd = stage_command(launch, "/lustre/ds", "/mnt/bb/alice/ds")
@@ -120,7 +120,7 @@ def test_node_local_staging_runs_once_per_node_under_srun():
 def test_multinode_llm_is_one_server_per_node_and_one_client():
     from dataclasses import replace as dc_replace
 
-    from scalesweep.runpoint import llm_multinode_launches
+    from scalesweep.pointlaunch import llm_multinode_launches
 
     llm = dc_replace(make("native", "srun", nodes=3, ranks=1, threads=2), payload="scripts/infer_llm.py",
                      args=("--engine", "llamacpp", "--model", "/m/model.gguf", "--prompts", "/repo/p.txt",
@@ -138,7 +138,40 @@ def test_multinode_llm_is_one_server_per_node_and_one_client():
 def test_multinode_llm_without_slurm_is_refused():
     from dataclasses import replace as dc_replace
 
-    from scalesweep.runpoint import llm_multinode_launches
+    from scalesweep.pointlaunch import llm_multinode_launches
 
     with pytest.raises(LaunchError, match="needs Slurm"):
         llm_multinode_launches(dc_replace(make("native", "mpirun", nodes=2), payload="scripts/infer_llm.py"))
+
+
+def test_srun_gpu_bind_comes_from_the_launch():
+    from dataclasses import replace as dc_replace
+
+    launch = make("apptainer", "srun", nodes=1, ranks=8, threads=7, gpus=8, **FRONTIER)
+    assert "--gpu-bind=closest" in launch_command(launch)
+    assert not any(a.startswith("--gpu-bind") for a in launch_command(dc_replace(launch, gpu_bind="")))
+
+
+def test_build_launch_takes_runtime_and_machine_facts_from_the_site(monkeypatch):
+    """pointlaunch.build_launch: the runtime's facts from the site file through its class, the
+    launcher, Python and extra launcher options from the site's ``launch``."""
+    from scalesweep.pointlaunch import build_launch, container_site
+    from scalesweep.runtimes import RuntimeNotOffered
+    from scalesweep.site import load_site
+    from scalesweep.sweep import SweepPoint
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    site = load_site("frontier")
+    site["launch"].update(python="/sw/python3", srun_extra=["--cpu-bind=cores"], gpu_bind="")
+    config = {"_site": site, "_code_root": CODE}
+    point = SweepPoint("cnn_ddp", "apptainer-hostmpi", 2, 8, 8, 7, 1)
+    launch = build_launch(point, {}, config, payload_args=["--out", f"{OUT}/payload.json"],
+                          payload="scripts/train_cnn.py", data_dir=DATA, out_dir=OUT, image="/img.sif")
+    assert (launch.launcher, launch.host_python, launch.srun_extra, launch.gpu_bind) == (
+        "srun", "/sw/python3", ("--cpu-bind=cores",), "")
+    assert launch.site == container_site(config, "apptainer-hostmpi", "/img.sif")
+    assert launch.site.host_mpi_lib_dirs and launch.site.gpu_flag == "--rocm"
+    cmd = launch_command(launch)
+    assert "--cpu-bind=cores" in cmd and cmd[cmd.index("apptainer"):][:3] == ["apptainer", "exec", "--rocm"]
+    with pytest.raises(RuntimeNotOffered, match="'podman' is not offered by site 'frontier'"):
+        container_site(config, "podman", "/img")

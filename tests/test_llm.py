@@ -2,7 +2,7 @@
 
 Unit tests need nothing beyond the standard library. The model tests need numpy, gguf
 and tokenizers; the llama.cpp tests need llama_cpp (the wheel from
-scripts/build_llama_wheel.sh); the logits comparison needs transformers and torch.
+tools/build_llama_wheel.sh); the logits comparison needs transformers and torch.
 Each group skips with its reason when its packages are absent.
 """
 
@@ -33,10 +33,11 @@ def _load(name: str):
 
 
 infer = _load("infer_llm")
+import llm_engines as engines  # noqa: E402  (scripts/ is on sys.path once infer_llm is loaded)
 
 HAVE_LLAMA = importlib.util.find_spec("llama_cpp") is not None
 HAVE_MAKER_DEPS = all(importlib.util.find_spec(m) is not None for m in ("numpy", "gguf", "tokenizers"))
-needs_llama = pytest.mark.skipif(not HAVE_LLAMA, reason="llama_cpp not importable (run scripts/build_llama_wheel.sh, then pip install it)")
+needs_llama = pytest.mark.skipif(not HAVE_LLAMA, reason="llama_cpp not importable (run tools/build_llama_wheel.sh, then pip install it)")
 needs_maker = pytest.mark.skipif(not HAVE_MAKER_DEPS, reason="numpy/gguf/tokenizers missing (pip install gguf==0.19.0 tokenizers)")
 
 
@@ -118,7 +119,7 @@ def test_openai_completions_stream_with_usage_and_done():
         {"id": "c", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}},
         "data: [DONE]",
     )
-    events = list(infer.parse_sse_stream(lines))
+    events = list(engines.parse_sse_stream(lines))
     assert [e["type"] for e in events] == ["token", "token", "finish", "usage", "done"]
     assert "".join(e["text"] for e in events if e["type"] == "token") == "Hello"
     assert events[2]["reason"] == "length"
@@ -134,7 +135,7 @@ def test_openai_chat_stream_role_chunk_is_not_a_token():
         {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
         "data: [DONE]",
     )
-    events = list(infer.parse_sse_stream(lines))
+    events = list(engines.parse_sse_stream(lines))
     assert [e["type"] for e in events] == ["token", "token", "finish", "done"]
     assert [e["text"] for e in events[:2]] == ["Hi", " there"]
 
@@ -150,18 +151,18 @@ def test_keepalive_comments_fields_crlf_and_bytes():
         b":\n",
         b"data:[DONE]\n",
     ]
-    events = list(infer.parse_sse_stream(lines))
+    events = list(engines.parse_sse_stream(lines))
     assert events == [{"type": "token", "text": "\u00e9t\u00e9", "index": 0}, {"type": "done"}]
 
 
 def test_empty_text_piece_counts_as_token():
     # llama-cpp-python may stream "" while it buffers an incomplete UTF-8 character.
-    events = list(infer.parse_sse_stream(_sse({"choices": [{"index": 0, "text": "", "finish_reason": None}]})))
+    events = list(engines.parse_sse_stream(_sse({"choices": [{"index": 0, "text": "", "finish_reason": None}]})))
     assert events == [{"type": "token", "text": "", "index": 0}]
 
 
 def test_error_object_and_garbage():
-    events = list(infer.parse_sse_stream(["data: {\"error\": {\"message\": \"model not found\"}}", "data: {not json"]))
+    events = list(engines.parse_sse_stream(["data: {\"error\": {\"message\": \"model not found\"}}", "data: {not json"]))
     assert events[0] == {"type": "error", "error": "model not found"}
     assert events[1]["type"] == "error" and "not JSON" in events[1]["error"]
 
@@ -186,7 +187,7 @@ def test_ollama_native_generate_ndjson_with_timings():
         )
         + "\n",
     ]
-    events = list(infer.parse_sse_stream(lines))
+    events = list(engines.parse_sse_stream(lines))
     assert [e["type"] for e in events] == ["token", "token", "timings", "usage", "finish", "done"]
     t = events[2]
     assert t["source"] == "ollama" and t["eval_count"] == 2 and t["eval_duration"] == 40_000_000
@@ -200,13 +201,13 @@ def test_ollama_native_chat_ndjson():
         json.dumps({"message": {"role": "assistant", "content": "Hi"}, "done": False}),
         json.dumps({"message": {"role": "assistant", "content": ""}, "done": True, "eval_count": 1, "eval_duration": 5}),
     ]
-    events = list(infer.parse_sse_stream(lines))
+    events = list(engines.parse_sse_stream(lines))
     assert [e["type"] for e in events] == ["token", "timings", "usage", "finish", "done"]
 
 
 def test_llama_server_timings_object():
     lines = _sse({"choices": [{"index": 0, "text": "x", "finish_reason": "length"}], "timings": {"prompt_n": 3, "predicted_n": 1, "predicted_ms": 2.5}})
-    events = list(infer.parse_sse_stream(lines))
+    events = list(engines.parse_sse_stream(lines))
     assert events[-1] == {"type": "timings", "source": "llama-server", "prompt_n": 3, "predicted_n": 1, "predicted_ms": 2.5}
 
 
@@ -218,7 +219,7 @@ def test_parse_is_lazy():
             seen.append(line)
             yield line
 
-    it = infer.parse_sse_stream(gen())
+    it = engines.parse_sse_stream(gen())
     assert next(it)["text"] == "a"
     assert len(seen) == 1  # the first event came before the rest of the stream was read
 
@@ -257,21 +258,21 @@ def test_default_prompt_file():
 
 def test_request_bodies_are_greedy_and_seeded():
     p = {"prompt": "hi"}
-    chat = infer.request_body("chat", "m", p, 16, 7)
+    chat = engines.request_body("chat", "m", p, 16, 7)
     assert chat["messages"] == [{"role": "user", "content": "hi"}] and chat["temperature"] == 0
     assert chat["seed"] == 7 and chat["stream"] and chat["stream_options"] == {"include_usage": True}
-    comp = infer.request_body("completions", "m", p, 16, 7)
+    comp = engines.request_body("completions", "m", p, 16, 7)
     assert comp["prompt"] == "hi" and comp["max_tokens"] == 16 and "messages" not in comp
-    gen = infer.request_body("generate", "m", p, 16, 7, threads=4)
+    gen = engines.request_body("generate", "m", p, 16, 7, threads=4)
     assert gen["options"] == {"temperature": 0, "seed": 7, "num_predict": 16, "num_thread": 4}
 
 
 def test_parse_servers():
-    assert infer.parse_servers("n1:8000, n2:8001") == ["http://n1:8000", "http://n2:8001"]
-    assert infer.parse_servers("http://10.0.0.1:11434") == ["http://10.0.0.1:11434"]
+    assert engines.parse_servers("n1:8000, n2:8001") == ["http://n1:8000", "http://n2:8001"]
+    assert engines.parse_servers("http://10.0.0.1:11434") == ["http://10.0.0.1:11434"]
     for bad in ("", "n1", ","):
         with pytest.raises(ValueError):
-            infer.parse_servers(bad)
+            engines.parse_servers(bad)
 
 
 def test_cli_rejects_bad_arguments(tmp_path):
@@ -424,7 +425,7 @@ def test_sigterm_stops_the_server(synthetic, tmp_path):
     model, _ = synthetic
     prompts = tmp_path / "p.txt"
     prompts.write_text("a long story\n")
-    port = infer.free_port("127.0.0.1")
+    port = engines.free_port("127.0.0.1")
     cmd = [
         sys.executable, str(SCRIPTS / "infer_llm.py"), "--engine", "llamacpp", "--model", str(model),
         "--prompts", str(prompts), "--num-requests", "200", "--max-tokens", "256", "--threads", "1",

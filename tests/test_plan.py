@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, config_text, with_site, write_site
 from scalesweep import plan
 from scalesweep.config import load_config
 from scalesweep.metrics import write_metrics
@@ -27,24 +27,33 @@ def scalesweep(*args) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-def frontier_like(nodes=(1, 100), max_runtime_min=240, repeats=1, site_cap=0) -> dict:
-    """A small self-contained Frontier-shaped config (no dependency on config/*.yaml)."""
-    return {
-        "machine": {"name": "frontier", "device": "rocm", "gpus_per_node": 8,
-                    "cores_per_node": 56, "launcher": "srun", "max_runtime_min": site_cap},
+def frontier_like(directory: Path, nodes=(1, 100), max_runtime_min=240, repeats=1,
+                  site_cap=0) -> dict:
+    """A small self-contained config (no dependency on config/*.yaml) on Frontier, or, for
+    a ``site_cap`` other than its 120 minutes, on a Frontier whose retries are capped
+    there (0: never), a site file in ``directory`` that extends sites/frontier.yaml."""
+    site = "frontier" if site_cap == 120 else write_site(
+        directory, "frontier-uncapped" if site_cap == 0 else f"frontier-cap{site_cap}",
+        extends="frontier", slurm={"max_runtime_min": site_cap})
+    return with_site({
+        "site": site,
         "sweep": {"runtimes": ["native"], "nodes": list(nodes), "gpus_per_node": [8],
                   "threads_per_rank": [7], "repeats": repeats},
         "datasets": {"imgs": {"source": "synthetic", "classes": ["a", "b"],
                               "images_per_class": 8, "image_size": 64}},
         "workloads": {"cnn_ddp": {"payload": "cnn", "parallel": "ddp", "dataset": "imgs",
                                   "max_runtime_min": max_runtime_min}},
-    }
+    })
 
 
-def write_config(directory: Path, config: dict) -> Path:
-    (directory / "config").mkdir(parents=True, exist_ok=True)
-    (directory / "config" / "config.yaml").write_text(yaml.safe_dump(config))
-    return directory
+def write_config(directory: Path, config: dict) -> list:
+    """``config`` as the campaign's config.yaml; the plan's arguments that read it alone:
+    its --configfile replaces a profile's `configfile:` (profiles/frontier names
+    config/frontier.yaml)."""
+    path = directory / "config" / "config.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(config_text(config))
+    return ["-d", directory, "--configfile", path]
 
 
 def run_plan(*args) -> dict:
@@ -60,11 +69,10 @@ def frontier_configs(tmp_path):
     """config/frontier.yaml over the embedded default, or a fixture while it is absent."""
     if FRONTIER.is_file():
         return ["-d", REPO, "--configfile", FRONTIER], [REPO / "config" / "config.yaml", FRONTIER]
-    cfg = frontier_like(nodes=(1, 2, 4, 8, 16, 30), max_runtime_min=30, repeats=3,
+    cfg = frontier_like(tmp_path, nodes=(1, 2, 4, 8, 16, 30), max_runtime_min=30, repeats=3,
                         site_cap=120)
     cfg["sweep"]["runtimes"] = ["native", "apptainer", "apptainer-hostmpi"]
-    write_config(tmp_path, cfg)
-    return ["-d", tmp_path], [tmp_path / "config" / "config.yaml"]
+    return write_config(tmp_path, cfg), [tmp_path / "config" / "config.yaml"]
 
 
 def test_frontier_sweep_node_hours_and_queue_limits(frontier_configs):
@@ -76,7 +84,7 @@ def test_frontier_sweep_node_hours_and_queue_limits(frontier_configs):
     points = sweep_points(config)
     requested = worst = 0.0
     for p in points:
-        minutes = [runtime_min(config["workloads"][p.workload], config["machine"], a)
+        minutes = [runtime_min(config["workloads"][p.workload], config["_site"], a)
                    for a in range(1, attempts + 1)]
         requested += p.nodes * minutes[0] / 60
         worst += p.nodes * sum(minutes) / 60
@@ -92,11 +100,16 @@ def test_frontier_sweep_node_hours_and_queue_limits(frontier_configs):
     assert totals["expected_node_h"] == pytest.approx(totals["requested_node_h"])
     jobs = totals["jobs"]
     warnings = "\n".join(out["warnings"])
-    assert f"OLCF Frontier lets 4 of a user's jobs be eligible to run at once: {jobs} jobs " \
+    assert f"site frontier lets 4 of a user's jobs be eligible to run at once: {jobs} jobs " \
            f"run in at least {-(-jobs // 4)} waves" in warnings
     if jobs > 100:  # the OLCF study's sweep: 186 points
-        assert f"{jobs} jobs exceed the 100 a user may have queued on OLCF Frontier" in warnings
+        assert f"{jobs} jobs exceed the 100 a user may have queued on site frontier" in warnings
     assert "refused at submission" not in warnings  # 30 nodes x <= 2 h: within the 1-91 bin
+    # a Frontier node-hour charges one node-hour of the allocation (sites/frontier.yaml)
+    assert out["cost"] == {"unit": "allocation node-hours", "per_node_hour": 1.0,
+                           "requested": pytest.approx(totals["requested_node_h"]),
+                           "worst": pytest.approx(totals["worst_node_h"]),
+                           "expected": pytest.approx(totals["expected_node_h"])}
 
 
 def test_frontier_text_output(frontier_configs):
@@ -107,6 +120,7 @@ def test_frontier_text_output(frontier_configs):
     print(out.stdout)
     assert "Slurm jobs:" in out.stdout and "node-hours: requested " in out.stdout
     assert "site limits from: OLCF Frontier User Guide" in out.stdout
+    assert "cost at 1 allocation node-hours per node-hour: requested " in out.stdout
     assert "the requested node-hours (" in out.stdout and "exceed the allocation (50.0)" \
         in out.stdout
     assert scalesweep("plan", *args, "--profile", FRONTIER_PROFILE, "--strict").returncode == 1
@@ -114,36 +128,39 @@ def test_frontier_text_output(frontier_configs):
 
 def test_walltime_caps_by_node_count(tmp_path):
     # 100 nodes sits in Frontier's 92-183 bin (6 h): 4 h asks are fine, their 8 h retry is not
-    write_config(tmp_path, frontier_like(nodes=(1, 100), max_runtime_min=240))
-    out = run_plan("-d", tmp_path, "--profile", FRONTIER_PROFILE)
+    args = write_config(tmp_path, frontier_like(tmp_path, nodes=(1, 100), max_runtime_min=240))
+    out = run_plan(*args, "--profile", FRONTIER_PROFILE)
     warnings = "\n".join(out["warnings"])
-    assert "cnn_ddp: 1 points ask for more walltime than OLCF Frontier allows (e.g. 1 nodes: " \
-           "240 min > 2 h): refused at submission" in warnings
-    assert "cnn_ddp: 1 points' retries would ask for more than OLCF Frontier's walltime cap " \
-           "(e.g. 100 nodes, attempt 2: 480 min > 6 h)" in warnings
+    assert "cnn_ddp: 1 points ask for more walltime than site frontier-uncapped allows (e.g. " \
+           "1 nodes: 240 min > 2 h): refused at submission" in warnings
+    assert "cnn_ddp: 1 points' retries would ask for more than site frontier-uncapped's " \
+           "walltime cap (e.g. 100 nodes, attempt 2: 480 min > 6 h)" in warnings
 
 
 def test_more_nodes_than_the_machine(tmp_path):
-    write_config(tmp_path, frontier_like(nodes=(10000,), max_runtime_min=60))
-    out = run_plan("-d", tmp_path, "--site", "frontier")
-    assert any("ask for more than OLCF Frontier's 9472 nodes" in w for w in out["warnings"])
-    odo = run_plan("-d", tmp_path, "--site", "odo")
-    assert any("more than OLCF Odo's 30 nodes" in w for w in odo["warnings"])
+    args = write_config(tmp_path, frontier_like(tmp_path, nodes=(10000,), max_runtime_min=60))
+    out = run_plan(*args, "--site", "frontier")
+    assert out["site"] == "frontier"
+    assert any("ask for more than site frontier's 9472 nodes" in w for w in out["warnings"])
+    odo = run_plan(*args, "--site", "odo")
+    assert any("more than site odo's 30 nodes" in w for w in odo["warnings"])
 
 
 def test_debug_qos_allows_one_job_of_two_hours(tmp_path):
-    write_config(tmp_path, frontier_like(nodes=(1, 2), max_runtime_min=150))
-    out = run_plan("-d", tmp_path, "--profile", FRONTIER_PROFILE, "--qos", "debug")
+    args = write_config(tmp_path, frontier_like(tmp_path, nodes=(1, 2), max_runtime_min=150))
+    out = run_plan(*args, "--profile", FRONTIER_PROFILE, "--qos", "debug")
     warnings = "\n".join(out["warnings"])
-    assert "exceed the 1 a user may have queued on OLCF Frontier (debug QOS)" in warnings
-    assert "the profile's jobs: 20 exceeds OLCF Frontier (debug QOS)'s 1 queued" in warnings
-    assert "2 points ask for more walltime than OLCF Frontier (debug QOS) allows" in warnings
+    site = "site frontier-uncapped (debug QOS)"
+    assert f"exceed the 1 a user may have queued on {site}" in warnings
+    assert f"the profile's jobs: 20 exceeds {site}'s 1 queued" in warnings
+    assert f"2 points ask for more walltime than {site} allows" in warnings
 
 
 def test_unknown_site_and_missing_config_exit_2(tmp_path):
-    write_config(tmp_path, frontier_like())
+    write_config(tmp_path, frontier_like(tmp_path))
     out = scalesweep("plan", "-d", tmp_path, "--site", "summit")
-    assert out.returncode == 2 and "unknown site 'summit'; known: frontier, odo" in out.stderr
+    assert out.returncode == 2 and "unknown site 'summit'" in out.stderr
+    assert "known sites: frontier, local, local-slurm, odo" in out.stderr
     out = scalesweep("plan", "-d", tmp_path / "nowhere")
     assert out.returncode == 2 and "no config:" in out.stderr
     out = scalesweep("plan", "-d", tmp_path, "--profile", tmp_path / "noprofile")
@@ -163,7 +180,7 @@ def test_profile_runtime_overrides_and_list_forms(tmp_path):
     merged = plan.read_profile(profile)
     assert merged["keep-going"] is True  # profiles/default underneath
     assert plan.attempts_of(merged) == 3 and plan.support_runtime_min(merged) == 15
-    config = frontier_like(nodes=(2,))
+    config = frontier_like(tmp_path, nodes=(2,))
     assert [plan.point_runtime_min(config, merged, "cnn_ddp", a) for a in (1, 2, 3)] == \
         [10, 20, 30]
     assert plan.point_runtime_min(config, plan.read_profile(None), "cnn_ddp", 2) == 480
@@ -197,15 +214,15 @@ def test_expected_times_by_point_nodes_and_fit(tmp_path):
 
 
 def test_plan_uses_earlier_campaigns(tmp_path):
-    write_config(tmp_path / "next", frontier_like(nodes=(1, 2), max_runtime_min=30))
+    args = write_config(tmp_path / "next", frontier_like(tmp_path, nodes=(1, 2),
+                                                          max_runtime_min=30))
     history = tmp_path / "before"
     for repeat in (1, 2):
         p = SweepPoint("cnn_ddp", "native", 1, 8, 8, 7, repeat)
         write_metrics(history / "results" / "runs" / p.path / "metrics.json", {
             "point": p.as_dict(), "epoch_s": [1.0], "train_s": 1.0, "images_per_s": 1.0,
             "final_loss": 0.1, "final_accuracy": 0.9, "harness_wall_s": 2400.0})
-    out = run_plan("-d", tmp_path / "next", "--from-campaign", history, "--profile",
-                   FRONTIER_PROFILE)
+    out = run_plan(*args, "--from-campaign", history, "--profile", FRONTIER_PROFILE)
     workload = out["workloads"][0]
     assert workload["expected_from"] == "1 point, 1 requested"
     # 1 node x 40 min measured + 2 nodes x 30 min requested (no measurement) + staging

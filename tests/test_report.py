@@ -62,7 +62,7 @@ def chromium() -> str:
         pytest.skip(f"chromium cannot be installed: apt-get install -y chromium failed:\n"
                     f"{proc.stdout[-1500:]}{proc.stderr[-1500:]}")
     pytest.skip("chromium not installed and cannot be installed here (not root or no apt-get):"
-                " apt-get install chromium (scripts/install.sh --test installs it)")
+                " apt-get install chromium (tools/install.sh --test installs it)")
 
 
 def headless(binary: str, html: Path, tmp: Path, *mode: str) -> subprocess.CompletedProcess:

@@ -1,4 +1,4 @@
-"""The local multi-node Slurm cluster (scripts/slurm-cluster) does what the workflow's
+"""The local multi-node Slurm cluster (tools/slurm-cluster) does what the workflow's
 Slurm runs rely on: several named nodes, PMIx task launch, accounting, fake GPUs,
 time limits, idempotent start and self-repair."""
 
@@ -17,22 +17,8 @@ pytestmark = [
     pytest.mark.skipif(slurm_skip_reason() is not None, reason=str(slurm_skip_reason())),
 ]
 
-TIMEOUT_TEST = "test_time_limit_ends_in_timeout"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def timeout_job(request):
-    """Submit the time-limit job first, so its minute-plus of waiting overlaps the other
-    tests; only when that test is selected. Pinned to n1: other tests kill or drain
-    n2/n3."""
-    if not any(item.name == TIMEOUT_TEST for item in request.session.items):
-        return None
-    cluster = request.getfixturevalue("slurm_cluster")
-    # Slurm counts limits in whole minutes ("0:05" rounds up to 1); the controller
-    # checks limits every 30 s, so it ends 60-90 s after it starts: sleep far longer,
-    # or a `sleep 60` finishes COMPLETED before the check.
-    return cluster.sbatch("--time=0:05", "-w", "n1", "--job-name=timeout-probe",
-                          "--wrap", "sleep 300"), time.monotonic()
+# Time limits (a job ended with TIMEOUT, then retried with a doubled limit) are
+# tested through the workflow in tests/test_slurm_faults.py.
 
 
 def test_env_points_at_the_cluster_config(slurm_cluster):
@@ -123,10 +109,3 @@ def test_drain_and_resume_a_node(slurm_cluster):
     finally:
         slurm_cluster.script("resume", "n2")
     assert slurm_cluster.node_states()["n2"] == "idle"
-
-
-def test_time_limit_ends_in_timeout(slurm_cluster, timeout_job):
-    job, submitted = timeout_job
-    assert slurm_cluster.sacct(job, "Timelimit") == ["00:01:00"]
-    left = 150 - (time.monotonic() - submitted)  # 60 s limit + 30 s check period + slack
-    assert slurm_cluster.wait_for_end(job, timeout=max(left, 1)) == "TIMEOUT"

@@ -20,8 +20,10 @@ B. "faults": four points, ``--retries 0`` (an operator's scancel is final, a sec
      flight; the test resumes n3 and it runs on all three nodes.
    Then the same command again (faults cleared) redoes exactly the two failed points.
 
-How a point is made to hang: ``machine.python`` (the interpreter of native runs) is a
-small shell wrapper in the campaign (``faults/python``). For a workload with a flag file
+How a point is made to hang: the site's ``launch.python`` (the interpreter of native
+runs; each campaign's own site file, extending sites/local-slurm.yaml, named with
+``--config site=...`` over the profile's) is a small shell wrapper in the campaign
+(``faults/python``). For a workload with a flag file
 ``faults/<workload>.hang`` it ``exec``s ``sleep 600`` instead of the payload (as a hung
 rendezvous or a stuck filesystem would); ``faults/<workload>.once`` hangs only the first
 attempt (the wrapper deletes the flag). Everything else, Slurm's limit, its signals,
@@ -55,9 +57,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-import yaml
 
-from conftest import REPO, SNAKEMAKE, tiny_config
+from conftest import REPO, SNAKEMAKE, config_text, tiny_config, write_site
 from slurm_fixtures import slurm_cluster, slurm_skip_reason  # noqa: F401  (session fixture)
 from scalesweep.sweep import SweepPoint, sweep_points
 
@@ -80,7 +81,7 @@ OK, CANCEL, STUCK, WIDE = "tf_ok", "tf_cancel", "tf_stuck", "tf_wide"
 B_ARGS = ("--retries", "0", "--slurm-status-command", "squeue")
 
 WRAPPER = """#!/bin/sh
-# tests/test_slurm_faults.py: machine.python of this campaign. Hangs the payload of a
+# tests/test_slurm_faults.py: launch.python of this campaign's site. Hangs the payload of a
 # workload flagged in {faults}, else runs the real interpreter.
 out=""; prev=""
 for a in "$@"; do [ "$prev" = "--out" ] && out="$a"; prev="$a"; done
@@ -102,8 +103,10 @@ def workload(max_runtime_min: int, **extra) -> dict:
 
 
 def campaign_config(faults: Path, workloads: dict) -> dict:
-    config = tiny_config()
-    config["machine"].update(mem_mb_per_node=1000, python=str(faults / "python"))
+    """On the local cluster with --mem 1000 per node, native runs through the wrapper."""
+    site = write_site(faults, "faults", extends="local-slurm", node={"mem_mb": 1000},
+                      launch={"python": str(faults / "python")})
+    config = tiny_config(site=site)
     config["sweep"].update(ranks_per_node=[1])
     config["workloads"] = workloads
     return config
@@ -120,10 +123,15 @@ def make_campaign(workdir: Path, workloads: dict, flags: dict[str, str]) -> dict
         (faults / f"{name}.{mode}").touch()
     config = campaign_config(faults, workloads)
     (workdir / "config").mkdir()
-    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    (workdir / "config" / "config.yaml").write_text(config_text(config))
     for name in ("containers", "envs"):
         (workdir / name).symlink_to(REPO / name)
     return config
+
+
+def site_args(config: dict) -> list[str]:
+    """The campaign's site over the one profiles/local-slurm names (--config wins)."""
+    return ["--config", f"site={config['site']}"]
 
 
 def point_of(config: dict, name: str) -> SweepPoint:
@@ -158,7 +166,8 @@ class Run:
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen(
                 [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(self.workdir),
-                 "--profile", PROFILE, "--until", "run_point", *self.args],
+                 "--profile", PROFILE, "--until", "run_point", *site_args(self.config),
+                 *self.args],
                 cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, env=env)
         return self
@@ -465,7 +474,7 @@ def test_rerun_redoes_only_the_failed_points(slurm_cluster, runs):  # noqa: F811
     kept = {n: (b.point_dir(n) / "metrics.json").read_bytes() for n in (OK, WIDE)}
     env_args = dict(env=dict(os.environ, SLURM_CONF=slurm_cluster.env["SLURM_CONF"]))
     base = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(b.workdir),
-            "--profile", PROFILE, "--until", "run_point", *B_ARGS]
+            "--profile", PROFILE, "--until", "run_point", *site_args(b.config), *B_ARGS]
     dry = subprocess.run([*base, "-n"], capture_output=True, text=True, timeout=300,
                          check=True, **env_args).stdout
     assert dry.count("rule run_point:") == 2, dry

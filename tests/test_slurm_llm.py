@@ -5,25 +5,28 @@ import json
 
 import pytest
 
-from conftest import REPO, run_snakemake, tiny_config
+from conftest import REPO, run_snakemake, tiny_config, write_site
 from scalesweep.metrics import read_metrics
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration]
 
 
-def test_two_node_llm_point_serves_from_both_nodes(slurm_cluster, campaign):
+def test_two_node_llm_point_serves_from_both_nodes(slurm_cluster, campaign, tmp_path):
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
-        pytest.skip("llama-cpp-python not installed (scripts/install.sh installs it)")
-    cfg = tiny_config()
+        pytest.skip("llama-cpp-python not installed (tools/install.sh installs it)")
+    # the local cluster, servers started with srun outside a job too
+    site = write_site(tmp_path, "cluster", extends="local-slurm", launch={"launcher": "srun"})
+    cfg = tiny_config(site=site)
     cfg["workloads"] = {"llm": {"payload": "llm", "model": "tiny_llama", "max_tokens": 8,
                                 "warmup": 1, "num_requests": 8, "max_runtime_min": 5,
                                 "sweep": {"nodes": [2], "gpus_per_node": [0], "baseline": None}}}
     cfg["models"] = {"tiny_llama": {"source": "synthetic", "seed": 2}}
-    cfg["machine"]["launcher"] = "srun"
     wd = campaign(cfg)
-    run_snakemake(wd, "--profile", str(REPO / "profiles" / "local-slurm"), timeout=1200)
+    # --config: the campaign's site over the one the profile names (site: local-slurm)
+    run_snakemake(wd, "--profile", str(REPO / "profiles" / "local-slurm"), "--config",
+                  f"site={site}", timeout=1200)
     point = wd / "results/runs/llm/native/n2-g0-r1-t1/rep1"
     m = read_metrics(point / "metrics.json")
     servers = m["servers"]

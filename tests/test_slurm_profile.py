@@ -9,6 +9,7 @@ real dry runs of the Frontier and Odo designs through their profiles.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import shlex
@@ -18,8 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, run_snakemake, tiny_config
-from scalesweep.config import load_config, schema_errors
+from conftest import REPO, run_snakemake, tiny_config, write_site
+from scalesweep.config import load_config
+from scalesweep.site import SiteError, load_site
 from scalesweep.slurm import SlurmConfigError, account_problem, runtime_min, slurm_request
 from scalesweep.sweep import SweepPoint, sweep_points
 
@@ -74,6 +76,15 @@ def sbatch_line(job: _Job, account: str = "abc123", partition: str = "batch") ->
               "workdir": "/work"}
     call = submit_string.get_submit_command(job, params) + set_gres_string(job)
     return " ".join(call.split())
+
+
+def on_site(config: dict, **facts) -> dict:
+    """A copy of ``config`` with these facts merged over its loaded site, section by
+    section (e.g. ``slurm={"exclusive": False}``)."""
+    out = copy.deepcopy(config)
+    for section, values in facts.items():
+        out["_site"][section] = {**out["_site"][section], **values}
+    return out
 
 
 def geometry(line: str) -> str:
@@ -144,7 +155,7 @@ def test_frontier_llm_cpu_only_and_8_gpus(frontier):
 def test_every_frontier_point_fits_a_node(frontier):
     for p in sweep_points(frontier):
         req = slurm_request(p, frontier["workloads"][p.workload], frontier)
-        assert p.ranks * req.cpus_per_task <= frontier["machine"]["cores_per_node"] == 56
+        assert p.ranks * req.cpus_per_task <= frontier["_site"]["node"]["cores"] == 56
         per_task = re.search(r"--gpus-per-task=(\d+)", req.slurm_extra or "")
         gpus = p.ranks * int(per_task[1]) if per_task else (req.gpu or 0)
         assert gpus == p.gpus <= 8
@@ -157,9 +168,10 @@ def test_retries_double_the_time_limit_up_to_the_site_cap(frontier):
     assert [slurm_request(point, wl, frontier, a).runtime for a in (1, 2, 3, 4)] == [30, 60, 120, 120]
     lines = [sbatch_line(job_for(point, frontier, "frontier", attempt=a)) for a in (1, 2, 3)]
     assert [re.search(r" -t (\d+) ", line)[1] for line in lines] == ["30", "60", "120"]
-    # without a cap (machine.max_runtime_min: 0) it keeps doubling
-    assert [runtime_min({"max_runtime_min": 7}, {}, a) for a in (1, 2, 3, 4)] == [7, 14, 28, 56]
-    assert runtime_min({}, {}, 1) == 30  # the schema's default base
+    # without a cap (a site's slurm.max_runtime_min: 0, the schema's default) it keeps doubling
+    local = load_site("local")
+    assert [runtime_min({"max_runtime_min": 7}, local, a) for a in (1, 2, 3, 4)] == [7, 14, 28, 56]
+    assert runtime_min({}, local, 1) == 30  # the schema's default base
     # the profile gives the retries that use it
     assert profile("frontier")["retries"] >= 1
 
@@ -167,10 +179,9 @@ def test_retries_double_the_time_limit_up_to_the_site_cap(frontier):
 # --------------------------------------------------------------------- local cluster lines
 
 
-def test_local_cluster_lines():
-    config = tiny_config()
+def test_local_cluster_lines(tmp_path):
+    config = tiny_config(site=write_site(tmp_path, extends="local-slurm", node={"mem_mb": 1000}))
     config["sweep"].update(nodes=[1, 2], ranks_per_node=[1, 2])
-    config["machine"]["mem_mb_per_node"] = 1000
     config["workloads"]["cnn_ddp"]["max_runtime_min"] = 5
     lines = {}
     for p in sweep_points(config):
@@ -199,39 +210,41 @@ def test_no_memory_request_leaves_mem_out():
 
 def test_site_slurm_extra_is_appended_and_forbidden_options_refused(frontier):
     point = the_point(frontier, workload="cnn_ddp", nodes=1, runtime="native")
-    cfg = {**frontier, "machine": {**frontier["machine"], "slurm_extra": ["--exclusive", "--network=single_node_vni"]}}
+    cfg = on_site(frontier, slurm={"extra": ["--exclusive", "--network=single_node_vni"]})
     line = sbatch_line(job_for(point, cfg, "frontier"))
     assert "--core-spec=8 --exclusive --network=single_node_vni -D /work" in line
     for bad in (["--ntasks=4"], ["-c", "7"], ["--gpus=8"], ["--time=10"], ["-C", "nvme"]):
-        cfg = {**frontier, "machine": {**frontier["machine"], "slurm_extra": bad}}
-        with pytest.raises(SlurmConfigError, match="machine.slurm_extra"):
+        cfg = on_site(frontier, slurm={"extra": bad})
+        with pytest.raises(SlurmConfigError, match="site frontier: slurm.extra"):
             slurm_request(point, frontier["workloads"]["cnn_ddp"], cfg)
 
 
 def test_exclusive_nodes_can_be_switched_off(frontier):
-    """machine.exclusive (default true) gives --exclusive; false leaves it out, and a site's
-    own --exclusive[=...] in slurm_extra is not doubled."""
+    """A site's slurm.exclusive (default true) gives --exclusive; false leaves it out, and
+    its own --exclusive[=...] in slurm.extra is not doubled."""
     point = the_point(frontier, workload="cnn_ddp", runtime="native", nodes=2, repeat=1)
-    assert frontier["machine"]["exclusive"] is True  # the schema's default
+    assert frontier["_site"]["slurm"]["exclusive"] is True
+    assert load_site("local")["slurm"]["exclusive"] is True  # the schema's default
     assert "--exclusive" in sbatch_line(job_for(point, frontier, "frontier")).split()
-    shared = {**frontier, "machine": {**frontier["machine"], "exclusive": False}}
+    shared = on_site(frontier, slurm={"exclusive": False})
     assert geometry(sbatch_line(job_for(point, shared, "frontier"))) == (
         "-A abc123 -p batch -t 30 -C nvme --nodes=2 --ntasks-per-node=8 --cpus-per-task=7 "
         "--gpus-per-task=1 --gpu-bind=closest --core-spec=8 -D /work"
     )
-    tiny = tiny_config()
-    tiny["machine"]["exclusive"] = False
+    tiny = on_site(tiny_config(), slurm={"exclusive": False})
     assert slurm_request(sweep_points(tiny)[0], tiny["workloads"]["cnn_ddp"], tiny).slurm_extra is None
-    site = {**frontier, "machine": {**frontier["machine"], "slurm_extra": ["--exclusive=user"]}}
+    site = on_site(frontier, slurm={"extra": ["--exclusive=user"]})
     line = sbatch_line(job_for(point, site, "frontier"))
     assert "--core-spec=8 --exclusive=user -D /work" in line and " --exclusive " not in line
 
 
-def test_schema_refuses_unsafe_slurm_values():
-    config = tiny_config()
-    config["machine"].update(slurm_extra=["--comment=a;rm -rf /"], node_local_constraint="nvme $(x)")
-    errors = " ".join(schema_errors(config))
-    assert "machine.slurm_extra.0" in errors and "machine.node_local_constraint" in errors
+def test_schema_refuses_unsafe_slurm_values(tmp_path):
+    bad = write_site(tmp_path, slurm={"extra": ["--comment=a;rm -rf /"]},
+                     storage={"node_local_constraint": "nvme $(x)"})
+    with pytest.raises(SiteError) as err:
+        load_site(bad)
+    assert "site key slurm.extra.0" in str(err.value)
+    assert "site key storage.node_local_constraint" in str(err.value)
 
 
 def test_account_problem_names_the_variable():
@@ -350,7 +363,7 @@ def fake_scontrol(tmp_path, monkeypatch):
 
 
 def test_slurm_info_reads_the_allocation_from_scontrol(fake_scontrol):
-    from scalesweep.runpoint import first_slurm_host, slurm_info
+    from scalesweep.slurmjob import first_slurm_host, slurm_info
 
     info = slurm_info()
     assert info["source"] == "scontrol"
@@ -363,21 +376,63 @@ def test_slurm_info_reads_the_allocation_from_scontrol(fake_scontrol):
 
 
 def test_allocation_records_what_the_job_got(fake_scontrol, monkeypatch):
-    from scalesweep.runpoint import allocation_info, slurm_info
+    from scalesweep.slurmjob import allocation_info, slurm_info
 
     monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "0,1")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv("HIP_VISIBLE_DEVICES", raising=False)
-    alloc = allocation_info(slurm_info(), {"shared_cores": True})
+    alloc = allocation_info(slurm_info(), load_site("local-slurm"))
     cpus = os.sched_getaffinity(0)
-    assert alloc == {"hosts": ["n1", "n2"], "exclusive": True, "shared_cores": True,
+    assert alloc == {"site": "local-slurm", "hosts": ["n1", "n2"], "exclusive": True,
+                     "shared_cores": True,
                      "cpus_bound": alloc["cpus_bound"], "ncpus_bound": len(cpus),
                      "gpus_visible": "ROCR_VISIBLE_DEVICES=0,1", "source": "scontrol"}
     assert alloc["cpus_bound"].startswith(str(min(cpus)))
 
 
 def test_slurm_info_outside_slurm_is_none(monkeypatch):
-    from scalesweep.runpoint import slurm_info
+    from scalesweep.slurmjob import slurm_info
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     assert slurm_info() is None
+
+
+# --- a Slurm submission on a site without scheduler ------------------------------------
+
+def test_slurm_profile_on_a_site_without_scheduler_is_refused_before_any_job(tmp_path):
+    """run_point declares its Slurm geometry only for a site whose scheduler is slurm: a
+    Slurm profile's default resources with site `local` are refused while the DAG is
+    built (a dry run says so too), naming the site and the fix."""
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(
+        {k: v for k, v in tiny_config().items() if k != "_site"}))
+    proc = run_snakemake(tmp_path, "-n", "--default-resources", "slurm_account=acct",
+                         "slurm_partition=batch", check=False, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "with site 'local', whose scheduler is 'none'" in out and "Name a Slurm site" in out, out[-3000:]
+
+
+def test_point_inside_a_slurm_job_of_a_site_without_scheduler_measures_nothing(tmp_path):
+    """The harness's own guard (a bare `--executor slurm`, or a campaign started inside
+    salloc): inside a Slurm job, a site without scheduler means the job was not given
+    the point's layout, so the point refuses to measure, naming the site and the fix."""
+    import json
+    import subprocess
+    import sys
+
+    from scalesweep.config import validated
+
+    config = validated(tiny_config())
+    config["_code_root"] = str(REPO)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    point = sweep_points(config)[0]
+    metrics = tmp_path / "results" / "runs" / point.path / "metrics.json"
+    env = dict(os.environ, SLURM_JOB_ID="4242")
+    proc = subprocess.run([sys.executable, str(REPO / "workflow" / "scripts" / "run_point.py"),
+                           "--config", str(tmp_path / "config.json"), "--metrics", str(metrics)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 78, proc.stderr
+    assert "runs in Slurm job 4242, but site 'local' declares no scheduler" in proc.stderr
+    assert "Nothing was measured" in proc.stderr
+    assert not metrics.exists() and not (metrics.parent / "payload.json").exists()

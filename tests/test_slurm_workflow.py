@@ -1,5 +1,5 @@
 """The real workflow through real Slurm: profiles/local-slurm on the project's 3-node
-cluster (scripts/slurm-cluster), every sweep point one sbatch job of the point's geometry.
+cluster (tools/slurm-cluster), every sweep point one sbatch job of the point's geometry.
 
 A tiny config (synthetic images, 1 epoch): nodes [1, 2] x ranks per node [1, 2], native;
 then a Charliecloud point on 2 nodes (skipped without Charliecloud). Each point's
@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
-from conftest import (REPO, SNAKEMAKE, have, measured_by, run_files_digest, run_snakemake,
-                      tiny_config)
+from conftest import (REPO, SNAKEMAKE, config_text, have, measured_by, run_files_digest,
+                      run_snakemake, tiny_config, write_site)
 from slurm_fixtures import slurm_cluster, slurm_skip_reason  # noqa: F401  (session fixture)
 from scalesweep.sweep import SweepPoint, sweep_points
 
@@ -37,11 +36,22 @@ pytestmark = [
 PROFILE = str(REPO / "profiles" / "local-slurm")
 
 
-def slurm_config(runtime: str, nodes: list[int], ranks: list[int]) -> dict:
-    config = tiny_config()
+def cluster_site(directory: Path) -> str:
+    """The local cluster's site with --mem 1000 per point and node (each node declares
+    4096): a site file extending sites/local-slurm.yaml."""
+    return write_site(directory, "cluster", extends="local-slurm", node={"mem_mb": 1000})
+
+
+def site_args(config: dict) -> list[str]:
+    """The config's site on the command line: profiles/local-slurm names its own
+    (config/local-slurm.yaml: site local-slurm), and --config wins over it."""
+    return ["--config", f"site={config['site']}"]
+
+
+def slurm_config(site: str, runtime: str, nodes: list[int], ranks: list[int]) -> dict:
+    config = tiny_config(site=site)
     config["sweep"].update(runtimes=[runtime], nodes=nodes, ranks_per_node=ranks,
                            baseline=min(nodes) * min(ranks))
-    config["machine"]["mem_mb_per_node"] = 1000  # --mem 1000 (each node declares 4096)
     # 1 epoch of a few seconds; a hung job is killed after 5 minutes
     config["workloads"]["cnn_ddp"].update(epochs=1, max_runtime_min=5)
     return config
@@ -49,7 +59,7 @@ def slurm_config(runtime: str, nodes: list[int], ranks: list[int]) -> dict:
 
 def run_through_slurm(cluster, workdir: Path, config: dict):
     (workdir / "config").mkdir(parents=True, exist_ok=True)
-    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    (workdir / "config" / "config.yaml").write_text(config_text(config))
     for name in ("containers", "envs"):  # image recipe and pins, named relative to the workdir
         if not (workdir / name).exists():
             (workdir / name).symlink_to(REPO / name)
@@ -57,7 +67,8 @@ def run_through_slurm(cluster, workdir: Path, config: dict):
     os.environ["SLURM_CONF"] = cluster.env["SLURM_CONF"]
     try:
         t0 = time.monotonic()
-        proc = run_snakemake(workdir, "--profile", PROFILE, timeout=600, check=False)
+        proc = run_snakemake(workdir, "--profile", PROFILE, *site_args(config), timeout=600,
+                             check=False)
         wall = time.monotonic() - t0
     finally:
         if saved is None:
@@ -119,7 +130,7 @@ def check_points(cluster, metrics: dict[SweepPoint, dict]) -> None:
     for p, m in metrics.items():
         job = m["slurm"]["job_id"]
         assert alloc[job][1] == "COMPLETED", alloc.get(job)
-        # whole nodes (machine.exclusive): every CPU of the point's nodes, 2 each here
+        # whole nodes (the site's slurm.exclusive): every CPU of the point's nodes, 2 each here
         assert int(alloc[job][2]) == p.nodes and int(alloc[job][4]) == p.nodes * 2
         assert alloc[job][5].startswith("rule_run_point_wildcards_"), alloc[job]
         # a step of world-size tasks on the point's nodes: the point's own srun (all
@@ -139,7 +150,7 @@ CHARLIECLOUD = have("ch-run") and have("ch-image")
 def slurm_run(slurm_cluster, tmp_path_factory):  # noqa: F811
     """One workflow run for every test here (dataset staging once, points in parallel)."""
     workdir = tmp_path_factory.mktemp("slurm-workflow")
-    config = slurm_config("native", nodes=[1, 2], ranks=[1, 2])
+    config = slurm_config(cluster_site(workdir), "native", nodes=[1, 2], ranks=[1, 2])
     if CHARLIECLOUD:  # plus 2 nodes in Charliecloud (and natively: overhead's baseline)
         config["workloads"]["cnn_ch"] = dict(
             config["workloads"]["cnn_ddp"],
@@ -215,8 +226,8 @@ def test_measurements_never_overlapped_and_are_labelled_shared_cores(slurm_clust
 def test_rerun_measures_nothing_again(slurm_cluster, slurm_run):  # noqa: F811
     """The same command again plans no measurement, no staging, no image build (report
     rules added to the workflow since may still run: they only read results)."""
-    workdir, _, _, _ = slurm_run
-    proc = run_snakemake(workdir, "--profile", PROFILE, "-n", timeout=120)
+    workdir, config, _, _ = slurm_run
+    proc = run_snakemake(workdir, "--profile", PROFILE, *site_args(config), "-n", timeout=120)
     planned = re.findall(r"^(?:local)?rule (\w+):", proc.stdout, re.M)
     assert not {"run_point", "stage_dataset", "verify_dataset", "build_image"} & set(planned), planned
 
@@ -233,28 +244,6 @@ def test_charliecloud_point_on_two_nodes(slurm_cluster, slurm_run):  # noqa: F81
     assert m["runtime"] == "charliecloud"
     assert " ch-run " in m["command"] and m["command"].split(" srun ")[1].startswith("--nodes=2")
     assert m["image"] and m["image"]["content_digest"].startswith("sha256:")
-
-
-def test_slurm_executor_without_a_site_profile_is_refused(slurm_cluster, tmp_path):  # noqa: F811
-    """run_point declares its Slurm geometry only under a Slurm site profile (planning a
-    10,000-point sweep locally is then ~25% cheaper): `--executor slurm` without one is
-    refused before anything is submitted, saying what to add."""
-    (tmp_path / "config").mkdir()
-    (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(slurm_config("native", [1], [1])))
-    env_conf = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = slurm_cluster.env["SLURM_CONF"]
-    try:
-        proc = run_snakemake(tmp_path, "--executor", "slurm", "--jobs", "2", check=False, timeout=120)
-    finally:
-        if env_conf is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = env_conf
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0, out[-3000:]
-    assert "needs a Slurm site profile" in out and "profiles/local-slurm" in out, out[-3000:]
-    assert not (tmp_path / ".snakemake" / "slurm_logs").exists()  # nothing submitted
-    assert not (tmp_path / "resources").exists()
 
 
 @contextlib.contextmanager
@@ -284,11 +273,11 @@ def test_deleted_and_rerun_points_are_measured_again_through_slurm(slurm_cluster
     shutil.rmtree(workdir / "results" / "runs" / deleted)
     (workdir / "results" / "runs" / no_metrics / "metrics.json").unlink()
     with slurm_env(slurm_cluster):
-        proc = run_snakemake(workdir, "--profile", PROFILE, timeout=600)
+        proc = run_snakemake(workdir, "--profile", PROFILE, *site_args(config), timeout=600)
         assert measured_by(proc.stdout + proc.stderr) == sorted([deleted, no_metrics])
         rerun = subprocess.run(
             [str(Path(SNAKEMAKE).parent / "scalesweep"), "rerun", "--where", "workload=cnn_ddp",
-             "runtime=native", "nodes=2", "ranks=1", "--profile", PROFILE],
+             "runtime=native", "nodes=2", "ranks=1", "--profile", PROFILE, *site_args(config)],
             cwd=workdir, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert measured_by(rerun.stdout + rerun.stderr) == [chosen]

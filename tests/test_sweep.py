@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import tiny_config
+from conftest import tiny_config, write_site
 from scalesweep.sweep import RUNTIMES, SweepError, SweepPoint, scaling_count, sweep_points
 
 
@@ -52,7 +52,7 @@ def test_dataparallel_on_cpu_is_refused_at_planning_time():
 
 
 def test_dataparallel_on_gpu_machine_is_one_process_many_gpus():
-    cfg = tiny_config(machine={"device": "rocm", "gpus_per_node": 8})
+    cfg = tiny_config(site="frontier")  # ROCm, 8 GPUs per node
     cfg["workloads"] = {"cnn_dp": {"payload": "cnn", "parallel": "dp", "dataset": "tiny",
                                    "sweep": {"gpus_per_node": [1, 2, 4, 8]}}}
     points = sweep_points(cfg)
@@ -61,7 +61,7 @@ def test_dataparallel_on_gpu_machine_is_one_process_many_gpus():
 
 
 def test_gpu_ddp_is_one_rank_per_gpu():
-    cfg = tiny_config(machine={"device": "rocm", "gpus_per_node": 8})
+    cfg = tiny_config(site="frontier")
     cfg["sweep"].update(nodes=[1, 2], gpus_per_node=[8], baseline=8)
     points = sweep_points(cfg)
     assert {(p.nodes, p.gpus, p.ranks) for p in points} == {(1, 8, 8), (2, 8, 8)}
@@ -74,7 +74,7 @@ def test_gpu_ddp_is_one_rank_per_gpu():
         (lambda c: c["sweep"].update(runtimes=["docker"]), "unknown runtime 'docker'"),
         (lambda c: c["sweep"].update(repeats=0), "repeats must be >= 1, got 0"),
         (lambda c: c["sweep"].update(baseline=4), "baseline 4 is not a count in the sweep"),
-        (lambda c: c["sweep"].update(ranks_per_node=[4]), "exceeds machine.cores_per_node=2"),
+        (lambda c: c["sweep"].update(ranks_per_node=[4]), "exceeds node.cores=2 of site local"),
         (lambda c: c["workloads"]["cnn_ddp"].update(enabled=False), "enables no workload"),
     ],
 )
@@ -85,16 +85,22 @@ def test_bad_sweeps_name_the_bad_value(change, message):
         sweep_points(cfg)
 
 
-def test_gpus_above_machine_are_refused():
-    cfg = tiny_config(machine={"device": "cuda", "gpus_per_node": 4})
+def test_gpus_above_machine_are_refused(tmp_path):
+    cfg = tiny_config(site=write_site(tmp_path, extends=None, node={"device": "cuda", "gpus": 4}))
     cfg["sweep"].update(gpus_per_node=[8], baseline=None)
-    with pytest.raises(SweepError, match="gpus_per_node=8 but machine.gpus_per_node is 4"):
+    with pytest.raises(SweepError, match="gpus_per_node=8 but site test has node.gpus=4"):
         sweep_points(cfg)
 
 
 def test_run_rule_output_path_is_the_point_path():
+    """The rule's output is built from the one point-path definition (no literal copy)."""
     from conftest import REPO
+    from scalesweep.pointdir import METRICS_JSON
     from scalesweep.sweep import POINT_DIR
 
     rule_text = (REPO / "workflow" / "rules" / "run.smk").read_text()
-    assert f'"results/runs/{POINT_DIR}/metrics.json"' in rule_text
+    run_point = rule_text[rule_text.index("rule run_point:"):].split("\n\n\n")[0]
+    assert "POINT_METRICS" in run_point and "n{nodes}-g{gpus}" not in run_point
+    common = (REPO / "workflow" / "rules" / "common.smk").read_text()
+    assert "POINT_DIR" in common and "n{nodes}-g{gpus}" not in common
+    assert POINT_DIR.startswith("{workload}/{runtime}/") and METRICS_JSON == "metrics.json"

@@ -1,28 +1,32 @@
 # Helpers shared by the rules: config validation, sweep expansion, input functions.
-import ast
+# Only Snakemake's documented interface (tests/test_public_api.py): the Snakefile language,
+# `config`, snakemake.utils, WorkflowError, workflow.cores and the workflow's directory.
 import hashlib
-import inspect
 import json
 import os
 import shlex
 import sys
 from pathlib import Path
 
-from snakemake.resources import Resource
-from snakemake.utils import min_version, update_config, validate
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import min_version
 
 min_version("9.0")
 
-sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+# The repository of this Snakefile: its package, scripts and the files config paths name
+# (also when another checkout of scalesweep is installed, e.g. a scratch copy benchmarked).
+REPO = Path(workflow.basedir)
+sys.path.insert(0, str(REPO / "workflow"))
 # Rules call `python`: make it the interpreter running this workflow (the quickstart's
 # .venv) unless a conda environment is in use.
 os.environ.update(
     PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
 )
 
-from scalesweep.config import ConfigError, check_config, typed_values  # noqa: E402
+from scalesweep.config import ConfigError, check_config, schema_typed  # noqa: E402
 from scalesweep.metrics import write_json_atomic  # noqa: E402
 from scalesweep.payloads import image_manifest_path, point_inputs  # noqa: E402
+from scalesweep.site import site_of  # noqa: E402
 from scalesweep.sweep import (  # noqa: E402
     HISTORY_DIR,
     NATIVE_RUNTIMES,
@@ -40,15 +44,20 @@ envvars:
     "PATH",
 
 
-# Only --config values (config_settings.config): --configfile values are typed YAML
-# already, and re-reading them would turn a quoted "1" into 1 or "" into None.
-update_config(config, typed_values(dict(workflow.config_settings.config or {})))
-try:
-    check_config(config)
+schema_typed(config)  # --config values re-typed by the schema (scalesweep.config)
+try:  # the one validation: Snakemake's validate() with the schema's defaults, the site
+    check_config(
+        config
+    )  # it names loaded (site_of(config)), runtimes and engines checked
 except ConfigError as exc:
     raise WorkflowError(f"scalesweep config: {exc}") from None
-validate(config, schema="../schemas/config.schema.yaml")
-config["_code_root"] = workflow.basedir
+config["_code_root"] = str(REPO)
+SITE = site_of(config)
+# Points are Slurm jobs on this site (sites/<name>.yaml: scheduler): run_point then
+# declares its Slurm geometry (RUN_POINT_SLURM_RESOURCES) and its own threads. Only then:
+# Snakemake evaluates every resource function of every job while planning, and the ten
+# Slurm resources are ~25% of `snakemake -n` on a 10,000-point sweep.
+SLURM_SITE = SITE["scheduler"] == "slurm"
 
 try:
     POINTS = sweep_points(config)  # the whole sweep: what the summary and report cover
@@ -82,9 +91,21 @@ def point_of(wildcards):
     return SweepPoint.from_wildcards(wildcards)
 
 
+# Where a point's measurement goes: rule run_point's output and log, and every list of
+# points below, from the one layout (scalesweep.sweep.POINT_DIR, SweepPoint.path).
+from scalesweep.pointdir import METRICS_JSON, RUN_LOG, RUNS_DIR  # noqa: E402
+
+POINT_METRICS = f"{RUNS_DIR}/{POINT_DIR}/{METRICS_JSON}"
+POINT_LOG = f"{RUNS_DIR}/{POINT_DIR}/{RUN_LOG}"
+
+
+def point_metrics(point):
+    return f"{RUNS_DIR}/{point.path}/{METRICS_JSON}"
+
+
 def metrics_files(points=None):
     """The metrics files of ``points``, by default of the points this run measures."""
-    return [f"results/runs/{p.path}/metrics.json" for p in (points or SELECTED)]
+    return [point_metrics(p) for p in (points or SELECTED)]
 
 
 def completion_message():
@@ -142,7 +163,7 @@ def image_manifest(wildcards):
 
 def in_repo(path):
     """Relative paths in the config name files of the repository, not of the campaign."""
-    return str(Path(workflow.basedir) / path) if not Path(path).is_absolute() else path
+    return str(REPO / path) if not Path(path).is_absolute() else path
 
 
 def image_recipe_inputs(wildcards):
@@ -160,8 +181,6 @@ def image_format_args(wildcards):
     args = []
     if c["format"]:
         args += ["--format", c["format"]]
-    if c["build_args"]:
-        args += ["--build-args", in_repo(c["build_args"])]
     if c["fakeroot"]:
         args.append("--fakeroot")
     return " ".join(shlex.quote(a) for a in args)
@@ -171,17 +190,6 @@ def container_runtimes():
     return sorted({p.runtime for p in SELECTED} - set(NATIVE_RUNTIMES))
 
 
-def per_job(func):
-    """For functions Snakemake calls once per job (input, threads, resources): it runs
-    inspect.signature() on the function at every call, to see which arguments it takes
-    (several times per job); computed once here instead (PEP 362: __signature__).
-    With 10,000 points and a dozen such functions, ~3-5% of `snakemake -n`.
-    """
-    func.__signature__ = inspect.signature(func)
-    return func
-
-
-@per_job
 def run_inputs(wildcards):
     """What a point waits for: the staged and verified dataset or the model, and the
     image manifest. A plain list (no names: Snakemake pays for unpack() per job on
@@ -195,7 +203,6 @@ def run_inputs(wildcards):
     return [ancient(path) for path in inputs.values()]
 
 
-@per_job
 def point_cores(wildcards):
     return int(wildcards.ranks) * int(wildcards.threads)
 
@@ -248,12 +255,13 @@ DECIDE_FINAL_SHELL = "".join(
 # Locally a measurement (a sweep point, the container start-up timing) takes every core
 # Snakemake may use (--cores N, all, or a profile's cores): the scheduler then starts no
 # other job beside it, whatever profile or --resources the user gives (or forgets).
-# Under a Slurm site profile a point asks for its own geometry (whole nodes, machine.
-# exclusive); the local test cluster serialises every job with its profile's `measure`
-# resource (profiles/local-slurm), because its "nodes" share this host's cores.
-@per_job
+# On a Slurm site a point asks for its own geometry (whole nodes, the site's
+# slurm.exclusive); the local test cluster serialises every job with its profile's
+# `measure` resource (profiles/local-slurm), because its "nodes" share this host's cores.
 def measurement_threads(wildcards):
-    if SLURM_SITE:
+    if (
+        SLURM_SITE
+    ):  # a Slurm job of the point's own geometry (profile_check: never local)
         return point_cores(wildcards) if "ranks" in wildcards.keys() else 1
     try:
         return max(int(workflow.cores), 1)
@@ -279,7 +287,6 @@ SERIES_INDEX = {s: i for i, s in enumerate(SERIES)}
 ADAPTIVE = is_adaptive(config, SELECTED) and SELECTION.runtimes is None
 
 
-@per_job
 def point_priority(wildcards):
     """Measurements in blocks, runtimes interleaved (native, container, container,
     native ...): scalesweep.adaptive.run_priority."""
@@ -288,7 +295,7 @@ def point_priority(wildcards):
 
 def series_point_metrics(series, repeats):
     return [
-        f"results/runs/{series.point(rt, k).path}/metrics.json"
+        point_metrics(series.point(rt, k))
         for k in repeats
         for rt in workload_runtimes(config, series.workload)
     ]
@@ -320,7 +327,6 @@ def series_walk(series):
     return metrics, decisions
 
 
-@per_job
 def decision_inputs(wildcards):
     series = Series.from_wildcards(wildcards)
     return [
@@ -329,7 +335,6 @@ def decision_inputs(wildcards):
     ]
 
 
-@per_job
 def series_inputs(wildcards):
     metrics, decisions = series_walk(Series.from_wildcards(wildcards))
     return [ancient(f) for f in metrics] + decisions
@@ -371,13 +376,13 @@ def measured_on_disk(series, history=False):
     """
     found = []
     for runtime in workload_runtimes(config, series.workload):
-        base = Path("results", "runs", series.point(runtime, 1).path).parent
+        base = Path(RUNS_DIR, series.point(runtime, 1).path).parent
         for rep in sorted(base.glob("rep*")) if base.is_dir() else []:
-            kept = (rep / "metrics.json").is_file() or (
+            kept = (rep / METRICS_JSON).is_file() or (
                 history and (rep / HISTORY_DIR).is_dir()
             )
             if kept and rep.name[3:].isdigit():
-                found.append(str(rep / "metrics.json"))
+                found.append(str(rep / METRICS_JSON))
     return found
 
 
@@ -428,8 +433,7 @@ def series_final_files():
 # One sweep point = one Slurm job whose allocation has exactly the point's geometry (nodes,
 # ranks per node, threads per rank, GPUs). The values come from scalesweep.slurm (pure,
 # unit-tested; its docstring says what the plugin makes of each). Partition, account and
-# QOS come from the site profile (profiles/<site>/config.yaml). Without a Slurm profile
-# these resources are inert: the local executor only constrains what --resources names.
+# QOS come from the site profile (profiles/<site>/config.yaml).
 from scalesweep.slurm import (  # noqa: E402
     SlurmConfigError,
     account_problem,
@@ -453,113 +457,48 @@ def point_slurm(wildcards, attempt=1):
     return request
 
 
-@per_job
 def slurm_nodes(wildcards):
     return point_slurm(wildcards).nodes
 
 
-@per_job
 def slurm_tasks(wildcards):
     return point_slurm(wildcards).tasks
 
 
-@per_job
 def slurm_tasks_per_node(wildcards):
     return point_slurm(wildcards).tasks_per_node
 
 
-@per_job
 def slurm_mpi(wildcards):
     return point_slurm(wildcards).mpi
 
 
-@per_job
 def slurm_cpus_per_task(wildcards):
     return point_slurm(wildcards).cpus_per_task
 
 
-@per_job
 def slurm_gpu(wildcards):
     return point_slurm(wildcards).gpu
 
 
-@per_job
 def slurm_extra(wildcards):
     return point_slurm(wildcards).slurm_extra
 
 
-@per_job
 def slurm_runtime(wildcards, attempt):
     return point_slurm(wildcards, attempt).runtime
 
 
-@per_job
 def slurm_mem_mb(wildcards):
     return point_slurm(wildcards).mem_mb
 
 
-@per_job
 def slurm_constraint(wildcards):
     return point_slurm(wildcards).constraint
 
 
-# Snakemake evaluates every resource function of every job while planning (signature
-# inspection, a Wildcards object per call): run_point's ten Slurm resources are ~25% of
-# `snakemake -n` on a 10,000-point sweep. They mean something only to the Slurm
-# executor, so run_point declares them only where a Slurm site profile is in use: its
-# default-resources name the account or the partition (profiles/frontier, odo,
-# local-slurm), also inside the jobs, which are started with the same default-resources.
-_default_resources = workflow.resource_settings.default_resources
-SLURM_SITE = bool(_default_resources) and any(
-    _default_resources.get(name).raw is not None
-    for name in ("slurm_account", "slurm_partition")
-)
-
-
-def constant_default_resources(defaults):
-    """The site profile's default-resources that cannot depend on the job (account,
-    partition, tmpdir), evaluated once. Snakemake evaluates each such expression again
-    for every job (eval in a fresh namespace): ~10% of `snakemake -n` of a 10,000-point
-    sweep under profiles/frontier. run_point gets them as constants; expressions that
-    name the job (input, wildcards, attempt, threads) and sizes are left to Snakemake,
-    as is anything that cannot be evaluated here.
-    """
-    constants = {}
-    for name, res in (defaults or {}).items():
-        if (
-            not isinstance(res.raw, str)
-            or name in ("mem", "disk", "measure")
-            or "_mb" in name
-        ):
-            continue
-        try:
-            tree = ast.parse(res.raw, mode="eval")
-            names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-        except SyntaxError:
-            names = set()  # a bare string such as n1-standard-4
-        if names & {
-            "input",
-            "wildcards",
-            "attempt",
-            "threads",
-            "async_run",
-            "rulename",
-        }:
-            continue
-        try:
-            value = Resource.cli_evaluator(
-                name, res.raw, wildcards=None, input=None, attempt=1, async_run=None
-            )
-        except Exception:
-            continue
-        if isinstance(value, (str, int)):
-            constants[name] = value
-    return constants
-
-
 RUN_POINT_SLURM_RESOURCES = (
-    constant_default_resources(_default_resources)
-    | dict(
+    dict(
         nodes=slurm_nodes,
         tasks=slurm_tasks,  # ranks, when 1 per node (several ranks only)
         tasks_per_node=slurm_tasks_per_node,  # ranks per node, when > 1
@@ -579,7 +518,7 @@ RUN_POINT_SLURM_RESOURCES = (
 def check_writable(directories=("results", "logs")):
     """onstart: a read-only or full campaign directory refused before any job starts,
     naming the directory (the harness checks each point's directory again)."""
-    from scalesweep.runpoint import writable_problem
+    from scalesweep.pointdir import writable_problem
 
     for name in directories:
         problem = writable_problem(name)
@@ -593,34 +532,58 @@ WORKFLOW_OWNER = Path(".snakemake", "scalesweep", "workflow.json")
 def record_owner():
     """onstart: who runs this workflow (host, pid and its start time, boot): `scalesweep
     status` tells a live run on another login node from a killed one by it."""
-    from scalesweep.runpoint import owner_record
+    from scalesweep.pointdir import owner_record
 
     write_json_atomic(WORKFLOW_OWNER, owner_record())
 
 
-def check_executor():
-    """onstart (before any job is submitted): a remote executor without a Slurm site
-    profile would submit every point without its geometry (RUN_POINT_SLURM_RESOURCES).
-    """
-    plugin = workflow.executor_plugin
-    if plugin is not None and not plugin.common_settings.local_exec and not SLURM_SITE:
-        raise WorkflowError(
-            "scalesweep: a remote executor needs a Slurm site profile, whose "
-            "default-resources name slurm_partition or slurm_account (the points' Slurm "
-            "geometry is declared only then): use --profile profiles/frontier, "
-            "profiles/odo or profiles/local-slurm, or add "
-            "--default-resources slurm_partition=<partition>"
+# --- Before the first job is submitted: the profile agrees with the site ----------------
+# A params function may take the job's resources (documented: params functions accept
+# `resources`): Snakemake hands them over evaluated, the profile's default-resources
+# included (`'$SBATCH_ACCOUNT'` expanded from the environment). Every rule that may run as
+# a Slurm job carries this one (`params: profile_check=profile_check`; no command reads
+# it). Snakemake 9 evaluates a job's params when it prints the job (Job.log_info ->
+# shellcmd), which is before the job is submitted, dry runs included: a refused profile
+# stops the workflow at its first checked job, before that job reaches sbatch. (Jobs
+# without the check, such as the model or image preparation on the login node, may have
+# started by then; none of them measures or submits anything.)
+_PROFILE_PROBLEMS = {}
+
+
+def profile_check(wildcards, resources):
+    """Refuses, naming the fix, a Slurm profile on a site without Slurm (its points would
+    be submitted without their geometry, RUN_POINT_SLURM_RESOURCES) and a Slurm account
+    taken from a variable that is unset. Not inside a Slurm job: it was checked where the
+    job was submitted, and the job's environment need not carry SBATCH_ACCOUNT."""
+    if "SLURM_JOB_ID" in os.environ:
+        return ""
+    key = (resources.get("slurm_account"), resources.get("slurm_partition"))
+    if key not in _PROFILE_PROBLEMS:  # the same default-resources for every job
+        _PROFILE_PROBLEMS[key] = profile_problem(*key)
+    if _PROFILE_PROBLEMS[key]:
+        raise WorkflowError(f"scalesweep: {_PROFILE_PROBLEMS[key]}")
+    return ""
+
+
+def profile_problem(account, partition):
+    if SLURM_SITE and account is None and partition is None:
+        return (
+            f"site {SITE['name']!r} is a Slurm site (scheduler: slurm): its points are Slurm "
+            "jobs of their own geometry, submitted by its Slurm profile (e.g. --profile "
+            "profiles/frontier, profiles/odo, profiles/local-slurm). Without one they would "
+            "run here, side by side; use the profile, or a site without scheduler"
         )
-
-
-# Site profiles read the account from the environment ('$SBATCH_ACCOUNT'): refuse to
-# start, naming the variable, when it is unset. Not inside a job (remote mode): the
-# account was used at submission and the jobstep strips SBATCH_* variables.
-if not workflow.remote_exec and _default_resources:
-    _account = _default_resources.get("slurm_account").raw
-    _problem = account_problem(_account, os.environ)
-    if _problem:
-        raise WorkflowError(f"scalesweep: {_problem}")
+    if SLURM_SITE:
+        return account_problem(account, os.environ)
+    if account is None and partition is None:
+        return None
+    return (
+        f"a Slurm profile (its default-resources name slurm_partition or slurm_account) "
+        f"with site {SITE['name']!r}, whose scheduler is {SITE['scheduler']!r}: its points "
+        "declare no Slurm geometry and would be submitted as 1-core jobs. Name a Slurm "
+        "site in the config (`site: frontier`, odo or local-slurm: profiles/frontier, "
+        "profiles/odo and profiles/local-slurm name theirs) or run without the Slurm profile"
+    )
 
 
 # Reading a few JSON/CSV files and drawing two figures: on the submit host, never a queued

@@ -14,12 +14,21 @@ rule build_image:
         "../../envs/scalesweep.yaml"
     params:
         c=config["containers"],
-        script=f"{workflow.basedir}/scripts/build_image.py",
+        # `python -m scalesweep build-image` (scalesweep.images) from this repository,
+        # also in a conda environment that has not installed the package
+        lib=f"{workflow.basedir}/workflow",
         fmt=image_format_args,
+        # the site's build args (sites/<name>.yaml build_args), each shell-quoted
+        site_args=shlex.join(
+            arg
+            for key, value in site_of(config)["build_args"].items()
+            for arg in ("--build-arg", f"{key}={value}")
+        ),
     shell:
-        "python {params.script:q} --builder {params.c[builder]:q}"
+        "PYTHONPATH={params.lib:q} python -m scalesweep build-image"
+        " --builder {params.c[builder]:q}"
         " --recipe {input.recipe:q} --requirements {input.requirements:q}"
-        " --out {output.image:q} --manifest {output.manifest:q} {params.fmt}"
+        " --out {output.image:q} --manifest {output.manifest:q} {params.fmt} {params.site_args}"
         " > {log:q} 2>&1"
 
 
@@ -38,5 +47,6 @@ rule container_startup:
         measure=1,
     params:
         repeats=config["containers"]["startup_repeats"],
+        profile_check=profile_check,
     script:
         "../scripts/measure_startup.py"

@@ -10,7 +10,8 @@ rule stage_dataset:
         "../../envs/scalesweep.yaml"
     params:
         ds=dataset_params,
-        script=f"{workflow.basedir}/scripts/stage_dataset.py",
+        script=in_repo("scripts/stage_dataset.py"),
+        profile_check=profile_check,
     shell:
         "python {params.script:q} stage"
         " --source {params.ds[source]:q}"
@@ -31,6 +32,7 @@ rule verify_dataset:
     conda:
         "../../envs/scalesweep.yaml"
     params:
-        script=f"{workflow.basedir}/scripts/stage_dataset.py",
+        script=in_repo("scripts/stage_dataset.py"),
+        profile_check=profile_check,
     shell:
         "python {params.script:q} verify {input:q} --report {output:q} > {log:q} 2>&1"

@@ -11,7 +11,7 @@ rule stage_model:
         "../../envs/scalesweep.yaml"
     params:
         m=model_params,
-        script=f"{workflow.basedir}/scripts/stage_model.py",
+        script=in_repo("scripts/stage_model.py"),
     shell:
         "python {params.script:q} --source {params.m[source]:q}"
         " --path={params.m[path]:q} --name={params.m[name]:q}"

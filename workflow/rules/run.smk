@@ -5,24 +5,28 @@ rule run_point:
     input:
         run_inputs,
     output:
-        metrics="results/runs/{workload}/{runtime}/n{nodes}-g{gpus}-r{ranks}-t{threads}/rep{repeat}/metrics.json",
+        # results/runs/<scalesweep.sweep.POINT_DIR>/: one layout (common.smk: POINT_METRICS)
+        metrics=POINT_METRICS,
     log:
-        "results/runs/{workload}/{runtime}/n{nodes}-g{gpus}-r{ranks}-t{threads}/rep{repeat}/run.log",
+        POINT_LOG,
     # blocks of repeats, runtimes interleaved; below every preparing job (priority 0)
     priority: point_priority
     conda:
         "../../envs/scalesweep.yaml"
     # locally every core Snakemake may use (nothing else of ours runs beside a
-    # measurement); under a Slurm site profile the point's ranks x threads
+    # measurement); on a Slurm site the point's ranks x threads
     threads: measurement_threads
     resources:
         # Through Slurm (profiles/local-slurm, frontier, odo): one job per point with the
-        # point's exact geometry (scalesweep.slurm); declared only under a Slurm site
-        # profile (common.smk: RUN_POINT_SLURM_RESOURCES).
+        # point's exact geometry (scalesweep.slurm); declared only on a site whose
+        # scheduler is Slurm (common.smk: RUN_POINT_SLURM_RESOURCES).
         **RUN_POINT_SLURM_RESOURCES,
         # profiles/local-slurm sets --resources measure=1 and every job's default to 1:
         # one job at a time on the test cluster, whose nodes share this host's cores
         measure=1,
+    params:
+        # refuses a Slurm profile that does not fit the site before anything is submitted
+        profile_check=profile_check,
     shell:
         RUN_POINT_SHELL
 

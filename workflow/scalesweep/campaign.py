@@ -17,14 +17,15 @@ from pathlib import Path
 
 from scalesweep.cli import UsageError
 from scalesweep.metrics import MetricsError, read_metrics
+from scalesweep.pointdir import METRICS_JSON, RUNS_DIR
 from scalesweep.sweep import SweepError, SweepPoint, in_history
 
 
 def finished_points(campaign: Path) -> dict[str, Path]:
     """point path -> its directory, for every point with a valid metrics.json."""
-    runs = campaign / "results" / "runs"
+    runs = campaign / RUNS_DIR
     out = {}
-    for metrics in sorted(runs.rglob("metrics.json")) if runs.is_dir() else []:
+    for metrics in sorted(runs.rglob(METRICS_JSON)) if runs.is_dir() else []:
         rel = str(metrics.parent.relative_to(runs))
         if in_history(rel):  # earlier runs travel with their point's directory
             continue
@@ -49,10 +50,10 @@ def merge(sources: list[Path], dest: Path) -> dict[str, list[str]]:
             raise UsageError(f"cannot merge {src} into itself")
         for rel, d in finished_points(src).items():
             if rel in have:
-                same = _digest(d / "metrics.json") == _digest(have[rel] / "metrics.json")
+                same = _digest(d / METRICS_JSON) == _digest(have[rel] / METRICS_JSON)
                 report["identical" if same else "conflicts"].append(f"{rel} (from {src})")
                 continue
-            target = dest / "results" / "runs" / rel
+            target = dest / RUNS_DIR / rel
             tmp = target.with_name(f".{target.name}.merging-{os.getpid()}")
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.parent.mkdir(parents=True, exist_ok=True)
@@ -86,7 +87,7 @@ def _run_merge(args) -> int:
     for s in sources:
         if s.suffix in (".gz", ".tgz") and s.is_file():
             raise UsageError(f"{s}: unpack an archive first (tar xzf {s} -C DIR), then merge DIR")
-        if not (s / "results" / "runs").is_dir():
+        if not (s / RUNS_DIR).is_dir():
             raise UsageError(f"{s} is not a campaign directory (no results/runs/)")
     report = merge(sources, Path(args.into))
     for key in ("copied", "identical", "conflicts"):

@@ -20,20 +20,24 @@ COMMANDS = [
     "scalesweep.plan",
     "scalesweep.fits_cli",
     "scalesweep.timeline",
+    "scalesweep.images",
 ]
+# Sub-commands whose module is imported alone (standard library only): the workflow's
+# rules run them in whatever environment they have, without the analysis stack.
+STANDALONE = {"build-image": "scalesweep.images"}
 
 
 class UsageError(Exception):
     """Bad input from the user: printed as one clear line, exit code 2."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(modules: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="scalesweep",
         description="Container overhead and scaling of ML training and LLM inference.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in COMMANDS:
+    for name in modules or COMMANDS:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -49,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         import signal
 
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    standalone = STANDALONE.get(argv[0]) if argv else None
+    args = build_parser([standalone] if standalone else None).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from scalesweep.analysis import truthy, describe_repeats, scaling_table, verdict_table
 from scalesweep.metrics import MetricsError, read_metrics
-from scalesweep.runpoint import FAILURE_JSON
+from scalesweep.pointdir import FAILURE_JSON, METRICS_JSON
 from scalesweep.sweep import (HISTORY_DIR, SweepError, SweepPoint, scaling_count,
                               workload_axes)
 
@@ -137,7 +137,7 @@ def history_runs(metrics_path: str | Path) -> list[Path]:
     history = Path(metrics_path).parent / HISTORY_DIR
     if not history.is_dir():
         return []
-    return sorted(history.glob("*/metrics.json"), key=lambda p: p.parent.name, reverse=True)
+    return sorted(history.glob(f"*/{METRICS_JSON}"), key=lambda p: p.parent.name, reverse=True)
 
 
 def read_run(path: str | Path, config: dict) -> tuple[dict, dict]:
@@ -228,15 +228,15 @@ def point_states(
     for p in points:
         d = Path(results) / "runs" / p.path
         state, reason, log = "missing", "", ""
-        metrics_path = str(d / "metrics.json")
+        metrics_path = str(d / METRICS_JSON)
         if metrics_path in done:
             state = "done"
             if metrics_path in disturbed:
                 state, reason = "disturbed", disturbed[metrics_path]
-        elif (d / "metrics.json").is_file():
+        elif (d / METRICS_JSON).is_file():
             try:
-                m = (read_run(d / "metrics.json", config)[0] if config is not None
-                     else read_metrics(d / "metrics.json"))
+                m = (read_run(d / METRICS_JSON, config)[0] if config is not None
+                     else read_metrics(d / METRICS_JSON))
                 flagged, why = disturbance(m)
                 state, reason = ("disturbed", why) if flagged else ("done", "")
             except MetricsError as exc:
@@ -269,7 +269,7 @@ def extra_repeats(requested: Iterable[SweepPoint], results: str) -> list[SweepPo
         if not base.is_dir():
             continue
         for rep in base.glob("*/rep*"):
-            if not ((rep / "metrics.json").is_file() or (rep / FAILURE_JSON).is_file()):
+            if not ((rep / METRICS_JSON).is_file() or (rep / FAILURE_JSON).is_file()):
                 continue
             try:
                 point = SweepPoint.from_path(str(rep.relative_to(Path(results) / "runs")))

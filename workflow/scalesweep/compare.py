@@ -32,6 +32,7 @@ from scalesweep.analysis_cli import add_format, non_negative, print_table
 from scalesweep.cli import UsageError
 from scalesweep.collect import collect_runs
 from scalesweep.metrics import MetricsError, read_metrics
+from scalesweep.pointdir import METRICS_JSON, RUNS_DIR
 from scalesweep.sweep import SweepError, SweepPoint, in_history
 
 # what makes a point: rows that agree on all of these are repeats (model_label is empty
@@ -58,13 +59,13 @@ def payload_kind(metrics: dict) -> str:
 
 def campaign_runs(directory: Path) -> tuple[pd.DataFrame, list[str]]:
     """(one row per finished run, like runs.csv; the metrics files skipped, with why)."""
-    runs_dir = Path(directory) / "results" / "runs"
+    runs_dir = Path(directory) / RUNS_DIR
     if not Path(directory).is_dir():
         raise UsageError(f"{directory}: no such campaign directory")
     if not runs_dir.is_dir():
         raise UsageError(f"{directory}: no results/runs/ (not a campaign directory?)")
     paths, kinds, skipped = [], {}, []
-    for path in sorted(runs_dir.rglob("metrics.json")):
+    for path in sorted(runs_dir.rglob(METRICS_JSON)):
         rel = str(path.parent.relative_to(runs_dir))
         if in_history(rel):  # an earlier run, superseded (scalesweep rerun)
             continue

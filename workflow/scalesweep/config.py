@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import io
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,12 +39,18 @@ def merge(base: dict, override: dict) -> dict:
     return base
 
 
+@functools.cache
+def _schema() -> dict:
+    """The config schema, read once; read-only (``validated`` fills defaults from a copy
+    of its own)."""
+    return yaml.safe_load(SCHEMA.read_text())
+
+
 def schema_errors(config: dict) -> list[str]:
     """Every schema violation as 'key.path: message', naming the key and the bad value."""
     import jsonschema
 
-    schema = yaml.safe_load(SCHEMA.read_text())
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = jsonschema.Draft202012Validator(_schema())
     out = []
     for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
         key = ".".join(str(p) for p in err.absolute_path) or "(top level)"
@@ -51,10 +58,121 @@ def schema_errors(config: dict) -> list[str]:
     return out
 
 
+# Keys that left the config for the site file (issue #17), and where they went.
+MOVED = {
+    ("machine",): "moved to a site file: name it with `site: <name>` (sites/*.yaml)",
+    ("containers", "site"): "moved to a site file's `runtimes:` (sites/*.yaml): name the "
+                            "site with `site: <name>`",
+    ("containers", "build_args"): "moved to a site file's `build_args:` (sites/*.yaml): "
+                                  "name the site with `site: <name>`",
+}
+
+
+def moved_keys(config: dict) -> list[str]:
+    """An error for each key of ``config`` that moved to the site file."""
+    out = []
+    for path, where in MOVED.items():
+        node: Any = config
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if node is not None:
+            out.append(f"config key {'.'.join(path)}: {where}")
+    return out
+
+
 def check_config(config: dict) -> None:
-    errors = schema_errors(config)
+    """The one validation of a config, in place, before any job: keys that moved to the
+    site file, the schema (defaults filled in; a violation raises ConfigError naming the
+    key and the value), the site it names loaded once into ``config["_site"]``, then what
+    the schema cannot say: runtimes the site offers, engines that can run the workloads.
+
+    A ``site:`` path is relative to the repository, like every path in the config.
+    The workflow calls this while it is parsed (workflow/rules/common.smk).
+    """
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    from scalesweep.site import SITE_KEY, SiteError, load_site
+
+    errors = moved_keys(config)
+    if not errors:
+        try:
+            validate(config, str(SCHEMA), set_default=True)
+        except WorkflowError as exc:
+            errors = schema_errors(config) or [str(exc).splitlines()[0] + ": " + _first_detail(exc)]
     if errors:
         raise ConfigError("; ".join(errors[:5]) + (f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""))
+    try:
+        config[SITE_KEY] = load_site(config["site"], base=REPO)
+    except SiteError as exc:
+        raise ConfigError(f"config key site: {exc}") from None
+    check_runtimes(config)
+    check_engines(config)
+
+
+def check_runtimes(config: dict) -> None:
+    """Every runtime a workload compares is known and offered by the site."""
+    from scalesweep.launch import LaunchError
+    from scalesweep.runtimes import check_runtimes as check
+    from scalesweep.runtimes import runtime
+
+    for i, name in enumerate((config.get("only") or {}).get("runtimes") or []):
+        try:  # the selection's names are the registry's (the sweep's are checked below)
+            runtime(name)
+        except LaunchError as exc:
+            raise ConfigError(f"config key only.runtimes.{i}: {exc}") from None
+    try:
+        check(config)
+    except LaunchError as exc:
+        key = "" if str(exc).startswith("containers.") else "sweep.runtimes: "
+        raise ConfigError(f"config key {key}{exc}") from None
+
+
+@functools.cache
+def llm_engines():
+    """The payload's engine registry (scripts/llm_engines.py: standard library only), so
+    that what an engine can run is declared once, on its class."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("llm_engines", REPO / "scripts" / "llm_engines.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("llm_engines", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_engines(config: dict) -> None:
+    """An LLM workload's engine serves its api, runs its model's source, drives its GPU
+    counts, and runs on several nodes only where it serves HTTP (one server per node)."""
+    from scalesweep.sweep import enabled_workloads, workload_axes
+
+    for name in enabled_workloads(config):
+        wl = config["workloads"][name]
+        if wl.get("payload") != "llm":
+            continue
+        try:
+            engine = llm_engines().engine_class(wl["engine"])
+        except ValueError as exc:
+            raise ConfigError(f"config key workloads.{name}.engine: {exc}") from None
+        key = f"config key workloads.{name}"
+        if wl["api"] not in engine.apis:
+            raise ConfigError(f"{key}.api: {wl['api']!r} is not served by engine {engine.name} "
+                              f"(it serves: {', '.join(engine.apis)})")
+        source = (config.get("models", {}).get(wl.get("model"), {}) or {}).get("source")
+        if source and source not in engine.model_sources:
+            raise ConfigError(f"{key}.engine: engine {engine.name} cannot run model {wl['model']!r} "
+                              f"of source {source!r} (it runs: {', '.join(engine.model_sources)})")
+        axes = workload_axes(config, name)
+        too_many = [g for g in axes.get("gpus_per_node") or [0] if engine.max_gpus is not None
+                    and g > engine.max_gpus]
+        if too_many:
+            raise ConfigError(f"{key}.sweep.gpus_per_node: engine {engine.name} drives at most "
+                              f"{engine.max_gpus} GPU per instance, not {too_many[0]}")
+        several = [n for n in axes.get("nodes") or [1] if n > 1]
+        if several and not engine.serves_http:
+            raise ConfigError(f"{key}.sweep.nodes: engine {engine.name} runs in the payload's process "
+                              f"(no server), so one node only, not {several[0]}")
 
 
 def load_config(paths: Iterable[str | Path]) -> dict:
@@ -79,23 +197,48 @@ def _first_detail(exc: Exception) -> str:
 
 # --- the configuration as Snakemake reads it ---------------------------------------------
 
-def typed_values(value: Any) -> Any:
-    """--config parses nested values with YAML's BaseLoader (every scalar a string):
-    re-read them with the safe loader so `--config sweep='{repeats: 3}'` gives an int.
-    The workflow (workflow/rules/common.smk) applies it to the --config values only:
-    --configfile values are typed YAML already, and re-reading them would turn a quoted
-    "1" into 1 or "" into None.
+def schema_typed(config: dict) -> dict:
+    """``config`` with every string the schema does not take as a string read again as
+    YAML, in place: the one re-typing of a config, by the workflow (common.smk) and by
+    ``effective_config`` alike. --config parses values below the top level with YAML's
+    BaseLoader (every scalar a string: `--config sweep='{repeats: 3}'` gives "3"); the
+    config holds them merged with the config files, whose strings stay strings wherever
+    the schema expects one (a quoted "1" or "" in a --configfile is not turned into 1 or
+    None).
     """
-    if isinstance(value, dict):
-        return {k: typed_values(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [typed_values(v) for v in value]
-    if isinstance(value, str):
+    schema = _schema()
+    return _typed(config, schema, schema.get("$defs", {}))
+
+
+def _typed(value: Any, schema: dict, defs: dict) -> Any:
+    while "$ref" in schema:  # local references only: "#/$defs/<name>"
+        schema = defs[schema["$ref"].rsplit("/", 1)[1]]
+    if isinstance(value, str) and not _takes_string(schema, defs):
         try:
-            return yaml.safe_load(value)
+            value = yaml.safe_load(value)
         except yaml.YAMLError:
             return value
+    if isinstance(value, dict):
+        known, extra = schema.get("properties", {}), schema.get("additionalProperties")
+        for key, item in value.items():
+            sub = known.get(key, extra)
+            if isinstance(sub, dict):
+                value[key] = _typed(item, sub, defs)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            value[i] = _typed(item, schema["items"], defs)
     return value
+
+
+def _takes_string(schema: dict, defs: dict) -> bool:
+    while "$ref" in schema:
+        schema = defs[schema["$ref"].rsplit("/", 1)[1]]
+    if any(_takes_string(s, defs) for s in schema.get("anyOf", schema.get("oneOf", []))):
+        return True
+    types = schema.get("type")
+    if types is None:  # an enum, or anything
+        return "enum" not in schema or any(isinstance(v, str) for v in schema["enum"])
+    return "string" in ([types] if isinstance(types, str) else types)
 
 
 @dataclass(frozen=True)
@@ -166,9 +309,8 @@ class ConfigSources:
                     f"{recorded[0].parent} (newest: {recorded[0].name})" if recorded else ""))
         else:
             update_config(config, overwrite)
-        # workflow/rules/common.smk: the --config values again, re-typed
-        update_config(config, typed_values(dict(command_line)))
-        return config
+        # workflow/rules/common.smk: the merged config re-typed by the schema
+        return schema_typed(config)
 
 
 def _merged_directive(config: dict, path: Path, overwrite: dict, replace: bool) -> dict:
@@ -248,26 +390,21 @@ def effective_config(directory: str | Path = ".", configfiles: Sequence[str | Pa
        a missing file is an error unless a ``--configfile`` is given (then it is skipped);
     2. each ``--configfile`` in order, nested mappings merged, anything else replaced;
     3. the ``--config KEY=VALUE`` items, parsed by Snakemake's own parser
-       (snakemake.cli.parse_config), applied again re-typed (``typed_values``), as
+       (snakemake.cli.parse_config), applied again re-typed (``schema_typed``), as
        common.smk does;
-    4. schema validation with defaults (``validated``).
+    4. schema validation with defaults, and the site it names loaded as ``_site``
+       (``validated``).
 
-    ``--profile``: see ``config_sources`` (an explicit ``--config`` replaces the profile's
-    ``config:`` list). Raises ConfigError, naming the file, key or argument.
+    ``--profile``: see ``config_sources`` (a profile names its sweep with ``configfile:``,
+    which an explicit ``--configfile`` replaces; an explicit ``--config`` replaces the
+    profile's ``config:`` list). Raises ConfigError, naming the file, key or argument.
     """
     return config_sources(directory, configfiles, config_args, profile).load()
 
 
 def validated(config: dict) -> dict:
-    """``config`` checked against the schema, defaults filled in (in place)."""
-    from snakemake.exceptions import WorkflowError
-    from snakemake.utils import validate
-
+    """``config`` checked, defaults filled in, its site loaded (``check_config``)."""
     check_config(config)
-    try:
-        validate(config, str(SCHEMA), set_default=True)
-    except WorkflowError as exc:
-        raise ConfigError(str(exc).splitlines()[0] + ": " + _first_detail(exc)) from None
     return config
 
 

@@ -15,11 +15,12 @@ A monitor samples, every ``interval_s`` while the payload runs:
 Outside CPU time = node busy time - own CPU time over the window; as a share of the
 node's CPUs (``outside_cpu_pct``) it says how much of the machine something else used
 while the run was measured. ``assess`` turns per-node records into the run's verdict
-(``disturbed`` when outside use or steal exceeds its threshold).
+(``disturbed`` when outside use or steal exceeds its threshold). The interval and the
+thresholds are the config's ``measurement`` keys (their defaults: the config schema).
 
-Several nodes (Slurm): ``python -m scalesweep.interference watch --token T --out
-DIR/{host}.json --stop-file DIR/stop`` runs one monitor per node until the stop file
-appears, and writes that node's record.
+Several nodes (Slurm): ``python -m scalesweep.interference watch --token T --interval S
+--out DIR/{host}.json --stop-file DIR/stop`` runs one monitor per node until the stop
+file appears, and writes that node's record.
 """
 
 from __future__ import annotations
@@ -37,9 +38,6 @@ from typing import Any, Iterable
 
 TOKEN_VAR = "SCALESWEEP_RUN_TOKEN"
 METHOD = f"proc-stat busy minus own processes ({TOKEN_VAR})"
-DEFAULT_INTERVAL_S = 1.0
-DEFAULT_MAX_OUTSIDE_CPU_PCT = 10.0
-DEFAULT_MAX_STEAL_PCT = 5.0
 _YOUNG_S = 10.0  # a process without the token is checked again while this young
 
 
@@ -134,7 +132,7 @@ class Monitor:
     harness, this monitor). ``stop`` returns the node's record (see ``assess``).
     """
 
-    def __init__(self, token: str, interval_s: float = DEFAULT_INTERVAL_S,
+    def __init__(self, token: str, interval_s: float,
                  pids: Iterable[int] = (), proc: str = "/proc", rusage_root: bool = False):
         self.token = token
         # rusage_root: this process (the harness) is the root of the run's process tree:
@@ -321,8 +319,7 @@ def _fmt(value: float) -> str:
     return f"{value:g}"
 
 
-def assess(nodes: list[dict], max_outside_cpu_pct: float = DEFAULT_MAX_OUTSIDE_CPU_PCT,
-           max_steal_pct: float = DEFAULT_MAX_STEAL_PCT) -> dict[str, Any]:
+def assess(nodes: list[dict], max_outside_cpu_pct: float, max_steal_pct: float) -> dict[str, Any]:
     """The run's interference record from its per-node records: worst node, verdict, and
     the reasons (one per node and cause above its threshold)."""
     max_outside_cpu_pct, max_steal_pct = float(max_outside_cpu_pct), float(max_steal_pct)
@@ -387,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="command", required=True)
     w = sub.add_parser("watch", help="monitor this node until the stop file appears")
     w.add_argument("--token", required=True, help=f"the run's {TOKEN_VAR}")
-    w.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S, help="seconds between samples")
+    w.add_argument("--interval", type=float, required=True, help="seconds between samples")
     w.add_argument("--out", required=True, help="the node's record (JSON); {host} = this host's name")
     w.add_argument("--stop-file", required=True, help="stop when this file exists")
     w.add_argument("--ready-file", default="", help="written once monitoring runs ({host} replaced)")

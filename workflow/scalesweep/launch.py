@@ -5,8 +5,10 @@ The payload command is identical in every mode; only what wraps it changes:
     [launcher ...] [container runtime ... image --] python scripts/<payload>.py ARGS
 
 Host paths are translated to fixed mount points inside containers (code, data, output),
-so the payload never learns where it runs. Every function here is pure (no processes,
-no filesystem), so the exact command lines are pinned by unit tests.
+so the payload never learns where it runs. What a runtime puts on the command line (its
+executable, binds, variables, GPU options) is the business of its class in
+:mod:`scalesweep.runtimes`; this module never names a runtime. Every function here is
+pure (no processes, no filesystem), so the exact command lines are pinned by unit tests.
 """
 
 from __future__ import annotations
@@ -15,15 +17,16 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from scalesweep.sweep import CONTAINER_RUNTIMES, RUNTIMES, is_native
+from scalesweep.runtimes import (  # noqa: F401  (MOUNT_*, LaunchError: this module's API)
+    MOUNT_CODE,
+    MOUNT_DATA,
+    MOUNT_OUT,
+    LaunchError,
+    RuntimeSite,
+    runtime,
+)
 
 LAUNCHERS = ("local", "mpirun", "torchrun", "srun")
-
-# Inside every image these directories exist (created at build time: ch-run cannot
-# create bind targets).
-MOUNT_CODE = "/mnt/code"
-MOUNT_DATA = "/mnt/data"
-MOUNT_OUT = "/mnt/out"
 
 # Variables the payload needs, forwarded by mpirun -x to remote ranks.
 FORWARD_ENV = (
@@ -35,24 +38,9 @@ FORWARD_ENV = (
     "OMP_NUM_THREADS",
 )
 
-
-class LaunchError(ValueError):
-    """A launch that cannot be built (unknown runtime, missing image, ...)."""
-
-
-@dataclass(frozen=True)
-class ContainerSite:
-    """Site facts for container runtimes (config ``containers:``)."""
-
-    image: str = ""  # ch-run: image directory or .sqfs; apptainer: .sif
-    python: str = "/opt/venv/bin/python"
-    apptainer_bin: str = "apptainer"
-    ch_run_bin: str = "ch-run"
-    gpu_flag: str = ""  # "--rocm" | "--nv" | "" (apptainer)
-    extra_binds: tuple[str, ...] = ()  # "SRC[:DST]" bound as-is (e.g. /opt/cray)
-    host_mpi_lib_dirs: tuple[str, ...] = ()  # apptainer-hostmpi: first on LD_LIBRARY_PATH
-    host_mpi_preload: str = ""  # e.g. cray-mpich's libmpi_gtl_hsa.so.0
-    env: tuple[tuple[str, str], ...] = ()  # extra variables set inside the container
+# A runtime's facts on the campaign's site (scalesweep.runtimes.RuntimeSite), by the
+# name launches have always used.
+ContainerSite = RuntimeSite
 
 
 @dataclass(frozen=True)
@@ -71,9 +59,10 @@ class Launch:
     data_dir: str  # host path of the dataset/model directory (bound as MOUNT_DATA)
     out_dir: str  # host path of the point's output directory (bound as MOUNT_OUT)
     host_python: str = "python3"
-    site: ContainerSite = field(default_factory=ContainerSite)
+    site: RuntimeSite = field(default_factory=RuntimeSite)
     mpirun_extra: tuple[str, ...] = ()
     srun_extra: tuple[str, ...] = ()
+    gpu_bind: str = "closest"  # srun --gpu-bind for GPU points ("" = not passed)
 
     @property
     def world_size(self) -> int:
@@ -102,7 +91,7 @@ def _translate(launch: Launch, value: str) -> str:
 
 def payload_command(launch: Launch) -> list[str]:
     """``python scripts/<payload>.py ARGS`` as the payload sees it in this runtime."""
-    if is_native(launch.runtime):
+    if runtime(launch.runtime).native:
         script = str(PurePosixPath(launch.code_root) / launch.payload)
         return [launch.host_python, script, *launch.args]
     script = str(PurePosixPath(MOUNT_CODE) / launch.payload)
@@ -110,60 +99,29 @@ def payload_command(launch: Launch) -> list[str]:
 
 
 def _binds(launch: Launch) -> list[tuple[str, str]]:
-    binds = [
+    """Every bind of the launch: code, data and out at their mount points, then the
+    runtime's own (the site's, host MPI's)."""
+    standard = [
         (launch.code_root, MOUNT_CODE),
         (launch.data_dir, MOUNT_DATA),
         (launch.out_dir, MOUNT_OUT),
     ]
-    for spec in launch.site.extra_binds:
-        src, _, dst = spec.partition(":")
-        binds.append((src, dst or src))
-    if launch.runtime == "apptainer-hostmpi":
-        binds.extend((d, d) for d in launch.site.host_mpi_lib_dirs)
-    return binds
+    return runtime(launch.runtime).binds(launch.site, standard)
 
 
 def container_prefix(launch: Launch) -> list[str]:
     """The container runtime's part of the command line (empty for native)."""
-    rt, site = launch.runtime, launch.site
-    if is_native(rt):
+    rt = runtime(launch.runtime)
+    if rt.native:
         return []
-    if rt not in CONTAINER_RUNTIMES:
-        raise LaunchError(f"unknown runtime {rt!r}; known: {', '.join(RUNTIMES)}")
-    if not site.image:
-        raise LaunchError(f"runtime {rt} needs an image (containers.image is empty)")
-    if rt == "charliecloud":
-        cmd = [site.ch_run_bin]
-        for src, dst in _binds(launch):
-            cmd.append(f"--bind={src}:{dst}")
-        for key, value in site.env:
-            cmd.append(f"--set-env={key}={value}")
-        cmd += [f"--cd={MOUNT_CODE}", site.image, "--"]
-        return cmd
-    cmd = [site.apptainer_bin, "exec"]
-    if site.gpu_flag:
-        cmd.append(site.gpu_flag)
-    cmd += ["--bind", ",".join(f"{s}:{d}" for s, d in _binds(launch))]
-    cmd += ["--pwd", MOUNT_CODE]
-    cmd += [site.image]
-    return cmd
+    if not launch.site.image:
+        raise LaunchError(f"runtime {rt.name} needs an image (containers.image is empty)")
+    return rt.exec_prefix(launch.site, _binds(launch), MOUNT_CODE)
 
 
 def container_env(launch: Launch) -> dict[str, str]:
-    """Variables the *host* must set for the container runtime (apptainer's APPTAINERENV_)."""
-    if not launch.runtime.startswith("apptainer"):
-        return {}
-    env = {f"APPTAINERENV_{k}": v for k, v in launch.site.env}
-    if launch.runtime == "apptainer-hostmpi":
-        libs = ":".join(launch.site.host_mpi_lib_dirs)
-        if not libs:
-            raise LaunchError("runtime apptainer-hostmpi needs containers.host_mpi_lib_dirs")
-        # host MPI (and its GPU-transport and ROCm dirs, as listed) before the image's own
-        # MPI: the OLCF recipe's order. Apptainer does not expand variables in this value.
-        env["APPTAINERENV_LD_LIBRARY_PATH"] = libs
-        if launch.site.host_mpi_preload:
-            env["APPTAINERENV_LD_PRELOAD"] = launch.site.host_mpi_preload
-    return env
+    """Variables the *host* must set for the container runtime (Apptainer's APPTAINERENV_, ...)."""
+    return runtime(launch.runtime).host_env(launch.site)
 
 
 def launcher_prefix(launch: Launch) -> list[str]:
@@ -192,7 +150,9 @@ def launcher_prefix(launch: Launch) -> list[str]:
         ]
         if launch.gpus_per_node:
             per_task = max(1, launch.gpus_per_node // launch.ranks_per_node)
-            cmd += [f"--gpus-per-task={per_task}", "--gpu-bind=closest"]
+            cmd.append(f"--gpus-per-task={per_task}")
+            if launch.gpu_bind:
+                cmd.append(f"--gpu-bind={launch.gpu_bind}")
         return cmd + list(launch.srun_extra)
     if launch.launcher == "torchrun":
         raise LaunchError("torchrun wraps the payload, use launch_command()")

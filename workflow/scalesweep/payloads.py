@@ -1,4 +1,9 @@
-"""Payload arguments per workload kind: what `python scripts/<payload>.py` is given."""
+"""Payload arguments per workload kind: what `python scripts/<payload>.py` is given, and
+the files a point reads (dataset or model, image and its manifest).
+
+Every function here takes a validated config (``scalesweep.config.check_config``: the
+schema's defaults filled in), and reads its values rather than repeating the defaults.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scalesweep.sweep import SweepPoint
+from scalesweep.pointdir import OUTPUTS_JSONL, PAYLOAD_JSON
+from scalesweep.site import site_of
+from scalesweep.sweep import SweepPoint, is_native
+
+CNN_PAYLOAD = "scripts/train_cnn.py"
+LLM_PAYLOAD = "scripts/infer_llm.py"
 
 
 @dataclass
@@ -35,41 +45,50 @@ def point_inputs(workload: str, runtime: str, config: dict) -> dict[str, str]:
     elif wl["payload"] == "llm":
         inputs["model"] = f"resources/models/{wl['model']}"
     manifest = image_manifest_path(config)
-    if runtime not in ("native", "native-aa") and manifest:
+    if not is_native(runtime) and manifest:
         inputs["image_manifest"] = manifest
     return inputs
 
 
+def built_image(config: dict) -> str:
+    """The image the workflow builds (``containers.image``), relative to the campaign."""
+    return f"resources/images/{config['containers']['image']}"
+
+
+def image_location(config: dict) -> str:
+    """The image container points run: a prebuilt one, or the one the workflow builds."""
+    return config["containers"]["prebuilt"] or built_image(config)
+
+
 def image_manifest_path(config: dict) -> str:
     """The manifest of the image the workflow builds; "" with a prebuilt image."""
-    containers = config.get("containers", {})
-    if containers.get("prebuilt"):
+    if config["containers"]["prebuilt"]:
         return ""
-    return f"resources/images/{containers.get('image', 'default')}.manifest.json"
+    return f"{built_image(config)}.manifest.json"
 
 
 def cnn_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_dir: Path) -> Invocation:
     shared_dir = str(Path(inputs["dataset"]).resolve())
     ds_name = wl["dataset"]
     ds = config["datasets"][ds_name]
-    node_local = os.path.expandvars(ds.get("node_local") or "")
+    node_local = os.path.expandvars(ds["node_local"])
     dataset_dir = str(Path(node_local) / ds_name) if node_local else shared_dir
     device = "cpu" if point.gpus == 0 else "cuda"  # ROCm torch also answers to "cuda"
     args = [
         "--data", dataset_dir,
-        "--out", str((out_dir / "payload.json").resolve()),
-        "--parallel", wl.get("parallel", "ddp") if point.world_size > 1 or wl.get("parallel") == "dp" else "single",
+        "--out", str((out_dir / PAYLOAD_JSON).resolve()),
+        "--parallel", wl["parallel"] if point.world_size > 1 or wl["parallel"] == "dp" else "single",
         "--device", device,
-        "--epochs", str(wl.get("epochs", 2)),
-        "--batch-size", str(wl.get("batch_size", 32)),
-        "--image-size", str(ds.get("image_size", 64)),
+        "--epochs", str(wl["epochs"]),
+        "--batch-size", str(wl["batch_size"]),
+        "--image-size", str(ds["image_size"]),
         "--threads", str(point.threads),
-        "--seed", str(wl.get("seed", 0)),
+        "--seed", str(wl["seed"]),
     ]
     info_file = Path(shared_dir) / "dataset.json"
     info = json.loads(info_file.read_text()) if info_file.is_file() else {}
     extra = {"dataset": {"name": ds_name, **info, "read_from": dataset_dir}}
-    return Invocation("scripts/train_cnn.py", args, dataset_dir, extra=extra,
+    return Invocation(CNN_PAYLOAD, args, dataset_dir, extra=extra,
                       stage_from=shared_dir if node_local else "")
 
 
@@ -79,32 +98,32 @@ GPU_VENDOR = {"rocm": "amd", "cuda": "nvidia", "cpu": "none"}
 def llm_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_dir: Path) -> Invocation:
     model_dir = Path(inputs["model"]).resolve()
     model_cfg = config["models"][wl["model"]]
-    model = model_cfg.get("name") if model_cfg["source"] == "ollama" else str(model_dir / "model.gguf")
+    model = model_cfg["name"] if model_cfg["source"] == "ollama" else str(model_dir / "model.gguf")
     out = out_dir.resolve()
     code = Path(config["_code_root"]).resolve()
     args = [
-        "--engine", wl.get("engine", "llamacpp"),
-        "--api", wl.get("api", "chat"),
+        "--engine", wl["engine"],
+        "--api", wl["api"],
         "--model", model,
         "--model-card", str(model_dir / "model.json"),
-        "--prompts", str(code / wl.get("prompts", "config/prompts/default.txt")),
-        "--max-tokens", str(wl.get("max_tokens", 64)),
-        "--concurrency", str(wl.get("concurrency", 1)),
-        "--warmup", str(wl.get("warmup", 2)),
+        "--prompts", str(code / wl["prompts"]),
+        "--max-tokens", str(wl["max_tokens"]),
+        "--concurrency", str(wl["concurrency"]),
+        "--warmup", str(wl["warmup"]),
         "--gpus", str(point.gpus),
-        "--gpu-vendor", GPU_VENDOR[config.get("machine", {}).get("device", "cpu")],
+        "--gpu-vendor", GPU_VENDOR[site_of(config)["node"]["device"]],
         "--threads", str(point.threads),
-        "--seed", str(wl.get("seed", 0)),
-        "--out", str(out / "payload.json"),
-        "--outputs", str(out / "outputs.jsonl"),
+        "--seed", str(wl["seed"]),
+        "--out", str(out / PAYLOAD_JSON),
+        "--outputs", str(out / OUTPUTS_JSONL),
         "--server-log", str(out / "server.log"),
     ]
-    if wl.get("num_requests"):
+    if wl["num_requests"]:
         args += ["--num-requests", str(wl["num_requests"])]
     if model_cfg["source"] == "ollama":
-        args += ["--ollama-bin", model_cfg.get("ollama_bin", "ollama"), "--models-dir", str(model_dir / "ollama")]
+        args += ["--ollama-bin", model_cfg["ollama_bin"], "--models-dir", str(model_dir / "ollama")]
     card = json.loads((model_dir / "model.json").read_text())
-    return Invocation("scripts/infer_llm.py", args, str(model_dir),
+    return Invocation(LLM_PAYLOAD, args, str(model_dir),
                       extra={"model_card": {k: card.get(k) for k in ("name", "synthetic", "sha256", "n_params", "source")}})
 
 

@@ -8,13 +8,19 @@ point: repeats are points), the worst case (every point failing until its last a
 each attempt using all it asked for), and the node-hours to expect from earlier
 campaigns' measured wall times. Then the
 warnings a site would otherwise give at submission or after days in the queue: over the
-allocation, past a queue limit, over a walltime cap.
+allocation, past a queue limit, over a walltime cap. Where the site declares a price
+(``price.per_node_hour``, ``price.unit``), the cost: node-hours x that price.
+
+The site is the config's (``site:``, loaded by the config's validation), or the one
+``--site NAME|PATH`` names instead (a name under sites/, or a site file): its node shape
+checks the sweep, its ``slurm.max_runtime_min`` caps the runtimes, its ``slurm.limits``
+give the queue warnings and its ``price`` the cost.
 
 Runtime per attempt: ``scalesweep.slurm.runtime_min`` (what ``rule run_point`` asks the
 Slurm plugin for: ``workloads.<name>.max_runtime_min x 2^(attempt-1)``, capped at
-``machine.max_runtime_min``), unless the profile's ``set-resources`` fixes ``run_point``'s
-runtime (a number, or an arithmetic expression of ``attempt``), which Snakemake would
-use instead. Attempts = 1 + the profile's ``retries`` (profiles/default, then the given
+the site's ``slurm.max_runtime_min``), unless the profile's ``set-resources`` fixes
+``run_point``'s runtime (a number, or an arithmetic expression of ``attempt``), which
+Snakemake would use instead. Attempts = 1 + the profile's ``retries`` (profiles/default, then the given
 profile, as Snakemake applies them).
 
 Besides the points, each dataset a CNN workload reads is staged and verified by two more
@@ -45,43 +51,13 @@ import yaml
 
 from scalesweep import fits
 from scalesweep.cli import UsageError
-from scalesweep.config import ConfigError, config_sources
+from scalesweep.config import ConfigError, check_config, config_sources
+from scalesweep.site import SiteError, known_sites, site_of
 from scalesweep.slurm import runtime_min
 from scalesweep.sweep import SweepError, selected_points
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Site limits, as documented by the site. Add a site by adding an entry; every key but
-# "name" and "source" is optional.
-SITES: dict[str, dict] = {
-    "frontier": {
-        "name": "OLCF Frontier",
-        "source": "OLCF Frontier User Guide, 'Scheduling Policy' (docs.olcf.ornl.gov; "
-                  "github.com/olcf/olcf-user-docs systems/frontier_user_guide.rst)",
-        # batch partition: jobs beyond 4 eligible-to-run per user are held until one ends
-        "max_eligible_jobs": 4,
-        # per user, all partitions, any state; more are rejected at submission
-        "max_queued_jobs": 100,
-        "max_nodes": 9472,
-        # (min nodes, max nodes, max walltime in hours): "Job Priority by Node Count"
-        "walltime_h_by_nodes": [
-            (1, 91, 2.0),
-            (92, 183, 6.0),
-            (184, 1881, 12.0),
-            (1882, 5644, 12.0),
-            (5645, 9472, 12.0),
-        ],
-        # QOS (profile key slurm-qos, or --qos): one job in any state, at most 2 h
-        "qos": {"debug": {"max_queued_jobs": 1, "max_eligible_jobs": 1,
-                          "max_walltime_h": 2.0}},
-    },
-    "odo": {
-        "name": "OLCF Odo",
-        "source": "OLCF Odo User Guide (32 nodes, 2 of them login nodes; queue policy "
-                  "otherwise not documented: Frontier's guide applies in general)",
-        "max_nodes": 30,
-    },
-}
 # Rules that run as Slurm jobs besides run_point, per dataset a CNN workload reads.
 DATASET_JOBS = ("stage_dataset", "verify_dataset")
 DEFAULT_RUNTIME_MIN = 60  # Snakemake's own default runtime when a profile sets none
@@ -165,8 +141,7 @@ def point_runtime_min(config: dict, profile: dict, workload: str, attempt: int) 
         found = minutes(fixed, attempt)
         if found is not None:
             return found
-    return float(runtime_min(config["workloads"][workload], config.get("machine", {}) or {},
-                             attempt))
+    return float(runtime_min(config["workloads"][workload], site_of(config), attempt))
 
 
 # --- history ----------------------------------------------------------------------------------
@@ -249,8 +224,8 @@ def support_jobs(config: dict, profile: dict) -> pd.DataFrame:
                         columns=["rule", "dataset", "nodes", "runtime_min", "node_h"])
 
 
-def walltime_cap_h(site: dict, nodes: int) -> float | None:
-    for low, high, hours in site.get("walltime_h_by_nodes", []):
+def walltime_cap_h(limits: dict, nodes: int) -> float | None:
+    for low, high, hours in limits.get("walltime_h_by_nodes", []):
         if low <= nodes <= high:
             return hours
     return None
@@ -258,12 +233,13 @@ def walltime_cap_h(site: dict, nodes: int) -> float | None:
 
 def site_warnings(points: pd.DataFrame, support: pd.DataFrame, profile: dict, site: dict,
                   qos: str | None = None) -> list[str]:
-    """What the site's documented limits say about this sweep."""
+    """What the site's documented limits (``slurm.limits``, those of ``qos`` over them)
+    say about this sweep."""
     warnings: list[str] = []
-    limits = dict(site)
-    if qos and qos in site.get("qos", {}):
-        limits.update(site["qos"][qos])
-    name = site["name"] + (f" ({qos} QOS)" if qos else "")
+    limits = dict(site["slurm"]["limits"])
+    if qos and qos in limits.get("qos", {}):
+        limits.update(limits["qos"][qos])
+    name = f"site {site['name']}" + (f" ({qos} QOS)" if qos else "")
     jobs = len(points) + len(support)
     queued, eligible = limits.get("max_queued_jobs"), limits.get("max_eligible_jobs")
     concurrent = int(profile.get("jobs", 0) or 0)
@@ -314,7 +290,8 @@ def site_warnings(points: pd.DataFrame, support: pd.DataFrame, profile: dict, si
             n, a, r, cap = retry_refused[0]
             warnings.append(f"{workload}: {len(retry_refused)} points' retries would ask for "
                             f"more than {name}'s walltime cap (e.g. {n} nodes, attempt {a}: "
-                            f"{r:g} min > {cap:g} h): set machine.max_runtime_min to the cap")
+                            f"{r:g} min > {cap:g} h): set the site's slurm.max_runtime_min "
+                            "to the cap")
         if slow:
             n, s, cap = slow[0]
             warnings.append(f"{workload}: {len(slow)} points are expected to run longer than "
@@ -357,6 +334,16 @@ def totals_of(points: pd.DataFrame, support: pd.DataFrame, profile: dict) -> dic
     }
 
 
+def cost_of(totals: dict, site: dict) -> dict | None:
+    """The node-hours of ``totals`` at the site's price; None where it declares none."""
+    price = site["price"]
+    if "per_node_hour" not in price:
+        return None
+    return {"unit": price["unit"], "per_node_hour": price["per_node_hour"],
+            **{what: totals[f"{what}_node_h"] * price["per_node_hour"]
+               for what in ("requested", "worst", "expected")}}
+
+
 def summary_table(points: pd.DataFrame) -> pd.DataFrame:
     """Per workload: jobs, nodes, runtime per attempt, node-hours, sources of expectation."""
     rows = []
@@ -374,17 +361,6 @@ def summary_table(points: pd.DataFrame) -> pd.DataFrame:
             "expected_from": ", ".join(f"{sources[s]} {s}" for s in SOURCES if s in sources),
         })
     return pd.DataFrame(rows)
-
-
-def site_for(name: str | None, profile_path: str | None, config: dict) -> tuple[str, dict] | None:
-    """--site, else the profile directory's name, else machine.name, if a known site."""
-    if name and name not in SITES:
-        raise UsageError(f"unknown site {name!r}; known: {', '.join(SITES)}")
-    for candidate in (name, Path(profile_path).name if profile_path else None,
-                      (config.get("machine") or {}).get("name")):
-        if candidate and candidate in SITES:
-            return candidate, SITES[candidate]
-    return None
 
 
 # --- command line ---------------------------------------------------------------------------
@@ -408,8 +384,9 @@ def add_parser(subparsers) -> None:
                    help="warn when the sweep needs more than this")
     p.add_argument("--from-campaign", nargs="*", default=[], type=Path, metavar="DIR",
                    help="earlier campaigns whose measured wall times give the expectation")
-    p.add_argument("--site", help=f"site limits to check ({', '.join(SITES)}; default: the "
-                   "profile's directory name or machine.name)")
+    p.add_argument("--site", metavar="NAME|PATH",
+                   help=f"plan for this site instead of the config's `site` (a name: "
+                        f"{', '.join(known_sites())}; or a site file)")
     p.add_argument("--qos", help="Slurm QOS the jobs go to (default: the profile's slurm-qos)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--strict", action="store_true", help="exit 1 when there is a warning")
@@ -424,31 +401,37 @@ def run(args: argparse.Namespace) -> int:
         configs = [str(f) for f in sources.files()] + [f"--config {c}"
                                                       for c in sources.config_args]
         config = sources.load()
+        if args.site:  # a path relative to the current directory, as on any command line
+            site_arg = args.site
+            if "/" in site_arg or site_arg.endswith((".yaml", ".yml")):
+                site_arg = str(Path(site_arg).resolve())
+            config["site"] = site_arg
+            check_config(config)  # the site's facts, runtimes and engines checked again
         history = campaign_history(args.from_campaign)
         points = plan_points(config, profile, history)
         support = support_jobs(config, profile)
-    except (ConfigError, SweepError) as exc:
+    except (ConfigError, SiteError, SweepError) as exc:
         raise UsageError(str(exc)) from None
-    site = site_for(args.site, args.profile, config)
+    site = site_of(config)
     qos = args.qos or profile.get("slurm-qos")
     totals = totals_of(points, support, profile)
+    cost = cost_of(totals, site)
     warnings = plan_warnings(points, totals, args.allocation_node_hours)
-    if site:
-        warnings += site_warnings(points, support, profile, site[1], qos)
+    warnings += site_warnings(points, support, profile, site, qos)
     summary = summary_table(points)
     if args.json:
-        json.dump({"configs": configs, "profile": args.profile, "site": site[0] if site else None,
-                   "totals": totals, "workloads": summary.to_dict(orient="records"),
+        json.dump({"configs": configs, "profile": args.profile, "site": site["name"],
+                   "totals": totals, "cost": cost, "workloads": summary.to_dict(orient="records"),
                    "warnings": warnings}, sys.stdout, indent=2, default=_json_default)
         print()
     else:
-        _print_text(configs, args, site, totals, summary, support, warnings)
+        _print_text(configs, args, site, totals, cost, summary, support, warnings)
     return 1 if warnings and args.strict else 0
 
 
-def _print_text(configs, args, site, totals, summary, support, warnings) -> None:
-    print(f"config: {' + '.join(configs)}; profile: {args.profile or '(none)'}; site limits: "
-          f"{site[1]['name'] if site else '(none known)'}")
+def _print_text(configs, args, site, totals, cost, summary, support, warnings) -> None:
+    print(f"config: {' + '.join(configs)}; profile: {args.profile or '(none)'}; site: "
+          f"{site['name']}, {site['description']}")
     kind = "Slurm jobs" if args.profile and read_profile(args.profile).get("executor") == "slurm" \
         else "jobs"
     print(f"{totals['jobs']} {kind}: {totals['point_jobs']} sweep points (repeats "
@@ -468,10 +451,14 @@ def _print_text(configs, args, site, totals, summary, support, warnings) -> None
     if len(support):
         print(f"  incl. {support['node_h'].sum():,.1f} node-h of dataset staging/verification "
               f"({len(support)} jobs x {support['runtime_min'].iloc[0]:g} min, 1 node)")
+    if cost:
+        print(f"cost at {cost['per_node_hour']:g} {cost['unit']} per node-hour: requested "
+              f"{_hours(cost['requested'])}, worst case {_hours(cost['worst'])}, expected "
+              f"{_hours(cost['expected'])} {cost['unit']}")
     if args.allocation_node_hours:
         print(f"allocation: {args.allocation_node_hours:,.1f} node-hours")
-    if site:
-        print(f"site limits from: {site[1]['source']}")
+    if site["slurm"]["limits"]:
+        print(f"site limits from: {site['source'] or 'site ' + site['name']}")
     if warnings:
         print("\nwarnings:")
         for w in warnings:

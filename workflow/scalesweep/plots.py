@@ -21,18 +21,13 @@ from scalesweep.report_figures import (  # noqa: E402
     DISTURBED_COLOR,
     NOT_DONE_COLOR,
     disturbed_mask,
+    numeric_column,
     runtime_order,
     runtime_palette,
     shared_cores_note,
 )
 
 CI_NOTE = "error bars / bands: 95% CI of the table (Student t over the undisturbed repeats)"
-
-
-def _numbers(df: pd.DataFrame, col: str) -> np.ndarray:
-    if col not in df:
-        return np.full(len(df), np.nan)
-    return pd.to_numeric(df[col], errors="coerce").to_numpy(float)
 
 
 def _footer(fig: plt.Figure, lines: list[tuple[str, str]]) -> None:
@@ -70,7 +65,7 @@ def scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame) -> plt.Figure:
             if table["threads"].nunique() > 1:  # several series per runtime: apart
                 color = colors[i % len(colors)]
             x, y = s["count"].to_numpy(float), s["time_s"].to_numpy(float)
-            low, high = _numbers(s, "ci95_low"), _numbers(s, "ci95_high")
+            low, high = numeric_column(s, "ci95_low"), numeric_column(s, "ci95_high")
             ax.plot(x, y, marker="o", color=color, label=series, linewidth=2)
             ok = ~(np.isnan(low) | np.isnan(high))
             if ok.any():
@@ -155,10 +150,10 @@ def llm_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None) -> plt.Fig
                 r = mine[mine["runtime"] == runtime]
                 offset = (i - (len(runtimes) - 1) / 2) * width
                 x = np.array([gpus.index(int(g)) for g in r["gpus"]]) + offset
-                y = _numbers(r, value)
+                y = numeric_column(r, value)
                 ax.bar(x, y, width=width * 0.95, color=palette[runtime], alpha=0.65,
                        label=runtime)
-                lo, hi = _numbers(r, low), _numbers(r, high)
+                lo, hi = numeric_column(r, low), numeric_column(r, high)
                 ok = ~(np.isnan(lo) | np.isnan(hi) | np.isnan(y))
                 if ok.any():
                     ax.errorbar(x[ok], y[ok], yerr=np.vstack([y[ok] - lo[ok], hi[ok] - y[ok]])

@@ -44,7 +44,7 @@ STARTUP_COLUMNS = [
 ]
 PROVENANCE_COLUMNS = [
     *POINT_COLUMNS, "hosts", "host_platform", "launcher", "slurm_job_id", "image_digest",
-    "image_builder", "python", "torch", "engine", "engine_version", "model", "model_sha256",
+    "image_builder", "runtime_version", "python", "torch", "engine", "engine_version", "model", "model_sha256",
     "dataset", "git_commit", "start", "end", "disturbed", "disturbed_reason", "exclusive",
     "shared_cores", "cpus_bound", "gpus_visible", "order_position", "path",
 ]
@@ -247,7 +247,8 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
             color = palette[s["runtime"].iloc[0]]
             ax.plot(s["count"], s["efficiency_pct"], marker="o", color=color, label=series,
                     linewidth=2)
-            low, high = _numbers(s, "efficiency_ci95_low_pct"), _numbers(s, "efficiency_ci95_high_pct")
+            low = numeric_column(s, "efficiency_ci95_low_pct")
+            high = numeric_column(s, "efficiency_ci95_high_pct")
             y = s["efficiency_pct"].to_numpy(float)
             has_ci = ~(np.isnan(low) | np.isnan(high))
             if has_ci.any():
@@ -286,7 +287,7 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
                                zorder=4)
         _counts_axis(ax, counts)
         top = np.nanmax([110.0, *table["efficiency_pct"].tolist(),
-                         *_numbers(table, "efficiency_ci95_high_pct").tolist()])
+                         *numeric_column(table, "efficiency_ci95_high_pct").tolist()])
         ax.set_ylim(0, top * 1.15)
         ax.set_xlabel(count_axis_label(table))
         ax.set_ylabel("scaling efficiency (%)")
@@ -402,7 +403,8 @@ def overhead_figure(overhead: pd.DataFrame, points: pd.DataFrame | None = None,
         rows = df[df["runtime"] == runtime]
         x = np.array([order.index(p) for p in rows["point"]]) + (i - (len(runtimes) - 1) / 2) * width
         y = rows["overhead_pct"].to_numpy(float)
-        low, high = _numbers(rows, "overhead_ci95_low_pct"), _numbers(rows, "overhead_ci95_high_pct")
+        low = numeric_column(rows, "overhead_ci95_low_pct")
+        high = numeric_column(rows, "overhead_ci95_high_pct")
         has_ci = ~(np.isnan(low) | np.isnan(high))
         if has_ci.any():
             yerr = np.vstack([y[has_ci] - low[has_ci], high[has_ci] - y[has_ci]]).clip(min=0)
@@ -411,7 +413,7 @@ def overhead_figure(overhead: pd.DataFrame, points: pd.DataFrame | None = None,
         significant = _significance(rows)
         verdicts = _short_verdicts(rows)
         for xi, yi, ci, sig, p, verdict in zip(x, y, has_ci, significant,
-                                               _numbers(rows, "p_value"), verdicts):
+                                               numeric_column(rows, "p_value"), verdicts):
             face = palette[runtime] if sig is True else "white" if sig is False else "0.85"
             edge = palette[runtime]
             ax.scatter([xi], [yi], s=110, marker="D", facecolor=face, edgecolor=edge,
@@ -436,8 +438,8 @@ def overhead_figure(overhead: pd.DataFrame, points: pd.DataFrame | None = None,
     ax.set_xlabel("sweep point (nodes-GPUs-ranks-threads per rank)")
     ax.set_ylabel("container overhead (%)")
     ax.set_title(name)
-    values = np.concatenate([_numbers(df, "overhead_pct"), _numbers(df, "overhead_ci95_low_pct"),
-                             _numbers(df, "overhead_ci95_high_pct")])
+    values = np.concatenate([numeric_column(df, c) for c in
+                             ("overhead_pct", "overhead_ci95_low_pct", "overhead_ci95_high_pct")])
     lo, hi = np.nanmin([0.0, *values]), np.nanmax([0.0, *values])
     pad = max(2.0, (hi - lo) * 0.12)
     ax.set_ylim(lo - pad, hi + pad)
@@ -459,7 +461,7 @@ def overhead_figure(overhead: pd.DataFrame, points: pd.DataFrame | None = None,
     if "verdict_text" in df.columns:
         lines += [f"{r['runtime']} {r['point'].replace(chr(10), ' ')}: {r['verdict_text']}"
                   for _, r in df.iterrows() if isinstance(r["verdict_text"], str)]
-    left_out = _numbers(df, "n_disturbed")
+    left_out = numeric_column(df, "n_disturbed")
     if np.nansum(left_out) > 0:
         lines.append(f"disturbed runs were left out of {int((left_out > 0).sum())} of these "
                      "comparisons (n_disturbed in overhead.csv counts both sides)")
@@ -486,7 +488,7 @@ def _short_verdicts(rows: pd.DataFrame) -> list[str]:
     return out
 
 
-def _numbers(df: pd.DataFrame, col: str) -> np.ndarray:
+def numeric_column(df: pd.DataFrame, col: str) -> np.ndarray:
     """A column as floats, NaN where empty or absent (CSV round trips leave '' or nothing)."""
     if col not in df:
         return np.full(len(df), np.nan)
@@ -731,9 +733,9 @@ def epochs_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
 
 def provenance_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
     """Where and with what each run was measured: hosts, launcher, Slurm job, image digest,
-    library and engine versions, model and dataset, git commit, times, whether it was
-    disturbed, what the allocation gave it (exclusive, shared cores, CPUs and GPUs bound),
-    its place in its block's order, metrics file."""
+    container runtime version, library and engine versions, model and dataset, git commit,
+    times, whether it was disturbed, what the allocation gave it (exclusive, shared cores,
+    CPUs and GPUs bound), its place in its block's order, metrics file."""
     rows = []
     for path, m in records:
         image = m.get("image") or {}
@@ -752,6 +754,7 @@ def provenance_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
             "slurm_job_id": slurm.get("job_id") or m.get("slurm_job_id"),
             "image_digest": image.get("content_digest"),
             "image_builder": _builder(image.get("builder")),
+            "runtime_version": (m.get("runtime_provenance") or {}).get("version"),
             "python": versions.get("python") or host.get("python"),
             "torch": versions.get("torch"),
             "engine": engine.get("name"),

@@ -26,12 +26,13 @@ import time
 from pathlib import Path
 
 from scalesweep.cli import UsageError
+from scalesweep.pointdir import ATTEMPTS, METRICS_JSON, RUNS_DIR
 from scalesweep.sweep import HISTORY_DIR, SweepPoint
 
 REPO = Path(__file__).resolve().parents[2]
 AXES = [f for f in SweepPoint.__dataclass_fields__]
 # left in the point directory: the history itself, and the log of every attempt
-KEPT_IN_PLACE = {HISTORY_DIR, "attempts.jsonl"}
+KEPT_IN_PLACE = {HISTORY_DIR, ATTEMPTS}
 STATE_FLAGS = {"failed": ("failed", "stale"), "disturbed": ("disturbed",),
                "missing": ("missing",)}
 
@@ -90,7 +91,7 @@ def move_aside(point_dir: Path, stamp: str) -> Path | None:
         raise UsageError(f"{dest} exists already: run rerun again in a second")
     dest.mkdir(parents=True)
     # metrics.json last: until it has moved, the point still reads as measured
-    for entry in sorted(entries, key=lambda e: e.name == "metrics.json"):
+    for entry in sorted(entries, key=lambda e: e.name == METRICS_JSON):
         os.rename(entry, dest / entry.name)
     return dest
 
@@ -111,7 +112,9 @@ def snakemake_command(args, targets: list[str]) -> list[str]:
     directory, the user's profile and config arguments, the default target and the
     points' metrics files."""
     exe = Path(sys.executable).with_name("snakemake")
-    cmd = [str(exe) if exe.exists() else "snakemake", "-s", str(REPO / "Snakefile")]
+    # the targets first: after --config/--configfile (nargs +) they would be read as more
+    # config items or files
+    cmd = [str(exe) if exe.exists() else "snakemake", "-s", str(REPO / "Snakefile"), "all", *targets]
     if Path(args.directory).resolve() != Path.cwd().resolve():
         cmd += ["--directory", str(args.directory)]
     cmd += user_args(args.profile, args.configfile, args.config)
@@ -120,8 +123,7 @@ def snakemake_command(args, targets: list[str]) -> list[str]:
     if not args.profile and not any(a.split("=")[0] in cores or a.startswith(("-c", "-j"))
                                     for a in extra):
         cmd += ["--cores", "all"]  # Snakemake needs a core budget to run locally
-    cmd += extra
-    return cmd + ["all", *targets]
+    return cmd + extra
 
 
 def planned_points(cmd: list[str]) -> list[str]:
@@ -131,7 +133,8 @@ def planned_points(cmd: list[str]) -> list[str]:
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
         raise UsageError(f"snakemake refuses the command (nothing was moved):\n{tail}")
-    return sorted(set(re.findall(r"output: results/runs/(\S+)/metrics\.json", proc.stdout)))
+    pattern = rf"output: {re.escape(RUNS_DIR)}/(\S+)/{re.escape(METRICS_JSON)}"
+    return sorted(set(re.findall(pattern, proc.stdout)))
 
 
 def campaign_config(args) -> dict:
@@ -175,7 +178,7 @@ def run(args) -> int:
               + " and ".join([*(f"state {'/'.join(sorted(states))}" for _ in [0] if states),
                               *(f"{k}={','.join(sorted(v))}" for k, v in where.items())]))
         return 0
-    targets = [f"results/runs/{p}/metrics.json" for p in chosen["path"]]
+    targets = [f"{RUNS_DIR}/{p}/{METRICS_JSON}" for p in chosen["path"]]
     cmd = snakemake_command(args, targets)
     print(f"Measuring {len(chosen)} point(s) again:")
     for _, row in chosen.iterrows():
@@ -201,11 +204,11 @@ def run(args) -> int:
         return 0
     stamp = history_stamp()
     busy = [p for p in chosen["path"]
-            if (directory / "results" / "runs" / p / HISTORY_DIR / stamp).exists()]
+            if (directory / RUNS_DIR / p / HISTORY_DIR / stamp).exists()]
     if busy:
         raise UsageError(f"{busy[0]}/{HISTORY_DIR}/{stamp} exists already: run this again")
     for path in chosen["path"]:
-        dest = move_aside(directory / "results" / "runs" / path, stamp)
+        dest = move_aside(directory / RUNS_DIR / path, stamp)
         if dest is not None:
             print(f"  kept {path} -> {dest.relative_to(directory)}")
     return subprocess.call(cmd)

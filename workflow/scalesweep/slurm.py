@@ -1,8 +1,10 @@
 """Slurm resources of one sweep point, for snakemake-executor-plugin-slurm (2.8.0).
 
 Every function here is pure: a sweep point + its workload + the config (+ the attempt)
-in, plain values out. ``workflow/rules/common.smk`` wraps them as the resource functions
-of ``rule run_point``; the plugin turns them into the ``sbatch`` line.
+in, plain values out; the machine's rules come from the config's site
+(``scalesweep.site``: ``node``, ``launch.gpu_bind``, ``slurm``, ``storage``).
+``workflow/rules/common.smk`` wraps them as the resource functions of ``rule run_point``;
+the plugin turns them into the ``sbatch`` line.
 ``slurm_partition``, ``slurm_account`` and ``qos`` are not set here: they belong to the site
 profile (``profiles/<site>/config.yaml``, ``default-resources``) or the command line.
 
@@ -13,7 +15,7 @@ inside it (``scalesweep.launch.launcher_prefix``)::
                                           (+ --gpus=G with G GPUs)
     several ranks, 1 per node              --nodes=N --ntasks=N --cpus-per-task=T
     several ranks, R > 1 per node          --nodes=N --ntasks-per-node=R --cpus-per-task=T
-      with GPUs (R ranks, G GPUs per node)   + --gpus-per-task=G/R --gpu-bind=closest
+      with GPUs (R ranks, G GPUs per node)   + --gpus-per-task=G/R --gpu-bind=<site's>
 
 What the plugin and its jobstep do with these (read from their source, checked on the
 local cluster, ``tests/test_slurm_profile.py`` pins it):
@@ -29,7 +31,8 @@ local cluster, ``tests/test_slurm_profile.py`` pins it):
   ``tasks_per_node`` when R > 1, else ``tasks`` = N (the ranks of a 1-per-node layout).
 * GPUs: the plugin's ``gpu`` resource gives ``--gpus=G`` and, when ``tasks`` is set,
   ``--ntasks-per-gpu=<tasks>`` (wrong for several ranks, and Slurm refuses it together with
-  ``--ntasks-per-node``). So several ranks get ``--gpus-per-task=G/R --gpu-bind=closest``
+  ``--ntasks-per-node``). So several ranks get ``--gpus-per-task=G/R`` (and the site's
+  ``launch.gpu_bind``, Frontier ``closest``, as ``--gpu-bind``)
   through ``slurm_extra`` (which refuses ``--gpus``/``--gres`` but not ``--gpus-per-task``),
   and one process gets ``gpu=G`` (``--gpus=G`` on sbatch and on the jobstep's ``srun -n1``).
 * ``constraint``/``slurm_extra``: ``None`` leaves the option out; an empty string would
@@ -39,8 +42,8 @@ local cluster, ``tests/test_slurm_profile.py`` pins it):
   ``--mem`` out (the node's default memory: the whole node where nodes are exclusive).
 * Whole nodes: the plugin has no resource or option for an exclusive allocation and does
   not refuse ``--exclusive`` in ``slurm_extra`` (2.8.0: not among its forbidden options),
-  so ``machine.exclusive`` (default true) adds ``--exclusive`` there, unless the site's
-  ``machine.slurm_extra`` already has an ``--exclusive[=...]``. The run records what it got
+  so the site's ``slurm.exclusive`` (default true) adds ``--exclusive`` there, unless its
+  ``slurm.extra`` already has an ``--exclusive[=...]``. The run records what it got
   (``scontrol``'s OverSubscribe: ``allocation.exclusive`` in metrics.json).
 """
 
@@ -51,10 +54,10 @@ import shlex
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from scalesweep.site import site_of
 from scalesweep.sweep import SweepPoint
 
 DEFAULT_MAX_RUNTIME_MIN = 30  # workloads.<name>.max_runtime_min's schema default
-GPU_BIND = "closest"  # each rank gets the GPU(s) nearest its cores (OLCF's Frontier advice)
 
 
 class SlurmConfigError(ValueError):
@@ -81,17 +84,17 @@ class SlurmRequest:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
-def runtime_min(workload: dict, machine: dict, attempt: int = 1) -> int:
+def runtime_min(workload: dict, site: dict, attempt: int = 1) -> int:
     """Wall time (minutes) of an attempt: the workload's base, doubled on each retry.
 
     Attempt n asks for ``max_runtime_min x 2^(n-1)``: a point that ran out of time gets
     twice as long, and a slow node never costs more than twice what was needed. Capped at
-    ``machine.max_runtime_min`` (the site's limit, e.g. Frontier's 2 h for up to 91
-    nodes) when that is set, so a retry is never refused by the queue.
+    the site's ``slurm.max_runtime_min`` (e.g. Frontier's 2 h for up to 91 nodes) when
+    that is set, so a retry is never refused by the queue.
     """
     base = int(workload.get("max_runtime_min", DEFAULT_MAX_RUNTIME_MIN))
     minutes = base * 2 ** (max(1, int(attempt)) - 1)
-    cap = int(machine.get("max_runtime_min", 0) or 0)
+    cap = site["slurm"]["max_runtime_min"]
     return min(minutes, cap) if cap else minutes
 
 
@@ -112,31 +115,32 @@ def forbidden_extra(tokens: list[str]) -> list[str]:
     return [name for pattern, name in get_forbidden_slurm_options().items() if re.search(pattern, line)]
 
 
-def extra_tokens(point: SweepPoint, machine: dict) -> list[str]:
+def extra_tokens(point: SweepPoint, site: dict) -> list[str]:
     """sbatch options the plugin has no resource for, in a fixed order (GPU binding,
-    core specialisation, exclusive nodes, then the site's own)."""
+    core specialisation, exclusive nodes, then the site's own ``slurm.extra``)."""
     tokens: list[str] = []
     if point.gpus and point.world_size > 1:
-        tokens += [f"--gpus-per-task={gpus_per_task(point)}", f"--gpu-bind={GPU_BIND}"]
-    core_spec = machine.get("core_spec")
-    if core_spec is not None:
-        tokens.append(f"--core-spec={int(core_spec)}")
-    site = [str(t) for t in machine.get("slurm_extra", []) or []]
-    if machine.get("exclusive", True) and not any(t.startswith("--exclusive") for t in site):
+        tokens.append(f"--gpus-per-task={gpus_per_task(point)}")
+        if site["launch"]["gpu_bind"]:
+            tokens.append(f"--gpu-bind={site['launch']['gpu_bind']}")
+    if site["node"]["core_spec"] is not None:
+        tokens.append(f"--core-spec={site['node']['core_spec']}")
+    own = [str(t) for t in site["slurm"]["extra"]]
+    if site["slurm"]["exclusive"] and not any(t.startswith("--exclusive") for t in own):
         tokens.append("--exclusive")
-    bad = forbidden_extra(site)
+    bad = forbidden_extra(own)
     if bad:
         raise SlurmConfigError(
-            f"machine.slurm_extra {site} sets what the Slurm executor plugin sets itself "
-            f"({', '.join(bad)}): use the matching resource or profile key instead"
+            f"site {site['name']}: slurm.extra {own} sets what the Slurm executor plugin "
+            f"sets itself ({', '.join(bad)}): use the matching resource or profile key instead"
         )
-    return tokens + site
+    return tokens + own
 
 
 def constraint(workload: dict, config: dict) -> str | None:
-    """Node features: ``machine.node_local_constraint`` (Frontier: nvme) when the point's
-    dataset is copied to node-local storage (``datasets.<name>.node_local``)."""
-    feature = config.get("machine", {}).get("node_local_constraint", "") or ""
+    """Node features: the site's ``storage.node_local_constraint`` (Frontier: nvme) when
+    the point's dataset is copied to node-local storage (``datasets.<name>.node_local``)."""
+    feature = site_of(config)["storage"]["node_local_constraint"]
     dataset = config.get("datasets", {}).get(workload.get("dataset") or "", {}) or {}
     if workload.get("payload") == "cnn" and dataset.get("node_local") and feature:
         return feature
@@ -145,10 +149,9 @@ def constraint(workload: dict, config: dict) -> str | None:
 
 def slurm_request(point: SweepPoint, workload: dict, config: dict, attempt: int = 1) -> SlurmRequest:
     """All executor-plugin resources of one point (see the module docstring)."""
-    machine = config.get("machine", {}) or {}
+    site = site_of(config)
     multi = point.world_size > 1
-    tokens = extra_tokens(point, machine)
-    mem = int(machine.get("mem_mb_per_node", 0) or 0)
+    tokens = extra_tokens(point, site)
     return SlurmRequest(
         nodes=point.nodes,
         tasks=point.world_size if multi and point.ranks == 1 else None,
@@ -157,8 +160,8 @@ def slurm_request(point: SweepPoint, workload: dict, config: dict, attempt: int 
         cpus_per_task=point.threads,
         gpu=point.gpus if point.gpus and not multi else None,
         slurm_extra=shlex.join(tokens) if tokens else None,
-        runtime=runtime_min(workload, machine, attempt),
-        mem_mb=mem,
+        runtime=runtime_min(workload, site, attempt),
+        mem_mb=site["node"]["mem_mb"],
         constraint=constraint(workload, config),
     )
 

@@ -1,5 +1,9 @@
 """Container start-up cost, measured apart from the workloads: the same no-op, python
-start and torch import, N times natively and N times through the container runtime."""
+start and torch import, N times natively and N times through the container runtime.
+
+Both sides run in the environment a point's launch gets from the host (``launch_env``:
+the variables the runtime needs, e.g. Apptainer's ``APPTAINERENV_*``), with ``$USER``.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-from scalesweep.launch import Launch, container_prefix
+from scalesweep.hostenv import with_user
+from scalesweep.launch import Launch, container_prefix, launch_env
 from scalesweep.metrics import now_iso
-from scalesweep.runpoint import container_site
+from scalesweep.pointlaunch import container_site, runtime_provenance
+from scalesweep.site import site_of
 
 PROBES = {
     "noop": ["/bin/true"],
@@ -41,11 +47,11 @@ def measure_startup(runtime: str, image: str, config: dict, repeats: int = 10,
                     gpus_per_node=0, payload="", args=(), code_root=code, data_dir=code,
                     out_dir=code, site=site)
     prefix = container_prefix(launch)
-    env = dict(os.environ)
-    env.setdefault("USER", "root" if os.getuid() == 0 else str(os.getuid()))
-    native_python = config.get("machine", {}).get("python") or sys.executable
+    env = with_user(dict(os.environ))
+    env.update(launch_env(launch))
+    native_python = site_of(config)["launch"]["python"] or sys.executable
     result: dict = {"runtime": runtime, "image": image, "repeats": repeats, "start": now_iso(),
-                    "probes": {}}
+                    "runtime_provenance": runtime_provenance(runtime, site), "probes": {}}
     for name, argv in PROBES.items():
         native = [a.replace("{python}", native_python) for a in argv]
         inside = prefix + [a.replace("{python}", site.python) for a in argv]

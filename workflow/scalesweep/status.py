@@ -16,7 +16,8 @@ from pathlib import Path
 from scalesweep.cli import UsageError
 from scalesweep.collect import extra_repeats, point_states
 from scalesweep.config import ConfigError, config_sources
-from scalesweep.runpoint import RUNNING_JSON
+from scalesweep.pointdir import (FAILURE_JSON, METRICS_JSON, RUNNING_JSON, RUNS_DIR, boot_id,
+                                 proc_start_ticks)
 from scalesweep.sweep import SweepError, SweepPoint, check_selection, sweep_points
 
 
@@ -58,12 +59,12 @@ def _in_flight(directory: Path, path: str, state: str) -> bool:
     whose marker is newer than its failure.json: a retry (Snakemake's own, or a re-run)
     was submitted after that attempt failed. A failed job's marker is removed when the
     failure is handled, and a marker older than the failure is that attempt's own."""
-    marker = _incomplete_marker(directory, f"results/runs/{path}/metrics.json")
+    marker = _incomplete_marker(directory, f"{RUNS_DIR}/{path}/{METRICS_JSON}")
     if state == "missing":
         return marker.exists()
     if state != "failed":
         return False
-    failure = directory / "results" / "runs" / path / "failure.json"
+    failure = directory / RUNS_DIR / path / FAILURE_JSON
     try:
         return marker.stat().st_mtime >= failure.stat().st_mtime
     except OSError:  # no marker, or no failure.json (an unreadable metrics.json)
@@ -177,8 +178,6 @@ def owner_state(owner: dict) -> tuple[str, str]:
     """("alive" | "gone" | "unknown", who) of the run that wrote a point's running.json:
     on this host (same boot), its pid with the same start time; in a Slurm job, the
     job's state; on another host without Slurm, unknown."""
-    from scalesweep.runpoint import boot_id, proc_start_ticks
-
     host, pid, job = owner.get("host"), owner.get("pid"), owner.get("slurm_job_id")
     who = f"harness pid {pid} on {host}" + (f", Slurm job {job}" if job else "")
     who += f", started {owner['start']}" if owner.get("start") else ""
@@ -204,8 +203,8 @@ def _ownership(directory: Path, path: str, state: str, queued,
     """(state, reason) of a point Snakemake marks incomplete ("running") or one a live
     harness runs outside Snakemake; None to leave the point as it is. ``queued`` and
     ``workflow``: queued_points and workflow_state of the campaign, looked up once."""
-    point_dir = directory / "results" / "runs" / path
-    marker = _incomplete_marker(directory, f"results/runs/{path}/metrics.json")
+    point_dir = directory / RUNS_DIR / path
+    marker = _incomplete_marker(directory, f"{RUNS_DIR}/{path}/{METRICS_JSON}")
     owner = None
     try:
         record = point_dir / RUNNING_JSON
@@ -251,7 +250,7 @@ def status_table(config: dict, directory: Path):
     failed = table["state"].eq("failed")
     job_ids, jobs = [], {}
     for i in table.index[failed]:
-        f = directory / "results" / "runs" / table.at[i, "path"] / "failure.json"
+        f = directory / RUNS_DIR / table.at[i, "path"] / FAILURE_JSON
         if f.is_file():
             job = (json.loads(f.read_text()).get("slurm") or {}).get("job_id")
             if job:
@@ -279,7 +278,7 @@ def _replacement_advice(config: dict, directory: Path, disturbed, rerun: str) ->
         low, high = repeat_bounds(config, point.workload)
         final = directory / "results" / "decisions" / series.path / "final.json"
         decision = (json.loads(final.read_text()).get("last_decision") or {}) if final.is_file() else {}
-        point_dir = directory / "results" / "runs" / Path(path).parent
+        point_dir = directory / RUNS_DIR / Path(path).parent
         done = max((int(p.name[3:]) for p in point_dir.glob("rep*")), default=0)
         if decision.get("enough"):
             kind = "enough"
@@ -377,7 +376,7 @@ def run(args) -> int:
               "redone; earlier files go to each point's history/):")
         print(f"  {rerun_points_command(args, wanted)}")
         no_metrics = failed[~failed["path"].map(
-            lambda p: (directory / "results" / "runs" / p / "metrics.json").is_file())]
+            lambda p: (directory / RUNS_DIR / p / METRICS_JSON).is_file())]
         if len(no_metrics) == len(failed):  # nothing unreadable to move aside first
             print(f"  (or: {rerun})")
     return 0

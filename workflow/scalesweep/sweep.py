@@ -11,11 +11,14 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-RUNTIMES = ("native", "native-aa", "charliecloud", "apptainer", "apptainer-hostmpi")
-# native-aa: the A/A calibration (measurement.aa_calibration), a second, identical native
-# runtime that the statistics must call "equivalent" to native.
-NATIVE_RUNTIMES = ("native", "native-aa")
-CONTAINER_RUNTIMES = RUNTIMES[2:]
+from scalesweep import runtimes as _runtimes
+from scalesweep.site import site_of
+
+# The runtimes are classes (scalesweep.runtimes), registered by name; native-aa is the
+# A/A calibration (measurement.aa_calibration), a second, identical native runtime.
+RUNTIMES = _runtimes.names()
+NATIVE_RUNTIMES = _runtimes.native_names()
+CONTAINER_RUNTIMES = _runtimes.container_names()
 AXES = ("runtimes", "nodes", "gpus_per_node", "ranks_per_node", "threads_per_rank", "repeats")
 
 # results/runs/<workload>/<runtime>/n<nodes>-g<gpus>-r<ranks>-t<threads>/rep<repeat>
@@ -109,8 +112,9 @@ def _as_list(value: Any) -> list:
 def _workload_points(config: dict, name: str) -> Iterable[SweepPoint]:
     wl = config["workloads"][name]
     axes = workload_axes(config, name)
-    machine = config.get("machine", {})
-    gpu_machine = machine.get("device", "cpu") != "cpu"
+    site = site_of(config)
+    node = site["node"]
+    gpu_machine = node["device"] != "cpu"
     payload = wl["payload"]
     parallel = wl.get("parallel", "ddp")
 
@@ -138,12 +142,12 @@ def _workload_points(config: dict, name: str) -> Iterable[SweepPoint]:
             for gpus in _as_list(axes.get("gpus_per_node", [0])):
                 geometry.append((nodes, gpus, 1))  # one server per node
         elif parallel == "dp":
-            if not gpu_machine or int(machine.get("gpus_per_node", 0)) < 1:
+            if not gpu_machine or node["gpus"] < 1:
                 raise SweepError(
-                    f"workload {name}: DataParallel is a GPU mode and machine.device is "
-                    f"{machine.get('device', 'cpu')!r} with {machine.get('gpus_per_node', 0)} "
-                    "GPUs per node; nn.DataParallel on CPU would silently do nothing. "
-                    "Disable the workload or run on a GPU machine."
+                    f"workload {name}: DataParallel is a GPU mode and site {site['name']} has "
+                    f"node.device {node['device']!r} with {node['gpus']} GPUs per node; "
+                    "nn.DataParallel on CPU would silently do nothing. "
+                    "Disable the workload or run on a GPU site."
                 )
             if nodes != 1:
                 raise SweepError(f"workload {name}: DataParallel is single-node, got nodes={nodes}")
@@ -156,27 +160,28 @@ def _workload_points(config: dict, name: str) -> Iterable[SweepPoint]:
             for ranks in _as_list(axes["ranks_per_node"]):
                 geometry.append((nodes, 0, ranks))
 
-    gpus_avail = int(machine.get("gpus_per_node", 0))
-    cores = int(machine.get("cores_per_node", 0))
+    gpus_avail, cores = node["gpus"], node["cores"]
     for nodes, gpus, ranks in geometry:
         if nodes < 1 or ranks < 1 or gpus < 0:
             raise SweepError(f"workload {name}: nodes={nodes}, ranks={ranks}, gpus={gpus} out of range")
         if gpus > gpus_avail:
             raise SweepError(
-                f"workload {name}: gpus_per_node={gpus} but machine.gpus_per_node is {gpus_avail}"
+                f"workload {name}: gpus_per_node={gpus} but site {site['name']} has "
+                f"node.gpus={gpus_avail}"
             )
         for threads in threads_axis:
             if cores and ranks * threads > cores:
                 raise SweepError(
                     f"workload {name}: {ranks} ranks x {threads} threads = {ranks * threads} "
-                    f"exceeds machine.cores_per_node={cores} (oversubscription distorts timings)"
+                    f"exceeds node.cores={cores} of site {site['name']} (oversubscription "
+                    "distorts timings)"
                 )
             for rt, rep in itertools.product(runtimes, range(1, repeats + 1)):
                 yield SweepPoint(name, rt, nodes, gpus, ranks, threads, rep)
 
 
 def is_native(runtime: str) -> bool:
-    return runtime in NATIVE_RUNTIMES
+    return _runtimes.is_native(runtime)
 
 
 def workload_runtimes(config: dict, name: str) -> list[str]:
@@ -210,6 +215,18 @@ def block_order(point: SweepPoint, config: dict) -> list[str]:
         rng.shuffle(runtimes)
         return runtimes
     return runtimes if point.repeat % 2 == 1 else runtimes[::-1]
+
+
+def run_order(point: SweepPoint, config: dict) -> dict[str, Any]:
+    """Where this run sits in its block (one repeat of one geometry): see block_order.
+    Recorded by the run (metrics.json ``order``); ``config`` is validated."""
+    sequence = block_order(point, config)
+    return {
+        "scheme": config["measurement"]["order"],
+        "block": point.repeat,
+        "position": sequence.index(point.runtime) if point.runtime in sequence else None,
+        "sequence": sequence,
+    }
 
 
 def scaling_count(point: SweepPoint, payload: str) -> int:

@@ -19,6 +19,7 @@ from scalesweep.collect import (  # noqa: E402
     runs_points,
     scaling_summary,
 )
+from scalesweep.pointdir import METRICS_JSON, RUNS_DIR  # noqa: E402
 from scalesweep.sweep import HISTORY_DIR, sweep_points  # noqa: E402
 
 sm = snakemake  # noqa: F821
@@ -30,12 +31,12 @@ def log(text):
 
 
 paths = list(sm.input.metrics)
-if cfg.get("analysis", {}).get("partial", False):
+if cfg["analysis"]["partial"]:
     # a point measured again whose new run failed: its earlier run (kept in history/ by
     # scalesweep rerun) stands in, said so in the log (readable_runs)
     named = set(paths)
     for p in sweep_points(cfg):
-        f = Path("results", "runs", p.path, "metrics.json")
+        f = Path(RUNS_DIR, p.path, METRICS_JSON)
         if str(f) not in named and not f.is_file() and (f.parent / HISTORY_DIR).is_dir():
             paths.append(str(f))
 runs = collect_runs(paths, cfg, log)
@@ -59,7 +60,7 @@ disturbed = (dict(zip(runs.loc[runs["disturbed"], "path"],
              if not runs.empty else {})
 states = point_states(points, done=runs["path"], disturbed=disturbed, config=cfg)
 # a point whose own run could not be read, summarised by its earlier run (history/)
-earlier = {str(Path(p).parents[2].relative_to("results/runs")): p
+earlier = {str(Path(p).parents[2].relative_to(RUNS_DIR)): p
            for p in (runs["path"] if not runs.empty else []) if f"/{HISTORY_DIR}/" in p}
 for i in states.index[states["path"].isin(earlier)]:
     used = earlier[states.at[i, "path"]]

@@ -7,7 +7,7 @@ sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # noqa: F821
 
 from scalesweep.metrics import write_metrics  # noqa: E402
-from scalesweep.runpoint import image_location  # noqa: E402
+from scalesweep.payloads import image_location  # noqa: E402
 from scalesweep.startup import measure_startup  # noqa: E402
 
 sm = snakemake  # noqa: F821

@@ -12,7 +12,6 @@ same function that gives the rule its dependencies).
 import argparse
 import json
 import os
-import pwd
 import sys
 from pathlib import Path
 
@@ -21,10 +20,8 @@ ap.add_argument("--config", required=True, help="the workflow's effective config
 ap.add_argument("--metrics", required=True, help="results/runs/<point>/metrics.json")
 ap.add_argument("--log", help="the harness's log (default: run.log beside metrics.json)")
 args = ap.parse_args()
+# scalesweep.pointdir.RUN_LOG: the package is importable only once the config is read
 args.log = args.log or str(Path(args.metrics).parent / "run.log")
-
-# $USER appears in site paths (/mnt/bb/$USER) and ch-run needs it; batch jobs may lack it
-os.environ.setdefault("USER", pwd.getpwuid(os.getuid()).pw_name)
 
 try:  # a read-only results directory stops here, before anything runs
     Path(args.log).parent.mkdir(parents=True, exist_ok=True)
@@ -36,13 +33,32 @@ except OSError as exc:
 config = json.loads(Path(args.config).read_text())
 sys.path.insert(0, str(Path(config["_code_root"]) / "workflow"))
 
-from scalesweep.payloads import payload_invocation, point_inputs  # noqa: E402
-from scalesweep.runpoint import (PointDirError, build_launch, execute,  # noqa: E402
-                                 image_location, run_order)
-from scalesweep.sweep import SweepPoint, is_native  # noqa: E402
+from scalesweep.harness import execute  # noqa: E402
+from scalesweep.hostenv import with_user  # noqa: E402
+from scalesweep.payloads import image_location, payload_invocation, point_inputs  # noqa: E402
+from scalesweep.pointdir import FAILURE_JSON, PointDirError  # noqa: E402
+from scalesweep.pointlaunch import build_launch  # noqa: E402
+from scalesweep.site import site_of  # noqa: E402
+from scalesweep.sweep import SweepPoint, is_native, run_order  # noqa: E402
+
+# $USER appears in site paths (/mnt/bb/$USER: the payload's arguments) and ch-run needs it
+with_user(os.environ)
 
 metrics = Path(args.metrics)
 point = SweepPoint.from_path("/".join(metrics.parent.parts[-4:]))  # <workload>/.../rep<r>
+site = site_of(config)
+if os.environ.get("SLURM_JOB_ID") and site["scheduler"] != "slurm":
+    # The point was submitted to Slurm (a bare --executor slurm, or an allocation) without
+    # its geometry: run_point declares nodes, tasks and CPUs only for a Slurm site. Measuring
+    # in whatever allocation this is would publish a number of another layout.
+    message = (f"scalesweep: point {point.path} runs in Slurm job {os.environ['SLURM_JOB_ID']}, "
+               f"but site {site['name']!r} declares no scheduler (scheduler: {site['scheduler']}), "
+               "so the job was not given the point's geometry; name a Slurm site (site: "
+               "local-slurm, frontier, ... or your own sites/<name>.yaml), e.g. with "
+               "--profile profiles/local-slurm or profiles/frontier. Nothing was measured.")
+    print(message, file=sys.stderr)
+    print(message, file=sys.__stderr__)
+    sys.exit(78)  # EX_CONFIG
 workload = config["workloads"][point.workload]
 inputs = point_inputs(point.workload, point.runtime, config)
 out_dir = metrics.parent
@@ -66,8 +82,8 @@ try:
         image_manifest=inputs.get("image_manifest"),
         extra=inv.extra,
         stage_from=inv.stage_from,
-        measurement=config.get("measurement") or {},
-        machine=config.get("machine") or {},
+        measurement=config["measurement"],
+        site=site,
         order=run_order(point, config),
     )
 except PointDirError as exc:  # read-only or full: on the console, and in the log if it can
@@ -81,6 +97,6 @@ except PointDirError as exc:  # read-only or full: on the console, and in the lo
     print(message, file=sys.stderr)
     sys.exit(74)
 if rc != 0:  # one line for the console (the details are in the log and failure.json)
-    print(f"scalesweep: point {point.path} failed (exit {rc}); see {out_dir}/failure.json "
+    print(f"scalesweep: point {point.path} failed (exit {rc}); see {out_dir}/{FAILURE_JSON} "
           f"and {args.log}", file=sys.__stderr__)
 sys.exit(rc)

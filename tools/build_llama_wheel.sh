@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
+# Host tooling (tools/, not a payload): run by tools/install.sh and by hand on GPU sites.
 # Build the llama-cpp-python wheel once (CPU only, portable) into the scalesweep cache.
 #
-#   scripts/build_llama_wheel.sh            # no-op when the wheel is already there
-#   FORCE=1 scripts/build_llama_wheel.sh    # rebuild
+#   tools/build_llama_wheel.sh          # no-op when the wheel is already there
+#   FORCE=1 tools/build_llama_wheel.sh  # rebuild
 #
 # Then install it (the [server] extra pulls its pure-Python deps from the index):
 #   pip install --find-links "${SCALESWEEP_CACHE:-$HOME/.cache/scalesweep}/wheels" \

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
+# Host tooling (tools/, not a payload): sets up this machine; no workflow rule runs it.
 # Install what scalesweep needs, idempotently: Debian packages (when root), a .venv in the
 # repo root with the pinned Python dependencies, torch==2.13.0, and scalesweep itself.
 #
-#   scripts/install.sh            # what the embedded default sweep needs
-#   scripts/install.sh --test     # plus test tools and the local Slurm cluster's packages
+#   tools/install.sh          # what the embedded default sweep needs
+#   tools/install.sh --test   # plus test tools and the local Slurm cluster's packages
 #
 # Environment: PYTHON (interpreter for the venv, default python3), TORCH_INDEX_URL (e.g.
 # https://download.pytorch.org/whl/cpu on a machine without a local torch wheel).
@@ -47,14 +48,14 @@ apt_install() {
 apt_install "${APT_PACKAGES[@]}"
 if [[ $want_test -eq 1 ]]; then
   apt_install chromium # the report test renders report.html in a real browser
-  scripts/slurm-cluster install-deps # the local multi-node Slurm cluster of the Slurm tests
+  tools/slurm-cluster install-deps # the local multi-node Slurm cluster of the Slurm tests
 fi
 
 # Python: re-install only when the pins or this script change.
 extras="[llm]"
 [[ $want_test -eq 1 ]] && extras="[llm,test]"
 stamp=.venv/.scalesweep-installed
-key=$(cat pyproject.toml scripts/install.sh | sha256sum | cut -c1-16)"$extras"
+key=$(cat pyproject.toml tools/install.sh | sha256sum | cut -c1-16)"$extras"
 if [[ -x .venv/bin/python && -f $stamp && $(cat "$stamp") == "$key" ]]; then
   echo "install: .venv is up to date"
   exit 0
@@ -62,7 +63,7 @@ fi
 "${PYTHON:-python3}" -m venv .venv
 # The LLM engine compiles from source once (minutes); the wheel is cached and reused
 # (also by the container image build).
-PYTHON=.venv/bin/python scripts/build_llama_wheel.sh
+PYTHON=.venv/bin/python tools/build_llama_wheel.sh
 wheels="${SCALESWEEP_CACHE:-$HOME/.cache/scalesweep}/wheels"
 # torch first and alone, pinned: nothing else may resolve another torch (GBs of CUDA).
 .venv/bin/pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} torch==2.13.0

@@ -1,28 +1,34 @@
-#!/usr/bin/env python3
 """Build a scalesweep payload container image, cached by content, with a provenance manifest.
 
-Two builders:
+``scalesweep build-image`` (or ``python -m scalesweep build-image``); the workflow's
+``rule build_image`` runs it. Four builders, one per runtime that builds images; their
+command lines come from the runtime classes (:mod:`scalesweep.runtimes`):
 
 * ``charliecloud`` (this machine, offline): a Debian rootfs from ``debootstrap`` (the
   host's apt mirror) is imported with ``ch-image import`` into a private ch-image
   storage as ``localhost/scalesweep-debian:<suite>``, then the recipe
   (``containers/charliecloud/Dockerfile``) is built with ``ch-image build --force``
   while a host-staged wheelhouse is bind-mounted at ``/wheelhouse``.
-* ``apptainer`` (Frontier-class sites): ``apptainer build [--fakeroot]
-  --build-arg K=V ... X.sif recipe.def``, build args from a KEY=VALUE file.
+* ``podman`` (rootless): the same offline Dockerfile build with ``podman import`` and
+  ``podman build --pull=never --volume <wheelhouse>:/wheelhouse``; the image is saved as
+  a directory (``podman save --format oci-dir``), cached and placed like the others, and
+  loaded into the user's storage under the name the podman runtime runs.
+* ``apptainer`` and ``singularity`` (Frontier-class sites): ``apptainer|singularity build
+  [--fakeroot] --build-arg K=V ... X.sif recipe.def``; the build args come from the
+  site file's ``build_args`` (``--site``, or ``--build-arg`` as the workflow passes them).
 
 Usage::
 
-    .venv/bin/python scripts/build_image.py --builder charliecloud \\
+    scalesweep build-image --builder charliecloud \\
         --recipe containers/charliecloud/Dockerfile \\
         --requirements envs/payload-requirements.txt \\
         --out resources/images/default \\
         --manifest resources/images/default.manifest.json \\
         [--cache-dir ~/.cache/scalesweep] [--format dir|squashfs]
 
-    scripts/build_image.py --builder apptainer \\
+    scalesweep build-image --builder apptainer --site frontier --fakeroot \\
         --recipe containers/apptainer/pytorch-rocm.def \\
-        --build-args containers/apptainer/frontier.args --fakeroot \\
+        --requirements envs/payload-requirements.txt \\
         --out $MEMBERWORK/<proj>/scalesweep/pytorch-rocm.sif \\
         --manifest $MEMBERWORK/<proj>/scalesweep/pytorch-rocm.manifest.json
 
@@ -36,13 +42,8 @@ like any output, at no extra disk space. ``--link symlink`` is available; the im
 never modified in place (ch-run mounts it read-only; never ``ch-run -w`` it, as a
 hard-linked file is shared with the cache).
 
-Importable (``sys.path.insert(0, "scripts")``; ``import build_image``):
-``content_digest``, ``cache_key``, ``debootstrap_command``,
-``ch_image_import_command``, ``ch_image_build_command``, ``mksquashfs_command``,
-``ch_run_command``, ``apptainer_build_command``, ``apptainer_exec_command``,
-``check_builder``, ``parse_apptainer_def``, ``load_build_args``, ``build_image``.
-
-Standard library only.
+Standard library only (plus :mod:`scalesweep.site` for ``--site``), so the rule runs it
+in any environment that has Python.
 """
 
 from __future__ import annotations
@@ -51,7 +52,6 @@ import argparse
 import contextlib
 import datetime as _dt
 import fcntl
-import getpass
 import hashlib
 import json
 import os
@@ -67,9 +67,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workflow"))
-from scalesweep.dataset import sha256_file  # noqa: E402
-from scalesweep.metrics import write_json_atomic  # noqa: E402
+from scalesweep import runtimes
+from scalesweep.dataset import sha256_file
+from scalesweep.hostenv import user_name, with_user
+from scalesweep.metrics import write_json_atomic
 
 MANIFEST_SCHEMA = "scalesweep.image-manifest/1"
 CACHE_SCHEMA = 1
@@ -81,7 +82,7 @@ DIGEST_METHOD = (
 )
 DIGEST_EXCLUDE = ("ch",)
 
-# Base rootfs for offline Charliecloud builds: the recipe's FROM line names it.
+# Base rootfs for offline Dockerfile builds: the recipe's FROM line names it.
 BASE_FROM_RE = re.compile(r"^\s*FROM\s+localhost/scalesweep-debian:([a-z]+)\s*$", re.M | re.I)
 BASE_VARIANT = "minbase"
 # Debian's python3 minor per suite: the wheelhouse is staged with the host's Python,
@@ -90,33 +91,24 @@ DEBIAN_PYTHON = {"bookworm": (3, 11), "trixie": (3, 13), "bullseye": (3, 9)}
 
 # Stable fallback when the host's sources carry no snapshot date (2025-05-20 UTC).
 DEFAULT_SOURCE_DATE_EPOCH = 1747699200
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CACHE = Path(os.environ.get("SCALESWEEP_CACHE", "~/.cache/scalesweep")).expanduser()
+COMMAND = "build-image"  # the sub-command: `scalesweep build-image`
 
-# What to install when a builder tool is missing (one line, named package / module).
+# What to install when a tool other than a runtime's own is missing; a runtime's own
+# executables (ch-image, apptainer, podman, ...) are named by its install_hint.
 TOOL_HINTS = {
-    "ch-image": "install the Debian package 'charliecloud' (apt-get install charliecloud)",
-    "ch-run": "install the Debian package 'charliecloud' (apt-get install charliecloud)",
-    "ch-convert": "install the Debian package 'charliecloud' (apt-get install charliecloud)",
     "debootstrap": "install the Debian package 'debootstrap' (apt-get install debootstrap)",
     "unshare": "install the Debian package 'util-linux'",
     "tar": "install the Debian package 'tar'",
     "cp": "install the Debian package 'coreutils'",
     "mksquashfs": "install the Debian package 'squashfs-tools' (apt-get install squashfs-tools)",
-    "apptainer": (
-        "install Apptainer >= 1.2 (on Frontier it is in the default environment; "
-        "elsewhere `module load apptainer`; not packaged in Debian bookworm, see "
-        "https://apptainer.org/docs/admin/main/installation.html)"
-    ),
-}
-BUILDER_TOOLS = {
-    "charliecloud": ("ch-image", "ch-run", "debootstrap", "unshare", "tar", "cp"),
-    "apptainer": ("apptainer", "cp"),
 }
 FORMAT_TOOLS = {("charliecloud", "squashfs"): ("mksquashfs",)}
-BUILDER_FORMATS = {"charliecloud": ("dir", "squashfs"), "apptainer": ("sif",)}
+CHARLIECLOUD = runtimes.runtime("charliecloud")
+PODMAN = runtimes.runtime("podman")
 
-# Apptainer definition files (lint + preflight).
+# Definition files (Apptainer and SingularityCE share the format): lint + preflight.
 APPTAINER_SECTIONS = frozenset(
     {
         "arguments", "setup", "files", "post", "test", "environment", "runscript",
@@ -144,7 +136,7 @@ class BuilderMissing(BuildError):
 
 
 def log(msg: str) -> None:
-    print(f"build_image: {msg}", file=sys.stderr, flush=True)
+    print(f"scalesweep {COMMAND}: {msg}", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- hashing
@@ -448,11 +440,7 @@ def recipe_context_hashes(recipe: Path) -> dict[str, str]:
 
 
 # ------------------------------------------------------------ command builders
-
-
-def ch_image_prefix(python: str | None = "/usr/bin/python3", ch_image: str = "ch-image") -> list[str]:
-    """How to start ch-image: through the system Python that has its ``lark`` module."""
-    return [python, ch_image] if python else [ch_image]
+# (the runtimes' own command lines are methods of their classes: scalesweep.runtimes)
 
 
 def debootstrap_command(
@@ -479,35 +467,11 @@ def base_tar_command(rootfs: str, tarball: str) -> list[str]:
             "-cf", str(tarball), "."]
 
 
-def ch_image_import_command(tarball: str, name: str, storage: str, prefix: list[str] | None = None) -> list[str]:
-    return (prefix or ch_image_prefix()) + ["-s", str(storage), "--no-cache", "import", str(tarball), name]
-
-
-def ch_image_build_command(
-    recipe: str, tag: str, storage: str, context: str,
-    binds: dict[str, str] | None = None, build_args: dict[str, str] | None = None,
-    force: bool = True, prefix: list[str] | None = None,
-) -> list[str]:
-    """``ch-image build``; ``binds`` = {host path: image path} for RUN steps only."""
-    cmd = (prefix or ch_image_prefix()) + ["-s", str(storage), "--no-cache", "build"]
-    if force:
-        cmd.append("--force")
-    for src, dst in (binds or {}).items():
-        cmd += ["-b", f"{src}:{dst}"]
-    for k, v in (build_args or {}).items():
-        cmd += ["--build-arg", f"{k}={v}"]
-    return cmd + ["-t", tag, "-f", str(recipe), str(context)]
-
-
-def ch_convert_command(src_dir: str, dest: str, ch_convert: str = "ch-convert") -> list[str]:
-    """Charliecloud's own directory -> SquashFS conversion (not bit-reproducible: it keeps
-    file mtimes); build_image uses :func:`mksquashfs_command` instead."""
-    return [ch_convert, "-i", "dir", "-o", "squash", str(src_dir), str(dest)]
-
-
 def mksquashfs_command(src_dir: str, dest: str, source_date_epoch: int,
                        mksquashfs: str = "mksquashfs") -> list[str]:
-    """Directory image -> SquashFS for ``ch-run`` (mounted with squashfuse).
+    """Directory image -> SquashFS for ``ch-run`` (mounted with squashfuse). Not
+    ``ch-convert`` (:meth:`~scalesweep.runtimes.Charliecloud.convert_command`): it keeps
+    file mtimes, so its bytes differ from build to build.
 
     ch-convert's settings (64 KiB blocks, all files owned by root) plus fixed file and
     filesystem timestamps and no xattrs, so the same tree gives the same bytes.
@@ -522,38 +486,7 @@ CH_RUN_MOUNT_POINTS = ("bin", "dev", "etc", "mnt", "proc", "usr", *(f"mnt/{i}" f
                        "etc/hosts", "etc/resolv.conf")
 
 
-def ch_run_command(image: str, argv: list[str], ch_run: str = "ch-run", binds: tuple[str, ...] = ()) -> list[str]:
-    cmd = [ch_run]
-    for b in binds:
-        cmd += ["-b", b]
-    return cmd + [str(image), "--"] + list(argv)
-
-
-def apptainer_build_command(
-    out_sif: str, recipe: str, build_args: dict[str, str] | None = None,
-    fakeroot: bool = False, apptainer: str = "apptainer", extra: tuple[str, ...] = (),
-) -> list[str]:
-    """``apptainer build [--fakeroot] [--build-arg K=V ...] OUT.sif RECIPE.def``.
-
-    Build args are passed in the order given; ``--warn-unused-build-args`` lets one args
-    file serve several recipes (Apptainer >= 1.2 otherwise fails on an unused arg).
-    """
-    cmd = [apptainer, "build"]
-    if fakeroot:
-        cmd.append("--fakeroot")
-    cmd += list(extra)
-    if build_args:
-        cmd.append("--warn-unused-build-args")
-        for k, v in build_args.items():
-            cmd += ["--build-arg", f"{k}={v}"]
-    return cmd + [str(out_sif), str(recipe)]
-
-
-def apptainer_exec_command(sif: str, argv: list[str], apptainer: str = "apptainer") -> list[str]:
-    return [apptainer, "--silent", "exec", "--cleanenv", str(sif)] + list(argv)
-
-
-# ------------------------------------------------------------ apptainer recipes
+# ------------------------------------------- definition files (Apptainer, SingularityCE)
 
 
 def load_build_args(path: str | os.PathLike) -> dict[str, str]:
@@ -641,23 +574,30 @@ def parse_apptainer_def(text: str) -> ApptainerDef:
 # ------------------------------------------------------------------ builders
 
 
+def builder_runtime(builder: str) -> runtimes.Runtime:
+    """The runtime class that builds with ``builder`` (a runtime's name)."""
+    if builder not in runtimes.builders():
+        raise BuildError(f"unknown builder {builder!r} (choose from {', '.join(runtimes.builders())})")
+    return runtimes.runtime(builder)
+
+
 def check_builder(builder: str, fmt: str | None = None, which=shutil.which,
-                  ch_python: str = "/usr/bin/python3") -> dict[str, str]:
+                  ch_python: str = CHARLIECLOUD.builder_python) -> dict[str, str]:
     """Paths of the tools a builder needs; BuilderMissing (one line) if any is absent.
 
     For charliecloud also checks that ch-image can start: it needs the Python module
     ``lark`` (Debian: python3-lark, pulled in by charliecloud) and is therefore run with
     /usr/bin/python3, not whatever ``python3`` is first on PATH.
     """
-    if builder not in BUILDER_TOOLS:
-        raise BuildError(f"unknown builder {builder!r} (choose from {', '.join(BUILDER_TOOLS)})")
+    rt = builder_runtime(builder)
     tools = {}
-    for tool in BUILDER_TOOLS[builder] + FORMAT_TOOLS.get((builder, fmt or ""), ()):
+    for tool in tuple(rt.build_tools) + FORMAT_TOOLS.get((builder, fmt or ""), ()):
         path = which(tool)
         if not path:
-            raise BuilderMissing(f"{builder} builder needs '{tool}', not found on PATH: {TOOL_HINTS[tool]}")
+            hint = TOOL_HINTS.get(tool) or rt.install_hint
+            raise BuilderMissing(f"{builder} builder needs '{tool}', not found on PATH: {hint}")
         tools[tool] = path
-    if builder == "charliecloud":
+    if rt is CHARLIECLOUD:
         py = ch_python if os.access(ch_python, os.X_OK) else which("python3")
         ok = py and subprocess.run([py, "-c", "import lark"], capture_output=True).returncode == 0
         if not ok:
@@ -670,11 +610,13 @@ def check_builder(builder: str, fmt: str | None = None, which=shutil.which,
 
 
 def builder_version(builder: str, tools: dict[str, str]) -> str:
-    if builder == "charliecloud":
-        out = run_capture(ch_image_prefix(tools["python_for_ch_image"], tools["ch-image"]) + ["--version"])
-        return out.strip()
-    out = run_capture([tools["apptainer"], "--version"])
-    return out.strip().split()[-1] if out.strip() else "unknown"
+    """The builder's version (ch-image's for charliecloud, the runtime's own otherwise)."""
+    rt = builder_runtime(builder)
+    if rt is CHARLIECLOUD:
+        argv = rt.builder_prefix(tools["python_for_ch_image"], tools["ch-image"]) + ["--version"]
+    else:
+        argv = rt.version_command(tools[rt.default_bin])
+    return rt.parse_version(run_capture(argv))
 
 
 def debootstrap_version(path: str) -> str:
@@ -854,33 +796,24 @@ def place_image(src: Path, out: Path, mode: str = "hardlink") -> str:
 
 def image_packages(runner: list[str], env: dict) -> dict:
     """dpkg-query + pip freeze inside the image (runner = command prefix up to argv)."""
-    pk: dict = {"dpkg": {}, "pip": {}}
-    r = subprocess.run(runner + ["dpkg-query", "-W", "-f", "${Package}\t${Version}\n"],
-                       capture_output=True, text=True, env=env)
-    if r.returncode == 0:
-        for line in r.stdout.splitlines():
-            name, _, ver = line.partition("\t")
-            if name:
-                pk["dpkg"][name] = ver
-    else:
-        pk["dpkg_error"] = r.stderr.strip()[-300:]
-    r = subprocess.run(runner + ["/opt/venv/bin/python", "-m", "pip", "freeze", "--all",
-                                 "--disable-pip-version-check"],
-                       capture_output=True, text=True, env=env)
-    if r.returncode == 0:
-        for line in r.stdout.splitlines():
-            name, sep, ver = line.partition("==")
-            if sep:
-                pk["pip"][name] = ver
-    else:
-        pk["pip_error"] = r.stderr.strip()[-300:]
+    pk: dict = {}
+    for kind, argv, sep in (
+        ("dpkg", ["dpkg-query", "-W", "-f", "${Package}\t${Version}\n"], "\t"),
+        ("pip", [runtimes.IMAGE_PYTHON, "-m", "pip", "freeze", "--all", "--disable-pip-version-check"], "=="),
+    ):
+        r = subprocess.run(runner + argv, capture_output=True, text=True, env=env)
+        if r.returncode != 0:
+            pk[kind], pk[f"{kind}_error"] = {}, r.stderr.strip()[-300:]
+            continue
+        pairs = (line.partition(sep) for line in r.stdout.splitlines())
+        pk[kind] = {name: ver for name, found, ver in pairs if name and found}
     return pk
 
 
 def clean_env(**extra: str) -> dict:
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
-        "USER": os.environ.get("USER") or getpass.getuser(),
+        "USER": user_name(),
         "HOME": os.environ.get("HOME", "/root"),
         "LC_ALL": "C",
     }
@@ -965,27 +898,35 @@ def assert_no_device_nodes(tarball: Path) -> None:
                 raise BuildError(f"{tarball} holds device node {m.name}: refusing to import it")
 
 
+def _base_facts(base_info: dict, mirror: Mirror, release: dict, sde: int) -> dict:
+    base = dict(base_info)
+    base.update(mirror_release_at_build=release, host_snapshot_hint=mirror.snapshot,
+                source_date_epoch=sde)
+    return base
+
+
 def build_charliecloud(
     recipe: Path, wheelhouse: Wheelhouse, entry_tmp: Path, cache_dir: Path, tools: dict,
-    suite: str, mirror: Mirror, sde: int, logfile: Path,
+    suite: str, mirror: Mirror, sde: int, logfile: Path, build_args: dict | None = None,
 ) -> dict:
     """Cold build into ``entry_tmp/image``; returns provenance facts (base, release)."""
     tarball, base_info = make_base_tarball(cache_dir, suite, mirror, tools, logfile)
-    prefix = ch_image_prefix(tools["python_for_ch_image"], tools["ch-image"])
+    prefix = CHARLIECLOUD.builder_prefix(tools["python_for_ch_image"], tools["ch-image"])
     storage = cache_dir / "tmp" / f"ch-storage-{os.getpid()}"
     shutil.rmtree(storage, ignore_errors=True)
     storage.parent.mkdir(parents=True, exist_ok=True)
     env = clean_env()
     tag = f"scalesweep-build-{os.getpid()}"
     try:
-        run_logged(ch_image_import_command(str(tarball), f"localhost/scalesweep-debian:{suite}", str(storage), prefix),
+        run_logged(CHARLIECLOUD.import_command(str(tarball), f"localhost/scalesweep-debian:{suite}",
+                                               str(storage), prefix),
                    logfile, env=env)
         release = mirror_release(mirror)  # the apt state the RUN apt-get update sees
         run_logged(
-            ch_image_build_command(
+            CHARLIECLOUD.build_command(
                 str(recipe), tag, str(storage), context=str(recipe.parent),
                 binds={str(wheelhouse.path): "/wheelhouse"},
-                build_args={"SOURCE_DATE_EPOCH": str(sde)}, prefix=prefix,
+                build_args={**(build_args or {}), "SOURCE_DATE_EPOCH": str(sde)}, prefix=prefix,
             ),
             logfile, env=env,
         )
@@ -993,16 +934,108 @@ def build_charliecloud(
         if not img.is_dir():
             raise BuildError(f"ch-image reported success but {img} is missing")
         normalize_ch_metadata(img, sde)
-        os.rename(img, entry_tmp / "image")
+        os.rename(img, entry_tmp / CHARLIECLOUD.image_file)
     finally:
         shutil.rmtree(storage, ignore_errors=True)
-    base = dict(base_info)
-    base.update(
-        mirror_release_at_build=release,
-        host_snapshot_hint=mirror.snapshot,
-        source_date_epoch=sde,
-    )
-    return {"base": base}
+    return {"base": _base_facts(base_info, mirror, release, sde)}
+
+
+# ------------------------------------------------------------------ cold builds
+
+
+@dataclass
+class Build:
+    """What a cold build needs: one per :func:`build_image` call."""
+
+    rt: runtimes.Runtime
+    recipe: Path
+    tools: dict[str, str]
+    cache_dir: Path
+    logfile: Path
+    key: str
+    build_args: dict[str, str] = field(default_factory=dict)
+    fakeroot: bool = False
+    # Dockerfile builds (offline: debootstrap base + host wheelhouse)
+    wheelhouse: Wheelhouse | None = None
+    suite: str = ""
+    mirror: Mirror | None = None
+    sde: int = DEFAULT_SOURCE_DATE_EPOCH
+
+
+def cold_charliecloud(b: Build, entry_tmp: Path) -> dict:
+    facts = build_charliecloud(b.recipe, b.wheelhouse, entry_tmp, b.cache_dir, b.tools,
+                               b.suite, b.mirror, b.sde, b.logfile, b.build_args)
+    img = entry_tmp / CHARLIECLOUD.image_file
+    runner = CHARLIECLOUD.exec_command(str(img), [], bin=b.tools["ch-run"])
+    facts["packages"] = image_packages(runner, clean_env())
+    facts["content_digest"] = content_digest(img)
+    facts["tree_size_bytes"] = tree_size(img)
+    return facts
+
+
+def podman_build_tag(key: str) -> str:
+    """The local-storage name of a cold podman build (one per cache key)."""
+    return f"localhost/scalesweep-build:{key[:16]}"
+
+
+def cold_podman(b: Build, entry_tmp: Path) -> dict:
+    """podman import (the debootstrap base), podman build, podman save (a directory)."""
+    podman = b.tools[PODMAN.default_bin]
+    tarball, base_info = make_base_tarball(b.cache_dir, b.suite, b.mirror, b.tools, b.logfile)
+    run_logged(PODMAN.import_command(str(tarball), f"localhost/scalesweep-debian:{b.suite}", podman),
+               b.logfile)
+    release = mirror_release(b.mirror)
+    tag = podman_build_tag(b.key)
+    run_logged(PODMAN.build_command(str(b.recipe), tag, str(b.recipe.parent),
+                                    binds={str(b.wheelhouse.path): "/wheelhouse"},
+                                    build_args={**b.build_args, "SOURCE_DATE_EPOCH": str(b.sde)},
+                                    bin=podman),
+               b.logfile)
+    img = entry_tmp / PODMAN.image_file
+    run_logged(PODMAN.save_command(tag, str(img), podman), b.logfile)
+    return {
+        "base": _base_facts(base_info, b.mirror, release, b.sde),
+        "build_tag": tag,
+        "packages": image_packages(PODMAN.exec_command(tag, [], bin=podman), dict(os.environ)),
+        "content_digest": content_digest(img),
+        "content_digest_note": "tree digest of the saved image directory (its layer tarballs "
+                               "keep build-time mtimes: not reproducible between builds)",
+        "tree_size_bytes": tree_size(img),
+    }
+
+
+def cold_definition(b: Build, entry_tmp: Path) -> dict:
+    """``apptainer|singularity build`` of a definition file into a SIF."""
+    exe = b.tools[b.rt.default_bin]
+    sif = entry_tmp / b.rt.image_file
+    cmd = b.rt.build_command(str(sif), str(b.recipe.resolve()), b.build_args,
+                             fakeroot=b.fakeroot, bin=exe)
+    # %files sources relative to the repository root, as in the recipes
+    run_logged(cmd, b.logfile, cwd=str(REPO_ROOT))
+    return {
+        "build_command": cmd,
+        "build_args": b.build_args,
+        "packages": image_packages(b.rt.exec_command(str(sif), [], bin=exe), dict(os.environ)),
+        "content_digest": content_digest(sif),
+        "content_digest_note": "sha256 of the SIF file (SIF builds are not bit-reproducible)",
+        "tree_size_bytes": tree_size(sif),
+    }
+
+
+# The cold build of each builder; a runtime whose recipes are definition files builds
+# like Apptainer without an entry here.
+COLD_BUILDS = {"charliecloud": cold_charliecloud, "podman": cold_podman}
+COLD_BY_RECIPE = {"definition": cold_definition}
+
+
+def load_podman_image(out: Path, podman: str) -> str:
+    """Copy the placed image into the user's podman storage under the name the podman
+    runtime runs (:meth:`~scalesweep.runtimes.Podman.storage_reference` of its path);
+    returns that name. Cheap when the layers are already there."""
+    ref = PODMAN.storage_reference(str(out.resolve()))
+    image_id = run_capture(PODMAN.load_command(str(out), podman)).split()[-1]
+    run_capture(PODMAN.tag_command(image_id, ref, podman))
+    return ref
 
 
 # ------------------------------------------------------------------ the build
@@ -1023,18 +1056,24 @@ def build_image(
     python: str = sys.executable,
     find_links: list[str] | None = None,
     no_cache: bool = False,
+    tools: dict[str, str] | None = None,
 ) -> dict:
-    """Build (or reuse) an image, place it at ``out``, write ``manifest``; return it."""
+    """Build (or reuse) an image, place it at ``out``, write ``manifest``; return it.
+
+    ``build_args`` (the site's, then overrides) win over those of ``build_args_file``;
+    ``tools``: what :func:`check_builder` found, when the caller checked already."""
     t0 = time.monotonic()
-    os.environ.setdefault("USER", getpass.getuser())  # ch-image and ch-run refuse to start without it
+    with_user(os.environ)  # ch-image and ch-run refuse to start without it
+    rt = builder_runtime(builder)
     recipe = Path(recipe)
     out = Path(out)
     manifest = Path(manifest)
     cache_dir = Path(cache_dir).expanduser().resolve()
-    fmt = fmt or BUILDER_FORMATS.get(builder, ("dir",))[0]
-    if builder in BUILDER_FORMATS and fmt not in BUILDER_FORMATS[builder]:
-        raise BuildError(f"--format {fmt} is not available with --builder {builder}")
-    tools = check_builder(builder, fmt)  # (a) before doing anything else
+    fmt = fmt or rt.image_formats[0]
+    if fmt not in rt.image_formats:
+        raise BuildError(f"--format {fmt} is not available with --builder {builder} "
+                         f"(it makes {', '.join(rt.image_formats)})")
+    tools = tools or check_builder(builder, fmt)  # (a) before doing anything else
     if not recipe.is_file():
         raise BuildError(f"recipe not found: {recipe}")
     recipe_text = recipe.read_text()
@@ -1042,18 +1081,19 @@ def build_image(
     req_text = req_path.read_text() if req_path else ""
     version = builder_version(builder, tools)
     extra: dict = {"context": recipe_context_hashes(recipe)}
+    args = dict(load_build_args(build_args_file)) if build_args_file else {}
+    args.update(build_args or {})
     wheelhouse = None
-    suite = mirror = None
-    sde = None
-    if builder == "charliecloud":
+    suite, mirror, sde = "", None, DEFAULT_SOURCE_DATE_EPOCH
+    if rt.recipe_kind == "dockerfile":
         m = BASE_FROM_RE.search(recipe_text)
         if not m:
             raise BuildError(
-                f"{recipe}: offline Charliecloud builds need 'FROM localhost/scalesweep-debian:<suite>'"
+                f"{recipe}: offline {builder} builds need 'FROM localhost/scalesweep-debian:<suite>'"
             )
         suite = m.group(1)
         if not req_path:
-            raise BuildError("--requirements is required with --builder charliecloud")
+            raise BuildError(f"--requirements is required with --builder {builder}")
         mirror = host_mirror(suite)
         sde = source_date_epoch(mirror)
         wheelhouse = stage_wheelhouse(req_path, cache_dir, python=python,
@@ -1062,9 +1102,9 @@ def build_image(
         extra["base"] = {"suite": suite, "variant": BASE_VARIANT, "mirror": mirror.uri,
                          "debootstrap": debootstrap_version(tools["debootstrap"]),
                          "source_date_epoch": sde}
+        if args:  # absent when empty: the cache keys of builds without args stay as they were
+            extra["build_args"] = dict(args)
     else:
-        args = dict(load_build_args(build_args_file)) if build_args_file else {}
-        args.update(build_args or {})
         parsed = parse_apptainer_def(recipe_text)
         unknown = sorted(set(args) - set(parsed.arguments))
         if unknown:
@@ -1074,14 +1114,15 @@ def build_image(
         extra["build_args"] = {k: v for k, v in args.items() if k != "REQUIREMENTS"}
         if req_path and "REQUIREMENTS" in parsed.arguments:
             args["REQUIREMENTS"] = str(req_path.resolve())
-        build_args = args
     key = cache_key(recipe_text, req_text, wheelhouse.wheels if wheelhouse else {},
                     builder, version, extra)
     entry = cache_dir / "images" / key
-    image_name = "image.sif" if builder == "apptainer" else "image"
     logdir = cache_dir / "logs"
     logdir.mkdir(parents=True, exist_ok=True)
     logfile = logdir / f"{key[:16]}-{_dt.datetime.now().strftime('%Y%m%dT%H%M%S')}.log"
+    build = Build(rt, recipe, tools, cache_dir, logfile, key, args, fakeroot,
+                  wheelhouse, suite, mirror, sde)
+    cold = COLD_BUILDS.get(rt.name) or COLD_BY_RECIPE[rt.recipe_kind]
 
     with file_lock(cache_dir / "images" / f"{key}.lock"):
         if no_cache and entry.exists():
@@ -1097,27 +1138,7 @@ def build_image(
             entry_tmp.mkdir(parents=True)
             try:
                 tb = time.monotonic()
-                if builder == "charliecloud":
-                    facts = build_charliecloud(recipe, wheelhouse, entry_tmp, cache_dir, tools,
-                                               suite, mirror, sde, logfile)
-                    img = entry_tmp / "image"
-                    runner = ch_run_command(str(img), [], ch_run=tools["ch-run"])
-                    env = clean_env()
-                    facts["packages"] = image_packages(runner, env)
-                    facts["content_digest"] = content_digest(img)
-                    facts["tree_size_bytes"] = tree_size(img)
-                else:
-                    sif = entry_tmp / "image.sif"
-                    cmd = apptainer_build_command(str(sif), str(recipe.resolve()), build_args,
-                                                  fakeroot=fakeroot, apptainer=tools["apptainer"])
-                    # %files sources relative to the repository root, as in the recipes
-                    run_logged(cmd, logfile, cwd=str(REPO_ROOT))
-                    facts = {"build_command": cmd, "build_args": build_args}
-                    runner = apptainer_exec_command(str(sif), [], apptainer=tools["apptainer"])
-                    facts["packages"] = image_packages(runner, dict(os.environ))
-                    facts["content_digest"] = content_digest(sif)
-                    facts["content_digest_note"] = "sha256 of the SIF file (SIF builds are not bit-reproducible)"
-                    facts["tree_size_bytes"] = tree_size(sif)
+                facts = cold(build, entry_tmp)
                 facts["cold_build_seconds"] = round(time.monotonic() - tb, 1)
                 facts["built_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
                 facts["built_on"] = socket.gethostname()
@@ -1130,9 +1151,9 @@ def build_image(
             except BaseException:
                 shutil.rmtree(entry_tmp, ignore_errors=True)
                 raise
-        src = entry / image_name
+        src = entry / rt.image_file
         squashfs_cached = None
-        if builder == "charliecloud" and fmt == "squashfs":
+        if rt is CHARLIECLOUD and fmt == "squashfs":
             sqfs = entry / "image.sqfs"
             squashfs_cached = sqfs.exists()
             if not squashfs_cached:
@@ -1146,6 +1167,7 @@ def build_image(
                 os.replace(tmp, sqfs)
             src = sqfs
         placement = place_image(src, out, link)
+        reference = load_podman_image(out, tools[PODMAN.default_bin]) if rt is PODMAN else None
 
     man = {
         "schema": MANIFEST_SCHEMA,
@@ -1168,13 +1190,15 @@ def build_image(
         "size_bytes": tree_size(out),
         "tree_size_bytes": facts.get("tree_size_bytes"),
         "content_digest": facts.get("content_digest"),
-        "content_digest_method": DIGEST_METHOD if builder == "charliecloud" else facts.get("content_digest_note"),
+        "content_digest_method": DIGEST_METHOD if rt is CHARLIECLOUD else facts.get("content_digest_note"),
         "build_seconds": round(time.monotonic() - t0, 2),
         "cold_build_seconds": facts.get("cold_build_seconds"),
         "built_at": facts.get("built_at"),
         "built_on": facts.get("built_on"),
         "log": str(logfile) if logfile.exists() else facts.get("log"),
     }
+    if reference:
+        man["reference"] = reference  # the name `podman run` starts it by
     if squashfs_cached is not None:
         man["squashfs_cached"] = squashfs_cached
     if fmt == "squashfs":
@@ -1186,45 +1210,67 @@ def build_image(
 # ----------------------------------------------------------------------- CLI
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--builder", required=True, choices=sorted(BUILDER_TOOLS))
-    p.add_argument("--recipe", required=True, help="Dockerfile (charliecloud) or .def (apptainer)")
-    p.add_argument("--requirements", help="payload requirements (charliecloud: required)")
+def _arguments(p: argparse.ArgumentParser) -> None:
+    formats = sorted({f for name in runtimes.builders() for f in runtimes.runtime(name).image_formats})
+    p.add_argument("--builder", required=True, choices=runtimes.builders())
+    p.add_argument("--recipe", required=True, help="Dockerfile (charliecloud, podman) or .def (apptainer, singularity)")
+    p.add_argument("--requirements", help="payload requirements (Dockerfile builds: required)")
     p.add_argument("--out", required=True, help="image path: directory, .sqfs or .sif")
     p.add_argument("--manifest", required=True, help="provenance JSON (written atomically)")
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE),
                    help="cache root: images/, wheelhouse/, base/, wheels/ (default $SCALESWEEP_CACHE or ~/.cache/scalesweep)")
-    p.add_argument("--format", choices=("dir", "squashfs", "sif"), help="default: dir (charliecloud), sif (apptainer)")
-    p.add_argument("--build-args", dest="build_args_file", help="apptainer: KEY=VALUE file")
-    p.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE", help="apptainer: override")
-    p.add_argument("--fakeroot", action="store_true", help="apptainer build --fakeroot")
+    p.add_argument("--format", choices=formats, help="default: the builder's first (dir, sif, oci-dir)")
+    p.add_argument("--site", help="take the build args from this site file's build_args (a name under sites/ or a path)")
+    p.add_argument("--build-args", dest="build_args_file", help="KEY=VALUE file of build args (hand use)")
+    p.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="a build arg (repeatable; wins over --site and --build-args)")
+    p.add_argument("--fakeroot", action="store_true", help="apptainer/singularity build --fakeroot")
     p.add_argument("--link", choices=("hardlink", "symlink", "copy"), default="hardlink",
                    help="how a cached image is placed at --out (default hardlink)")
     p.add_argument("--python", default=sys.executable, help="interpreter whose pip stages the wheelhouse")
     p.add_argument("--find-links", action="append", default=[], help="extra local wheel directory")
     p.add_argument("--no-cache", action="store_true", help="rebuild even if the cache has the key")
+
+
+def add_parser(sub) -> None:
+    """``scalesweep build-image`` (scalesweep.cli)."""
+    p = sub.add_parser(COMMAND, help="build (or reuse from the cache) a payload image with its provenance manifest",
+                       description=__doc__.split("\n\n")[0])
+    _arguments(p)
+    p.set_defaults(func=run)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=f"scalesweep {COMMAND}", description=__doc__.split("\n\n")[0])
+    _arguments(p)
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
-    overrides = {}
-    for kv in a.build_arg:
-        k, sep, v = kv.partition("=")
-        if not sep:
-            print(f"build_image: error: --build-arg {kv!r}: expected KEY=VALUE", file=sys.stderr)
-            return 2
-        overrides[k] = v
+def run(a: argparse.Namespace) -> int:
+    """Build as the parsed arguments say; one line on stderr and exit 1 if it cannot."""
     try:
+        tools = check_builder(a.builder, a.format)  # before anything else (reading the site)
+        args: dict[str, str] = {}
+        if a.site:
+            from scalesweep.site import SiteError, load_site
+
+            try:
+                args.update(load_site(a.site)["build_args"])
+            except SiteError as exc:
+                raise BuildError(str(exc)) from None
+        for kv in a.build_arg:
+            k, sep, v = kv.partition("=")
+            if not sep:
+                raise BuildError(f"--build-arg {kv!r}: expected KEY=VALUE")
+            args[k] = v
         man = build_image(
             a.builder, a.recipe, a.out, a.manifest, requirements=a.requirements,
             cache_dir=a.cache_dir, fmt=a.format, build_args_file=a.build_args_file,
-            build_args=overrides, fakeroot=a.fakeroot, link=a.link, python=a.python,
-            find_links=a.find_links, no_cache=a.no_cache,
+            build_args=args, fakeroot=a.fakeroot, link=a.link, python=a.python,
+            find_links=a.find_links, no_cache=a.no_cache, tools=tools,
         )
     except BuildError as e:
-        print(f"build_image: error: {e}", file=sys.stderr)
+        log(f"error: {e}")
         return 1
     how = "cached" if man["cached"] else "built"
     if man.get("squashfs_cached") is False:
@@ -1234,5 +1280,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def main(argv: list[str] | None = None) -> int:
+    return run(parse_args(argv))

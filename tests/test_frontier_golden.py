@@ -1,0 +1,51 @@
+"""Frontier's container command lines and environment, from the site file, pinned.
+
+The argv and the host environment below are what scalesweep produced for a 2-node x 8-GCD
+CNN point before sites became data (commit 03e5ead: config/frontier.yaml's `machine:` and
+`containers.site`); moving the facts to sites/frontier.yaml must not change a byte.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import REPO
+from scalesweep.config import load_config
+from scalesweep.launch import launch_command, launch_env
+from scalesweep.pointlaunch import build_launch
+from scalesweep.sweep import SweepPoint
+
+BINDS = ("/repo:/mnt/code,/data:/mnt/data,/out:/mnt/out,/usr/share/libdrm:/usr/share/libdrm,"
+         "/var/spool/slurmd:/var/spool/slurmd,/opt/cray:/opt/cray")
+HOST_MPI = ("/opt/cray/pe/mpich/8.1.31/ofi/gnu/12.3/lib-abi-mpich", "/opt/cray/pe/mpich/8.1.31/gtl/lib",
+            "/opt/cray/libfabric/1.22.0/lib64", "/opt/cray/pe/lib64", "/opt/cray/xpmem/default/lib64")
+SRUN = ["srun", "--nodes=2", "--ntasks=16", "--ntasks-per-node=8", "--cpus-per-task=7",
+        "--gpus-per-task=1", "--gpu-bind=closest"]
+PAYLOAD = ["--pwd", "/mnt/code", "/img.sif", "/opt/venv/bin/python", "/mnt/code/scripts/train_cnn.py",
+           "--epochs", "5"]
+ENV = {"OMP_NUM_THREADS": "7",
+       "APPTAINERENV_MIOPEN_CUSTOM_CACHE_DIR": "/tmp/scalesweep-miopen",
+       "APPTAINERENV_MIOPEN_USER_DB_PATH": "/tmp/scalesweep-miopen",
+       "APPTAINERENV_MPICH_GPU_SUPPORT_ENABLED": "1",
+       "APPTAINERENV_NCCL_SOCKET_IFNAME": "hsn0"}
+EXPECTED = {
+    "apptainer": (SRUN + ["apptainer", "exec", "--rocm", "--bind", BINDS] + PAYLOAD, ENV),
+    "apptainer-hostmpi": (
+        SRUN + ["apptainer", "exec", "--rocm", "--bind",
+                BINDS + "," + ",".join(f"{d}:{d}" for d in HOST_MPI)] + PAYLOAD,
+        ENV | {"APPTAINERENV_LD_LIBRARY_PATH": ":".join(HOST_MPI),
+               "APPTAINERENV_LD_PRELOAD": "/opt/cray/pe/mpich/8.1.31/gtl/lib/libmpi_gtl_hsa.so.0"}),
+}
+
+
+@pytest.mark.parametrize("runtime", sorted(EXPECTED))
+def test_frontier_point_command_and_environment_are_unchanged(runtime):
+    config = load_config([REPO / "config" / "config.yaml", REPO / "config" / "frontier.yaml"])
+    config["_code_root"] = "/repo"
+    point = SweepPoint("cnn_ddp", runtime, 2, 8, 8, 7, 1)
+    launch = build_launch(point, config["workloads"]["cnn_ddp"], config, payload_args=["--epochs", "5"],
+                          payload="scripts/train_cnn.py", data_dir="/data", out_dir="/out",
+                          image="/img.sif", launcher="srun")
+    argv, env = EXPECTED[runtime]
+    assert launch_command(launch) == argv
+    assert launch_env(launch) == env

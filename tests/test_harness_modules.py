@@ -1,0 +1,173 @@
+"""The harness in its modules (issue #17): each fact in one place, the runtime's version in
+every run's provenance, start-up timed in the launch's environment. Fast: no workflow."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import sys
+from dataclasses import replace
+
+import pytest
+
+from conftest import REPO, tiny_config
+from scalesweep.config import validated
+from scalesweep.launch import Launch
+from scalesweep.site import load_site
+from scalesweep.sweep import SweepPoint
+
+PACKAGE = REPO / "workflow" / "scalesweep"
+FAKE_PAYLOAD = ("import json, sys\njson.dump({'workload': 'fake', 'payload_wall_s': 0.01}, "
+                "open(sys.argv[sys.argv.index('--out') + 1], 'w'))\n")
+
+
+def test_the_point_file_names_are_written_once_in_the_package():
+    """metrics.json, failure.json, attempts.jsonl, payload.json and running.json are
+    named by scalesweep.pointdir; no other module of the package or its scripts spells
+    them (docstrings, comments and help texts may)."""
+    names = {"metrics.json", "failure.json", "attempts.jsonl", "payload.json", "running.json"}
+    files = [*PACKAGE.glob("*.py"), *(REPO / "workflow" / "scripts").glob("*.py")]
+    found = []
+    for path in files:
+        if path.name == "pointdir.py":
+            continue
+        tree = ast.parse(path.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body
+                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        helps = {id(kw.value) for n in ast.walk(tree) if isinstance(n, ast.Call)
+                 for kw in n.keywords if kw.arg == "help"}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and id(node) not in docs | helps):
+                hits = [name for name in names if name in node.value and " " not in node.value]
+                found += [f"{path.name}:{node.lineno}: {node.value!r}" for _ in hits]
+    assert not found, found
+
+
+def test_nothing_imports_the_old_runpoint_module():
+    assert not (PACKAGE / "runpoint.py").exists()
+    for path in [*PACKAGE.glob("*.py"), *(REPO / "workflow" / "scripts").glob("*.py")]:
+        assert "scalesweep.runpoint" not in path.read_text(), path
+
+
+def test_user_name_without_user(monkeypatch):
+    import pwd
+
+    from scalesweep.hostenv import user_name, with_user
+
+    monkeypatch.delenv("USER", raising=False)
+    assert user_name() == pwd.getpwuid(os.getuid()).pw_name
+    assert with_user({})["USER"] == user_name()
+    assert with_user({"USER": "alice"})["USER"] == "alice"
+    monkeypatch.setenv("USER", "bob")
+    assert user_name() == "bob"
+
+
+def test_image_paths_read_the_validated_config():
+    from scalesweep.payloads import image_location, image_manifest_path, point_inputs
+
+    config = validated(tiny_config())
+    assert config["containers"]["image"] == "default"  # the schema's default, filled in
+    assert image_location(config) == "resources/images/default"
+    assert image_manifest_path(config) == "resources/images/default.manifest.json"
+    assert "image_manifest" in point_inputs("cnn_ddp", "charliecloud", config)
+    assert "image_manifest" not in point_inputs("cnn_ddp", "native-aa", config)
+    prebuilt = validated(tiny_config(containers={"prebuilt": "/img/x.sqfs"}))
+    assert image_location(prebuilt) == "/img/x.sqfs" and image_manifest_path(prebuilt) == ""
+
+
+def test_cnn_arguments_are_the_configs_after_validation(tmp_path):
+    from scalesweep.payloads import payload_invocation
+
+    config = validated(tiny_config())
+    config["_code_root"] = str(REPO)
+    ds = tmp_path / "resources" / "datasets" / "tiny"
+    ds.mkdir(parents=True)
+    point = SweepPoint("cnn_ddp", "native", 1, 0, 2, 1, 1)
+    inv = payload_invocation(point, config["workloads"]["cnn_ddp"], config,
+                             {"dataset": str(ds)}, tmp_path / "out")
+    args = dict(zip(inv.args[::2], inv.args[1::2]))
+    assert (args["--epochs"], args["--batch-size"], args["--seed"]) == ("2", "16", "0")
+    assert args["--parallel"] == "ddp" and args["--out"].endswith("/out/payload.json")
+
+
+def test_runtime_provenance_records_the_version(tmp_path):
+    from scalesweep.pointlaunch import container_site, runtime_provenance
+
+    assert runtime_provenance("native", container_site({"_site": load_site("local")}, "native", "")) == {
+        "runtime": "native", "native": True, "version": None}
+    fake = tmp_path / "ch-run"
+    fake.write_text("#!/bin/sh\necho 0.38 >&2\n")  # ch-run prints its version on stderr
+    fake.chmod(0o755)
+    site = replace(container_site({"_site": load_site("local")}, "charliecloud", "/img"),
+                   bin=str(fake))
+    record = runtime_provenance("charliecloud", site)
+    assert record["version"] == "0.38" and record["bin"] == str(fake)
+    assert record["runtime"] == "charliecloud" and record["native"] is False
+
+
+def test_metrics_record_the_runtime_provenance(tmp_path, monkeypatch):
+    from scalesweep.harness import execute
+
+    for var in [v for v in os.environ if v.startswith("SLURM_")]:
+        monkeypatch.delenv(var)
+    code = tmp_path / "code"
+    (code / "scripts").mkdir(parents=True)
+    (code / "scripts" / "fake.py").write_text(FAKE_PAYLOAD)
+    point = SweepPoint("cnn_ddp", "native", 1, 0, 1, 1, 1)
+    out = tmp_path / "runs" / point.path
+    launch = Launch(runtime="native", launcher="local", nodes=1, ranks_per_node=1, threads=1,
+                    gpus_per_node=0, payload="scripts/fake.py",
+                    args=("--out", str(out / "payload.json")), code_root=str(code),
+                    data_dir=str(tmp_path), out_dir=str(out), host_python=sys.executable)
+    measurement = validated(tiny_config())["measurement"]
+    rc = execute(point, launch, str(out / "metrics.json"), str(out / "run.log"),
+                 measurement={**measurement, "sample_interval_s": 0.2}, site=load_site("local"))
+    assert rc == 0, (out / "run.log").read_text()
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["runtime_provenance"] == {"runtime": "native", "native": True, "version": None}
+    assert m["interference"]["thresholds"] == {"max_outside_cpu_pct": 100.0, "max_steal_pct": 100.0}
+
+
+def test_startup_is_timed_in_the_launchs_environment(monkeypatch):
+    """Apptainer's host-MPI mode passes its variables as APPTAINERENV_* on the host: the
+    start-up probes get them, as a point's launch does."""
+    import scalesweep.startup as startup
+
+    seen = []
+    monkeypatch.setattr(startup, "_time", lambda argv, env: seen.append(env) or 0.01)
+    monkeypatch.delenv("USER", raising=False)
+    config = {"_site": load_site("frontier"), "_code_root": str(REPO)}
+    record = startup.measure_startup("apptainer-hostmpi", "/img.sif", config, repeats=1)
+    assert seen and all(e["APPTAINERENV_LD_LIBRARY_PATH"] for e in seen)
+    assert all(e["OMP_NUM_THREADS"] == "1" and e["USER"] for e in seen)
+    assert record["runtime_provenance"]["runtime"] == "apptainer-hostmpi"
+
+
+def test_interference_thresholds_have_no_second_default():
+    """The thresholds and interval come from the config (the schema's defaults), never
+    from defaults of their own in the monitor."""
+    import inspect
+
+    from scalesweep import interference
+
+    assert not [n for n in vars(interference) if n.startswith("DEFAULT_")]
+    for fn, params in ((interference.assess, ("max_outside_cpu_pct", "max_steal_pct")),
+                       (interference.Monitor.__init__, ("interval_s",))):
+        sig = inspect.signature(fn)
+        assert all(sig.parameters[p].default is inspect.Parameter.empty for p in params)
+    with pytest.raises(SystemExit):
+        interference.main(["watch", "--token", "t", "--out", "x", "--stop-file", "s"])
+
+
+def test_execute_needs_the_measurement_section(tmp_path):
+    from scalesweep.harness import execute
+
+    launch = Launch(runtime="native", launcher="local", nodes=1, ranks_per_node=1, threads=1,
+                    gpus_per_node=0, payload="scripts/x.py", args=(), code_root=str(tmp_path),
+                    data_dir=str(tmp_path), out_dir=str(tmp_path))
+    with pytest.raises(TypeError, match="measurement"):
+        execute(SweepPoint("cnn_ddp", "native", 1, 0, 1, 1, 1), launch,
+                str(tmp_path / "metrics.json"), str(tmp_path / "run.log"), site={})
