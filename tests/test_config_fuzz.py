@@ -68,9 +68,10 @@ def test_random_bad_values_give_a_schema_or_sweep_error_never_a_traceback(data):
         ("models", "synthetic_llama", "source"),
         ("workloads", "llm", "prompts"),
         ("workloads", "llm", "engine"),
-        ("containers", "recipe"),
-        ("containers", "prebuilt"),
-        ("containers", "requirements"),
+        ("containers", "images", "default", "recipe"),
+        ("containers", "images", "default", "prebuilt"),
+        ("containers", "images", "default", "requirements"),
+        ("workloads", "llm", "image"),
     ],
 )
 @pytest.mark.parametrize("attack", ["x; touch /tmp/PWNED", "$(touch PWNED)", "`touch PWNED`",

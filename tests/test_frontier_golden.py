@@ -2,7 +2,11 @@
 
 The argv and the host environment below are what scalesweep produced for a 2-node x 8-GCD
 CNN point before sites became data (commit 03e5ead: config/frontier.yaml's `machine:` and
-`containers.site`); moving the facts to sites/frontier.yaml must not change a byte.
+`containers.site`); moving the facts to sites/frontier.yaml did not change a byte. One
+intended change since (issue #18): host-MPI mode follows OLCF's documented environment
+for GPU-aware MPI in Apptainer (olcf_containers_examples gpu_aware_mpi_example): the GTL
+first on LD_LIBRARY_PATH, the image's ROCm after the host directories, and the host
+system libraries Cray MPICH needs injected with APPTAINER_CONTAINLIBS.
 """
 
 from __future__ import annotations
@@ -17,8 +21,11 @@ from scalesweep.sweep import SweepPoint
 
 BINDS = ("/repo:/mnt/code,/data:/mnt/data,/out:/mnt/out,/usr/share/libdrm:/usr/share/libdrm,"
          "/var/spool/slurmd:/var/spool/slurmd,/opt/cray:/opt/cray")
-HOST_MPI = ("/opt/cray/pe/mpich/8.1.31/ofi/gnu/12.3/lib-abi-mpich", "/opt/cray/pe/mpich/8.1.31/gtl/lib",
+HOST_MPI = ("/opt/cray/pe/mpich/8.1.31/gtl/lib", "/opt/cray/pe/mpich/8.1.31/ofi/gnu/12.3/lib-abi-mpich",
             "/opt/cray/libfabric/1.22.0/lib64", "/opt/cray/pe/lib64", "/opt/cray/xpmem/default/lib64")
+IMAGE_ROCM = ("/opt/rocm/lib", "/opt/rocm/lib64")
+CONTAINLIBS = ("/usr/lib64/libcxi.so.1,/usr/lib64/libjson-c.so.5,/lib64/libtinfo.so.6,/usr/lib64/libnl-3.so.200,"
+               "/usr/lib64/libgfortran.so.5,/usr/lib64/libjansson.so.4,/usr/lib64/libxpmem.so.0")
 SRUN = ["srun", "--nodes=2", "--ntasks=16", "--ntasks-per-node=8", "--cpus-per-task=7",
         "--gpus-per-task=1", "--gpu-bind=closest"]
 PAYLOAD = ["--pwd", "/mnt/code", "/img.sif", "/opt/venv/bin/python", "/mnt/code/scripts/train_cnn.py",
@@ -33,8 +40,9 @@ EXPECTED = {
     "apptainer-hostmpi": (
         SRUN + ["apptainer", "exec", "--rocm", "--bind",
                 BINDS + "," + ",".join(f"{d}:{d}" for d in HOST_MPI)] + PAYLOAD,
-        ENV | {"APPTAINERENV_LD_LIBRARY_PATH": ":".join(HOST_MPI),
-               "APPTAINERENV_LD_PRELOAD": "/opt/cray/pe/mpich/8.1.31/gtl/lib/libmpi_gtl_hsa.so.0"}),
+        ENV | {"APPTAINERENV_LD_LIBRARY_PATH": ":".join(HOST_MPI + IMAGE_ROCM),
+               "APPTAINERENV_LD_PRELOAD": "/opt/cray/pe/mpich/8.1.31/gtl/lib/libmpi_gtl_hsa.so.0",
+               "APPTAINER_CONTAINLIBS": CONTAINLIBS}),
 }
 
 

@@ -66,16 +66,21 @@ def test_user_name_without_user(monkeypatch):
 
 
 def test_image_paths_read_the_validated_config():
-    from scalesweep.payloads import image_location, image_manifest_path, point_inputs
+    from scalesweep.payloads import image_location, point_inputs
 
     config = validated(tiny_config())
     assert config["containers"]["image"] == "default"  # the schema's default, filled in
-    assert image_location(config) == "resources/images/default"
-    assert image_manifest_path(config) == "resources/images/default.manifest.json"
-    assert "image_manifest" in point_inputs("cnn_ddp", "charliecloud", config)
+    assert config["containers"]["images"]["default"]["builder"] == "charliecloud"
+    assert image_location(config, "cnn_ddp") == "resources/images/default"
+    assert point_inputs("cnn_ddp", "charliecloud", config)["image_manifest"] == \
+        "resources/images/default.manifest.json"
     assert "image_manifest" not in point_inputs("cnn_ddp", "native-aa", config)
-    prebuilt = validated(tiny_config(containers={"prebuilt": "/img/x.sqfs"}))
-    assert image_location(prebuilt) == "/img/x.sqfs" and image_manifest_path(prebuilt) == ""
+    # an image used in place keeps its path, and is described into a manifest like any
+    prebuilt = validated(tiny_config(containers={"images": {"default": {"prebuilt": "/img/x.sqfs",
+                                                                        "format": "squashfs"}}}))
+    assert image_location(prebuilt, "cnn_ddp") == "/img/x.sqfs"
+    assert point_inputs("cnn_ddp", "charliecloud", prebuilt)["image_manifest"] == \
+        "resources/images/default.manifest.json"
 
 
 def test_cnn_arguments_are_the_configs_after_validation(tmp_path):

@@ -60,7 +60,8 @@ def test_the_registry_is_the_only_list_of_runtimes():
     names the registry does not know, naming the known ones)."""
     config = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
     assert "enum" not in config["$defs"]["runtime"]
-    assert "enum" not in config["properties"]["containers"]["properties"]["builder"]
+    image = config["properties"]["containers"]["properties"]["images"]["additionalProperties"]
+    assert "enum" not in image["properties"]["builder"]
     site = yaml.safe_load((REPO / "workflow/schemas/site.schema.yaml").read_text())
     assert "enum" not in site["properties"]["runtimes"]["propertyNames"]
     from conftest import tiny_config
@@ -167,6 +168,22 @@ def test_hostmpi_puts_host_libraries_first_and_preloads(name, var):
     assert bind == f"{STANDARD_BIND},/var/spool/slurmd:/var/spool/slurmd," + ",".join(f"{d}:{d}" for d in LIBS)
     # the plain runtime ignores the site's host_mpi part
     assert runtime(name.removesuffix("-hostmpi")).host_env(s) == {f"{var}NCCL_SOCKET_IFNAME": "hsn0"}
+
+
+@pytest.mark.parametrize("name,var", [("apptainer-hostmpi", "APPTAINER_CONTAINLIBS"),
+                                      ("singularity-hostmpi", "SINGULARITY_CONTAINLIBS")])
+def test_hostmpi_libs_and_image_lib_dirs(name, var):
+    """OLCF's GPU-aware MPI environment: the image's ROCm after the host directories on
+    LD_LIBRARY_PATH, host system libraries through the runtime's CONTAINLIBS variable
+    (its own name per runtime); a runtime without one refuses host library files."""
+    s = site(**HOSTMPI, host_mpi_image_lib_dirs=("/opt/rocm/lib",), host_mpi_libs=("/usr/lib64/libcxi.so.1",))
+    env = runtime(name).host_env(s)
+    prefix_ = var.split("_")[0] + "ENV_"
+    assert env[f"{prefix_}LD_LIBRARY_PATH"] == ":".join(LIBS + ("/opt/rocm/lib",))
+    assert env[var] == "/usr/lib64/libcxi.so.1"
+    assert var not in runtime(name.removesuffix("-hostmpi")).host_env(s)  # plain mode: no host libs
+    with pytest.raises(LaunchError, match=r"charliecloud-hostmpi cannot inject host library files"):
+        runtime("charliecloud-hostmpi").host_env(s)
 
 
 def test_hostmpi_without_library_directories_is_refused():
@@ -287,9 +304,13 @@ def test_site_facts_from_the_frontier_file():
     assert ("NCCL_SOCKET_IFNAME", "hsn0") in plain.env
     assert plain.host_mpi_lib_dirs == () and plain.modules == ("cray-mpich-abi", "rocm/6.2.4")
     hybrid = runtime("apptainer-hostmpi").site_facts(frontier, "/img.sif")
-    assert hybrid.host_mpi_lib_dirs[0].endswith("lib-abi-mpich") and hybrid.host_mpi_preload.endswith(".so.0")
+    assert hybrid.host_mpi_lib_dirs[1].endswith("lib-abi-mpich") and hybrid.host_mpi_preload.endswith(".so.0")
     env = runtime("apptainer-hostmpi").host_env(hybrid)
-    assert env["APPTAINERENV_LD_LIBRARY_PATH"].split(":")[0].endswith("lib-abi-mpich")
+    # OLCF's order: the GTL first, Cray MPICH's ABI build, ..., then the image's ROCm
+    ld_path = env["APPTAINERENV_LD_LIBRARY_PATH"].split(":")
+    assert ld_path[0].endswith("/gtl/lib") and ld_path[1].endswith("lib-abi-mpich")
+    assert ld_path[-2:] == ["/opt/rocm/lib", "/opt/rocm/lib64"]
+    assert "/usr/lib64/libcxi.so.1" in env["APPTAINER_CONTAINLIBS"].split(",")
     assert env["APPTAINERENV_MPICH_GPU_SUPPORT_ENABLED"] == "1"
     native = runtime("native").site_facts({"name": "bare", "node": {"device": "cpu"}})  # no runtimes: fine
     assert native == RuntimeSite() and runtime("native").exec_prefix(native, STANDARD, "/") == []
@@ -305,10 +326,8 @@ def test_runtime_not_offered_by_the_site_is_refused():
         runtime("podman").site_entry(local)
 
 
-def campaign(site_name: str, runtimes_: list[str], builder: str | None = None, **workload_sweep) -> dict:
-    builder = builder or {"local": "charliecloud"}.get(site_name, "apptainer")
+def campaign(site_name: str, runtimes_: list[str], **workload_sweep) -> dict:
     return {"_site": load_site(site_name), "sweep": {"runtimes": runtimes_},
-            "containers": {"builder": builder},
             "workloads": {"cnn": {"payload": "cnn", "sweep": workload_sweep},
                           "off": {"payload": "cnn", "enabled": False, "sweep": {"runtimes": ["podman"]}}},
             "measurement": {"aa_calibration": True}}
@@ -323,15 +342,6 @@ def test_check_runtimes_refuses_before_any_job():
         check_runtimes(campaign("odo", ["charliecloud-hostmpi"]))
     with pytest.raises(UnknownRuntime, match="unknown runtime 'docker'"):
         check_runtimes(campaign("local", ["docker"]))
-    # the image's builder must be a builder the site offers (unless the image is prebuilt)
-    with pytest.raises(RuntimeNotOffered, match="containers.builder: runtime 'charliecloud' is not offered "
-                                                "by site 'frontier'"):
-        check_runtimes(campaign("frontier", ["native", "apptainer"], builder="charliecloud"))
-    with pytest.raises(UnknownRuntime, match="containers.builder: 'native' builds no images"):
-        check_runtimes(campaign("local", ["native", "charliecloud"], builder="native"))
-    prebuilt = campaign("frontier", ["native", "apptainer"], builder="charliecloud")
-    prebuilt["containers"]["prebuilt"] = "/images/pytorch.sif"
-    check_runtimes(prebuilt)
 
 
 # --- provenance -------------------------------------------------------------------------

@@ -60,7 +60,8 @@ def test_defaults_come_from_the_schema():
     assert site["node"]["core_spec"] is None and site["node"]["mem_mb"] == 0
     assert site["runtimes"]["charliecloud"]["binds"] == []
     assert site["runtimes"]["charliecloud"]["host_mpi"] == {
-        "lib_dirs": [], "preload": "", "binds": [], "env": {}}
+        "lib_dirs": [], "image_lib_dirs": [], "libs": [], "preload": "", "binds": [], "env": {}}
+    assert site["node"]["payload_device"] == "auto"
     assert site["price"] == {}  # no price declared
     assert load_site("frontier")["price"] == {"per_node_hour": 1.0,
                                               "unit": "allocation node-hours"}

@@ -4,6 +4,7 @@
 import hashlib
 import json
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -25,7 +26,8 @@ os.environ.update(
 
 from scalesweep.config import ConfigError, check_config, schema_typed  # noqa: E402
 from scalesweep.metrics import write_json_atomic  # noqa: E402
-from scalesweep.payloads import image_manifest_path, point_inputs  # noqa: E402
+from scalesweep.imageset import runtime_image, used_images  # noqa: E402
+from scalesweep.payloads import point_inputs  # noqa: E402
 from scalesweep.site import site_of  # noqa: E402
 from scalesweep.sweep import (  # noqa: E402
     HISTORY_DIR,
@@ -156,34 +158,60 @@ def dataset_params(wildcards):
     return config["datasets"][wildcards.dataset]
 
 
-def image_manifest(wildcards):
-    """The image's provenance manifest: what a container point waits for."""
-    return image_manifest_path(config) or []
-
-
 def in_repo(path):
     """Relative paths in the config name files of the repository, not of the campaign."""
     return str(REPO / path) if not Path(path).is_absolute() else path
 
 
+# --- Images (scalesweep.imageset): which rule makes each image the selected points run --
+IMAGES = used_images(config, SELECTED)
+
+
+def images_made_by(how, *formats):
+    """A wildcard constraint: the names of the images obtained ``how`` (build, pull,
+    local) in one of ``formats`` (any, when none is given); never matches when none is:
+    the rules' outputs then never overlap."""
+    names = [
+        re.escape(name)
+        for name, spec in IMAGES.items()
+        if spec.how == how and (not formats or spec.format in formats)
+    ]
+    return "|".join(names) if names else "(?!)"
+
+
+def image_of(wildcards):
+    return IMAGES[wildcards.image]
+
+
 def image_recipe_inputs(wildcards):
-    c = config["containers"]
-    return {"recipe": in_repo(c["recipe"]), "requirements": in_repo(c["requirements"])}
+    spec = image_of(wildcards)
+    return {"recipe": in_repo(spec.recipe), "requirements": in_repo(spec.requirements)}
+
+
+def image_build_args(wildcards):
+    """--builder, --format and --fakeroot of `scalesweep build-image`, shell-quoted."""
+    spec = image_of(wildcards)
+    args = ["--builder", spec.builder, "--format", spec.format]
+    if spec.fakeroot:
+        args.append("--fakeroot")
+    return shlex.join(args)
+
+
+def image_source_args(wildcards):
+    """--builder, --format and --image of `scalesweep describe-image`, shell-quoted."""
+    spec = image_of(wildcards)
+    return shlex.join(
+        ["--builder", spec.builder, "--format", spec.format, "--image", spec.prebuilt]
+    )
+
+
+def startup_image(wildcards):
+    """The image a runtime's start-up is timed in: the first selected point's of it."""
+    return runtime_image(config, wildcards.runtime, SELECTED)
 
 
 def startup_inputs(wildcards):
-    manifest = image_manifest(wildcards)
-    return {"manifest": ancient(manifest)} if manifest else {}
-
-
-def image_format_args(wildcards):
-    c = config["containers"]
-    args = []
-    if c["format"]:
-        args += ["--format", c["format"]]
-    if c["fakeroot"]:
-        args.append("--fakeroot")
-    return " ".join(shlex.quote(a) for a in args)
+    return {"manifest": ancient(startup_image(wildcards).manifest)}
 
 
 def container_runtimes():

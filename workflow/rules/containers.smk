@@ -1,6 +1,11 @@
-# Build the payload image once (cached by content), then time the runtime's own start-up.
+# Container images (containers.images, by name: scalesweep.imageset) - each built from its
+# recipe, pulled from a registry, or described where it lies, once, on the login node -
+# then the container runtimes' own start-up timed in them.
 
 
+# One image from its recipe (scalesweep.images: cached by content), into what the builder
+# writes: a directory (charliecloud dir, podman oci-dir); build_image_sif and
+# build_image_squashfs below write one file.
 rule build_image:
     input:
         unpack(image_recipe_inputs),
@@ -9,15 +14,16 @@ rule build_image:
         manifest="resources/images/{image}.manifest.json",
     log:
         "logs/images/{image}.build.log",
+    wildcard_constraints:
+        image=images_made_by("build", "dir", "oci-dir"),
     localrule: True  # sites build on login nodes (Frontier: apptainer build --fakeroot)
     conda:
         "../../envs/scalesweep.yaml"
     params:
-        c=config["containers"],
         # `python -m scalesweep build-image` (scalesweep.images) from this repository,
         # also in a conda environment that has not installed the package
         lib=f"{workflow.basedir}/workflow",
-        fmt=image_format_args,
+        how=image_build_args,
         # the site's build args (sites/<name>.yaml build_args), each shell-quoted
         site_args=shlex.join(
             arg
@@ -25,11 +31,71 @@ rule build_image:
             for arg in ("--build-arg", f"{key}={value}")
         ),
     shell:
-        "PYTHONPATH={params.lib:q} python -m scalesweep build-image"
-        " --builder {params.c[builder]:q}"
+        "PYTHONPATH={params.lib:q} python -m scalesweep build-image {params.how}"
         " --recipe {input.recipe:q} --requirements {input.requirements:q}"
-        " --out {output.image:q} --manifest {output.manifest:q} {params.fmt} {params.site_args}"
+        " --out {output.image:q} --manifest {output.manifest:q} {params.site_args}"
         " > {log:q} 2>&1"
+
+
+# An Apptainer/SingularityCE build: one SIF file.
+use rule build_image as build_image_sif with:
+    output:
+        image="resources/images/{image}.sif",
+        manifest="resources/images/{image}.manifest.json",
+    wildcard_constraints:
+        image=images_made_by("build", "sif"),
+
+
+# A Charliecloud SquashFS image: one file.
+use rule build_image as build_image_squashfs with:
+    output:
+        image="resources/images/{image}.sqfs",
+        manifest="resources/images/{image}.manifest.json",
+    wildcard_constraints:
+        image=images_made_by("build", "squashfs"),
+
+
+# A prebuilt image from a registry (`prebuilt: oras://...`, docker://, library://,
+# https://): `apptainer pull` once, on the login node (compute nodes may have no route to
+# the registry), with the same manifest as a build (the reference, the SIF's sha256 and
+# labels, its base image and size).
+rule pull_image:
+    output:
+        image="resources/images/{image}.sif",
+        manifest="resources/images/{image}.manifest.json",
+    log:
+        "logs/images/{image}.pull.log",
+    wildcard_constraints:
+        image=images_made_by("pull", "sif"),
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    params:
+        lib=f"{workflow.basedir}/workflow",
+        how=image_source_args,
+    shell:
+        "PYTHONPATH={params.lib:q} python -m scalesweep describe-image {params.how}"
+        " --pull --out {output.image:q} --manifest {output.manifest:q} > {log:q} 2>&1"
+
+
+# A prebuilt image used where it lies (`prebuilt: /path/image.sif`): described once, so
+# every run records its digest, labels and size like a built one's.
+rule describe_image:
+    output:
+        manifest="resources/images/{image}.manifest.json",
+    log:
+        "logs/images/{image}.describe.log",
+    wildcard_constraints:
+        image=images_made_by("local"),
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    params:
+        lib=f"{workflow.basedir}/workflow",
+        how=image_source_args,
+    shell:
+        "PYTHONPATH={params.lib:q} python -m scalesweep describe-image {params.how}"
+        " --manifest {output.manifest:q} > {log:q} 2>&1"
 
 
 rule container_startup:
@@ -47,6 +113,7 @@ rule container_startup:
         measure=1,
     params:
         repeats=config["containers"]["startup_repeats"],
+        image=startup_image,
         profile_check=profile_check,
     script:
         "../scripts/measure_startup.py"

@@ -24,7 +24,7 @@ COMMANDS = [
 ]
 # Sub-commands whose module is imported alone (standard library only): the workflow's
 # rules run them in whatever environment they have, without the analysis stack.
-STANDALONE = {"build-image": "scalesweep.images"}
+STANDALONE = {"build-image": "scalesweep.images", "describe-image": "scalesweep.images"}
 
 
 class UsageError(Exception):

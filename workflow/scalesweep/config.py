@@ -65,6 +65,11 @@ MOVED = {
                             "site with `site: <name>`",
     ("containers", "build_args"): "moved to a site file's `build_args:` (sites/*.yaml): "
                                   "name the site with `site: <name>`",
+    # one image per campaign -> images by name, each workload naming its own (issue #18)
+    **{("containers", key): f"moved to containers.images.<name>.{key} (images by name; "
+                            "`containers.image` names the default one, "
+                            "`workloads.<name>.image` a workload's own)"
+       for key in ("builder", "recipe", "requirements", "prebuilt", "format", "fakeroot")},
 }
 
 
@@ -107,7 +112,22 @@ def check_config(config: dict) -> None:
     except SiteError as exc:
         raise ConfigError(f"config key site: {exc}") from None
     check_runtimes(config)
+    check_images(config)
     check_engines(config)
+
+
+def check_images(config: dict) -> None:
+    """Every image a workload's container points run exists, can be built or pulled by
+    a builder the site offers, and is of a format those runtimes run."""
+    from scalesweep.imageset import ImageConfigError
+    from scalesweep.imageset import check_images as check
+    from scalesweep.sweep import enabled_workloads, workload_axes, workload_runtimes
+
+    workloads = [w for w in enabled_workloads(config) if "runtimes" in workload_axes(config, w)]
+    try:
+        check(config, workloads, lambda w: workload_runtimes(config, w))
+    except ImageConfigError as exc:
+        raise ConfigError(f"config key {exc}") from None
 
 
 def check_runtimes(config: dict) -> None:

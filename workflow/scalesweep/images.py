@@ -1012,9 +1012,12 @@ def cold_definition(b: Build, entry_tmp: Path) -> dict:
                              fakeroot=b.fakeroot, bin=exe)
     # %files sources relative to the repository root, as in the recipes
     run_logged(cmd, b.logfile, cwd=str(REPO_ROOT))
+    inspected = inspect_image(b.rt, sif, exe)
     return {
         "build_command": cmd,
         "build_args": b.build_args,
+        "base": def_base(b.recipe.read_text(), b.build_args),
+        "labels": inspected.get("labels"),
         "packages": image_packages(b.rt.exec_command(str(sif), [], bin=exe), dict(os.environ)),
         "content_digest": content_digest(sif),
         "content_digest_note": "sha256 of the SIF file (SIF builds are not bit-reproducible)",
@@ -1181,7 +1184,12 @@ def build_image(
         "placement": placement,
         "builder": {"name": builder, "version": version,
                     "tools": {k: v for k, v in tools.items() if k != "python_for_ch_image"}},
-        "base": facts.get("base"),
+        # the base image: the definition's Bootstrap/From (build args filled in), or the
+        # offline Debian base of a Dockerfile build (its suite, mirror and date)
+        "base": ({**facts["base"], "from": f"localhost/scalesweep-debian:{suite}"}
+                 if suite and facts.get("base") else facts.get("base")),
+        "labels": facts.get("labels"),
+        "source": "built",
         "build_args": facts.get("build_args"),
         "packages": facts.get("packages"),
         "wheels": ([{"file": n, "sha256": h} for n, h in wheelhouse.wheels.items()] if wheelhouse else None),
@@ -1205,6 +1213,140 @@ def build_image(
         man["file_sha256"] = sha256_file(out)
     write_json_atomic(manifest, man)
     return man
+
+
+# ----------------------------------------------------- prebuilt: pulled or in place
+
+DESCRIBE_COMMAND = "describe-image"  # `scalesweep describe-image`: rules pull_image, describe_image
+# labels that name an image's base (Apptainer's build labels, OCI's, our recipes')
+BASE_LABELS = ("org.scalesweep.base", "org.opencontainers.image.base.name",
+               "org.label-schema.usage.singularity.deffile.from")
+
+
+def inspect_image(rt: runtimes.Runtime, image: Path, exe: str) -> dict:
+    """``apptainer|singularity inspect --json`` of a SIF: its labels and definition
+    file ({} for runtimes without inspect, or when it fails: the error is recorded)."""
+    if not hasattr(rt, "inspect_command"):
+        return {}
+    r = subprocess.run(rt.inspect_command(str(image), exe), capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"error": (r.stderr or r.stdout).strip()[-300:]}
+    try:
+        attrs = json.loads(r.stdout)["data"]["attributes"]
+    except (ValueError, KeyError, TypeError):
+        return {"error": f"not inspect --json output: {r.stdout[:200]!r}"}
+    return {"labels": attrs.get("labels") or {}, "deffile": attrs.get("deffile") or ""}
+
+
+def def_base(deffile: str, args: dict[str, str] | None = None) -> dict | None:
+    """``{"bootstrap": ..., "from": ...}`` of a definition file, its ``{{ ARG }}`` filled
+    from ``args`` then its %arguments defaults; None when it cannot be read."""
+    try:
+        parsed = parse_apptainer_def(deffile)
+    except BuildError:
+        return None
+    values = {**parsed.arguments, **(args or {})}
+    fill = lambda v: TEMPLATE_VAR_RE.sub(lambda m: values.get(m.group(1), m.group(0)), v)  # noqa: E731
+    return {k: fill(parsed.header[k]) for k in ("bootstrap", "from") if k in parsed.header}
+
+
+def image_base(inspected: dict) -> dict | None:
+    """The base image reference of an inspected image: a base label, else the From of
+    its definition file."""
+    labels = inspected.get("labels") or {}
+    for key in BASE_LABELS:
+        if labels.get(key):
+            return {"from": labels[key], "source": f"label {key}"}
+    base = def_base(inspected["deffile"]) if inspected.get("deffile") else None
+    return {**base, "source": "deffile"} if base else None
+
+
+def describe_image(builder: str, image: str, manifest: str | os.PathLike, out: str | None = None,
+                   pull: bool = False, fmt: str | None = None,
+                   tools: dict[str, str] | None = None) -> dict:
+    """The manifest of an image not built here. ``pull``: ``image`` is a registry
+    reference pulled to ``out`` first (``apptainer|singularity pull``); else ``image`` is
+    an existing file or directory, described where it lies. Records the reference or
+    path, the image's own digest (sha256 of a SIF or SquashFS file, the tree digest of a
+    directory), its size, its labels and base image (``inspect``), and the runtime."""
+    t0 = time.monotonic()
+    rt = builder_runtime(builder)
+    fmt = fmt or rt.image_formats[0]
+    exe = (tools or {}).get(rt.default_bin) or shutil.which(rt.default_bin)
+    facts: dict = {"schema": MANIFEST_SCHEMA, "format": fmt, "recipe": None, "cached": False}
+    if pull:
+        if not hasattr(rt, "pull_command"):
+            raise BuildError(f"--builder {builder} cannot pull {image!r}")
+        if not exe:
+            raise BuilderMissing(f"{builder} pull needs '{rt.default_bin}', not found on PATH: {rt.install_hint}")
+        dest = Path(out or "")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+        cmd = rt.pull_command(str(tmp), image, exe)
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        sys.stderr.write(r.stdout + r.stderr)
+        if r.returncode != 0 or not tmp.exists():
+            remove_path(tmp)
+            raise BuildError(f"{' '.join(cmd)} exited {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}")
+        os.replace(tmp, dest)
+        facts.update(source="pulled", pulled_from=image, pull_command=cmd,
+                     pull_seconds=round(time.monotonic() - t0, 2))
+        path = dest
+    else:
+        path = Path(image)
+        if not path.exists():
+            raise BuildError(f"prebuilt image {image!r} does not exist "
+                             f"(containers.images.<name>.prebuilt; relative to the campaign)")
+        facts.update(source="local")
+    path = path.resolve() if not pull else path
+    version = None
+    if exe:
+        with contextlib.suppress(BuildError):
+            version = rt.parse_version(run_capture(rt.version_command(exe)))
+    inspected = inspect_image(rt, path, exe) if exe and path.is_file() else {}
+    facts.update(
+        image=str(path),
+        builder={"name": builder, "version": version, "tools": {rt.default_bin: exe} if exe else {}},
+        base=image_base(inspected),
+        labels=inspected.get("labels"),
+        inspect_error=inspected.get("error"),
+        size_bytes=tree_size(path),
+        content_digest=content_digest(path),
+        content_digest_method=("sha256 of the image file" if path.is_file() else DIGEST_METHOD),
+        described_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        described_on=socket.gethostname(),
+    )
+    if path.is_file():
+        facts["file_sha256"] = facts["content_digest"].removeprefix("sha256:")
+    write_json_atomic(manifest, facts)
+    return facts
+
+
+def _describe_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--builder", required=True, choices=runtimes.builders(),
+                   help="the runtime that pulls or runs the image (apptainer, singularity, ...)")
+    p.add_argument("--image", required=True,
+                   help="with --pull: a registry reference (oras://, docker://, library://, https://); "
+                        "else the image's path")
+    p.add_argument("--pull", action="store_true", help="pull --image to --out first")
+    p.add_argument("--out", help="where the pulled image goes (with --pull)")
+    p.add_argument("--format", help="the image's format (default: the builder's first)")
+    p.add_argument("--manifest", required=True, help="provenance JSON (written atomically)")
+
+
+def run_describe(a: argparse.Namespace) -> int:
+    if a.pull and not a.out:
+        log("error: --pull needs --out")
+        return 2
+    try:
+        man = describe_image(a.builder, a.image, a.manifest, out=a.out, pull=a.pull, fmt=a.format)
+    except BuildError as e:
+        log(f"error: {e}")
+        return 1
+    how = f"pulled {a.image} to" if a.pull else "described"
+    log(f"{how} {man['image']}: {man['size_bytes'] / 1e6:.0f} MB digest {man['content_digest']}"
+        f"{' base ' + man['base']['from'] if man.get('base') else ''}")
+    return 0
 
 
 # ----------------------------------------------------------------------- CLI
@@ -1238,6 +1380,11 @@ def add_parser(sub) -> None:
                        description=__doc__.split("\n\n")[0])
     _arguments(p)
     p.set_defaults(func=run)
+    d = sub.add_parser(DESCRIBE_COMMAND, help="pull a prebuilt image, or describe one in place, "
+                       "with a provenance manifest like a build's",
+                       description=describe_image.__doc__.split("\n\n")[0])
+    _describe_arguments(d)
+    d.set_defaults(func=run_describe)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

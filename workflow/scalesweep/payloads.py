@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scalesweep.imageset import workload_image
 from scalesweep.pointdir import OUTPUTS_JSONL, PAYLOAD_JSON
 from scalesweep.site import site_of
 from scalesweep.sweep import SweepPoint, is_native
@@ -33,9 +34,10 @@ class Invocation:
 
 def point_inputs(workload: str, runtime: str, config: dict) -> dict[str, str]:
     """The files a point of `workload` in `runtime` reads, by name (paths relative to the
-    campaign): the verified dataset (CNN) or the staged model (LLM), and the image's
-    manifest for a container point when the workflow builds the image. One function for
-    both sides: the Snakefile's dependencies of run_point and the harness's payload paths.
+    campaign): the verified dataset (CNN) or the staged model (LLM), and for a container
+    point the manifest of the workload's image (built, pulled or described: every image
+    has one). One function for both sides: the Snakefile's dependencies of run_point and
+    the harness's payload paths.
     """
     wl = config["workloads"][workload]
     inputs = {}
@@ -44,27 +46,15 @@ def point_inputs(workload: str, runtime: str, config: dict) -> dict[str, str]:
         inputs["verified"] = f"resources/datasets/{wl['dataset']}.verified.json"
     elif wl["payload"] == "llm":
         inputs["model"] = f"resources/models/{wl['model']}"
-    manifest = image_manifest_path(config)
-    if not is_native(runtime) and manifest:
-        inputs["image_manifest"] = manifest
+    if not is_native(runtime):
+        inputs["image_manifest"] = workload_image(config, workload).manifest
     return inputs
 
 
-def built_image(config: dict) -> str:
-    """The image the workflow builds (``containers.image``), relative to the campaign."""
-    return f"resources/images/{config['containers']['image']}"
-
-
-def image_location(config: dict) -> str:
-    """The image container points run: a prebuilt one, or the one the workflow builds."""
-    return config["containers"]["prebuilt"] or built_image(config)
-
-
-def image_manifest_path(config: dict) -> str:
-    """The manifest of the image the workflow builds; "" with a prebuilt image."""
-    if config["containers"]["prebuilt"]:
-        return ""
-    return f"{built_image(config)}.manifest.json"
+def image_location(config: dict, workload: str) -> str:
+    """The image the container points of ``workload`` run (campaign-relative, or the
+    configured path of an image used in place)."""
+    return workload_image(config, workload).path
 
 
 def cnn_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_dir: Path) -> Invocation:
@@ -73,7 +63,11 @@ def cnn_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_
     ds = config["datasets"][ds_name]
     node_local = os.path.expandvars(ds["node_local"])
     dataset_dir = str(Path(node_local) / ds_name) if node_local else shared_dir
-    device = "cpu" if point.gpus == 0 else "cuda"  # ROCm torch also answers to "cuda"
+    # ROCm torch also answers to "cuda"; a site whose GPUs are scheduled but not usable
+    # by the payload (node.payload_device: cpu, the project's stand-in of Frontier) trains
+    # on the CPU, and says so in every run (run.site)
+    on_cpu = point.gpus == 0 or site_of(config)["node"]["payload_device"] == "cpu"
+    device = "cpu" if on_cpu else "cuda"
     args = [
         "--data", dataset_dir,
         "--out", str((out_dir / PAYLOAD_JSON).resolve()),
@@ -121,7 +115,9 @@ def llm_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_
     if wl["num_requests"]:
         args += ["--num-requests", str(wl["num_requests"])]
     if model_cfg["source"] == "ollama":
-        args += ["--ollama-bin", model_cfg["ollama_bin"], "--models-dir", str(model_dir / "ollama")]
+        # natively the configured binary; in a container the image's own `ollama`
+        ollama_bin = model_cfg["ollama_bin"] if is_native(point.runtime) else "ollama"
+        args += ["--ollama-bin", ollama_bin, "--models-dir", str(model_dir / "ollama")]
     card = json.loads((model_dir / "model.json").read_text())
     return Invocation(LLM_PAYLOAD, args, str(model_dir),
                       extra={"model_card": {k: card.get(k) for k in ("name", "synthetic", "sha256", "n_params", "source")}})

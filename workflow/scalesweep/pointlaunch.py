@@ -98,8 +98,22 @@ def image_provenance(manifest: str | None) -> dict[str, Any] | None:
     if not manifest or not Path(manifest).is_file():
         return None
     m = json.loads(Path(manifest).read_text())
-    keep = ("content_digest", "cache_key", "builder", "builder_version", "recipe_sha256", "size_bytes")
-    return {k: m.get(k) for k in keep if k in m} | {"manifest": str(manifest)}
+    builder = m.get("builder") or {}
+    record = {
+        "name": Path(manifest).name.removesuffix(".manifest.json"),
+        "path": m.get("image"),
+        "format": m.get("format"),
+        "source": m.get("source", "built"),  # built | pulled | local
+        "pulled_from": m.get("pulled_from"),
+        "builder": builder.get("name") if isinstance(builder, dict) else builder,
+        "builder_version": builder.get("version") if isinstance(builder, dict) else None,
+        "recipe_sha256": (m.get("recipe") or {}).get("sha256"),
+        "base": (m.get("base") or {}).get("from"),
+        "content_digest": m.get("content_digest"),
+        "cache_key": m.get("cache_key"),
+        "size_bytes": m.get("size_bytes"),
+    }
+    return {k: v for k, v in record.items() if v is not None} | {"manifest": str(manifest)}
 
 
 def runtime_provenance(runtime: str, site: ContainerSite) -> dict[str, Any]:

@@ -61,7 +61,9 @@ class RuntimeSite:
     binds: tuple[str, ...] = ()  # "SRC[:DST]" bound into every container
     env: tuple[tuple[str, str], ...] = ()  # variables set inside the container
     modules: tuple[str, ...] = ()  # environment modules the site loads for it (recorded)
-    host_mpi_lib_dirs: tuple[str, ...] = ()  # <name>-hostmpi: first on LD_LIBRARY_PATH
+    host_mpi_lib_dirs: tuple[str, ...] = ()  # <name>-hostmpi: bound, first on LD_LIBRARY_PATH
+    host_mpi_image_lib_dirs: tuple[str, ...] = ()  # the image's own, after them (its ROCm)
+    host_mpi_libs: tuple[str, ...] = ()  # host library files injected (APPTAINER_CONTAINLIBS)
     host_mpi_preload: str = ""  # e.g. cray-mpich's GPU transport layer libmpi_gtl_hsa.so.0
     host_mpi_binds: tuple[str, ...] = ()
     host_mpi_env: tuple[tuple[str, str], ...] = ()
@@ -123,6 +125,8 @@ class Runtime:
             env=tuple(sorted((entry.get("env") or {}).items())),
             modules=tuple(entry.get("modules") or ()),
             host_mpi_lib_dirs=tuple(mpi.get("lib_dirs") or ()),
+            host_mpi_image_lib_dirs=tuple(mpi.get("image_lib_dirs") or ()),
+            host_mpi_libs=tuple(mpi.get("libs") or ()),
             host_mpi_preload=mpi.get("preload") or "",
             host_mpi_binds=tuple(mpi.get("binds") or ()),
             host_mpi_env=tuple(sorted((mpi.get("env") or {}).items())),
@@ -143,10 +147,12 @@ class Runtime:
         return binds
 
     def container_env(self, site: RuntimeSite) -> list[tuple[str, str]]:
-        """Variables set inside the container. Host-MPI mode: the host's MPI library
-        directories (and its GPU transport layer, ROCm, ... as the site lists them)
-        first and alone on LD_LIBRARY_PATH, before the image's own MPI (the OLCF
-        recipe's order), and its preload."""
+        """Variables set inside the container. Host-MPI mode (OLCF's GPU-aware MPI in
+        Apptainer): LD_LIBRARY_PATH is the host's MPI library directories (the GPU
+        transport layer, Cray MPICH's ABI build, libfabric, the Cray PE libraries, as
+        the site lists them), then the image's own directories the GTL loads (its ROCm),
+        replacing the image's (its own MPI is never found first); and the preload (the
+        GTL, libmpi_gtl_hsa)."""
         env = list(site.env)
         if self.host_mpi:
             if not site.host_mpi_lib_dirs:
@@ -155,7 +161,7 @@ class Runtime:
                     f"(site file: runtimes.{self.site_key}.host_mpi.lib_dirs)"
                 )
             env += list(site.host_mpi_env)
-            env.append(("LD_LIBRARY_PATH", ":".join(site.host_mpi_lib_dirs)))
+            env.append(("LD_LIBRARY_PATH", ":".join(site.host_mpi_lib_dirs + site.host_mpi_image_lib_dirs)))
             if site.host_mpi_preload:
                 env.append(("LD_PRELOAD", site.host_mpi_preload))
         return env
@@ -175,7 +181,13 @@ class Runtime:
         raise NotImplementedError
 
     def host_env(self, site: RuntimeSite) -> dict[str, str]:
-        """Variables the *host* must set for the runtime (none, unless it reads them)."""
+        """Variables the *host* must set for the runtime (none, unless it reads them).
+        A runtime without a way to inject host library files refuses ``host_mpi.libs``."""
+        if self.host_mpi and site.host_mpi_libs:
+            raise LaunchError(
+                f"runtime {self.name} cannot inject host library files (site file: "
+                f"runtimes.{self.site_key}.host_mpi.libs); bind their directory instead"
+            )
         return {}
 
     def exec_command(self, image: str, argv: Sequence[str], bin: str = "") -> list[str]:
@@ -275,16 +287,6 @@ def check_runtimes(config: dict) -> None:
         wanted += [rt for rt in workload_runtimes(config, name) if rt not in wanted]
     for name in wanted:
         runtime(name).site_entry(site)
-    containers = config.get("containers") or {}
-    if any(not runtime(name).native for name in wanted) and not containers.get("prebuilt"):
-        builder = containers.get("builder", "charliecloud")
-        if builder not in builders():
-            raise UnknownRuntime(f"containers.builder: {builder!r} builds no images; builders: "
-                                 f"{', '.join(builders())}")
-        try:
-            runtime(builder).site_entry(site)  # the site must offer the builder too
-        except RuntimeNotOffered as exc:
-            raise RuntimeNotOffered(f"containers.builder: {exc}") from None
 
 
 def runtime_version(name: str, site: RuntimeSite, run=None) -> str | None:
@@ -416,6 +418,7 @@ class Apptainer(Runtime):
     site_key = "apptainer"
     default_bin = "apptainer"
     env_prefix = "APPTAINERENV_"
+    containlibs_var = "APPTAINER_CONTAINLIBS"
     install_hint = (
         "install Apptainer >= 1.2 (on Frontier it is in the default environment; "
         "elsewhere `module load apptainer`; not packaged in Debian bookworm, see "
@@ -436,7 +439,13 @@ class Apptainer(Runtime):
         return cmd + ["--pwd", workdir, self.image_reference(site.image)]
 
     def host_env(self, site):
-        return {f"{self.env_prefix}{k}": v for k, v in self.container_env(site)}
+        env = {f"{self.env_prefix}{k}": v for k, v in self.container_env(site)}
+        if self.host_mpi and site.host_mpi_libs:
+            # host files bound into the container's library directory (/.singularity.d/libs,
+            # on its LD_LIBRARY_PATH): the system libraries Cray MPICH and libfabric load
+            # that the image lacks (OLCF: libcxi, libjson-c, libnl-3, libxpmem, ...)
+            env[self.containlibs_var] = ",".join(site.host_mpi_libs)
+        return env
 
     def exec_command(self, image, argv, bin=""):
         # --silent: no warnings in the captured output; --cleanenv: the host's
@@ -460,6 +469,16 @@ class Apptainer(Runtime):
             for k, v in build_args.items():
                 cmd += ["--build-arg", f"{k}={v}"]
         return cmd + [str(out_sif), str(recipe)]
+
+    def pull_command(self, out_sif: str, uri: str, bin: str = "") -> list[str]:
+        """``pull --force OUT.sif URI`` (oras://, docker://, library://, https://): a
+        registry image as one SIF file (docker:// layers are converted)."""
+        return [bin or self.default_bin, "pull", "--force", str(out_sif), uri]
+
+    def inspect_command(self, image: str, bin: str = "") -> list[str]:
+        """``inspect --json IMAGE``: the image's labels (build date, base image, the
+        definition's %labels) and definition file, as JSON (data.attributes)."""
+        return [bin or self.default_bin, "inspect", "--json", str(image)]
 
 
 @register
@@ -493,6 +512,7 @@ class Singularity(Apptainer):
     site_key = "singularity"
     default_bin = "singularity"
     env_prefix = "SINGULARITYENV_"
+    containlibs_var = "SINGULARITY_CONTAINLIBS"
     install_hint = (
         "install SingularityCE >= 4.0 (`module load singularity` on most HPC sites; "
         "https://docs.sylabs.io/guides/latest/admin-guide/installation.html)"

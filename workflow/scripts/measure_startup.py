@@ -7,13 +7,12 @@ sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # noqa: F821
 
 from scalesweep.metrics import write_metrics  # noqa: E402
-from scalesweep.payloads import image_location  # noqa: E402
 from scalesweep.startup import measure_startup  # noqa: E402
 
 sm = snakemake  # noqa: F821
 record = measure_startup(
     sm.wildcards.runtime,
-    str(Path(image_location(sm.config)).resolve()),
+    str(Path(sm.params.image.path).resolve()),
     sm.config,
     repeats=int(sm.params.repeats),
     manifest=sm.input.get("manifest"),

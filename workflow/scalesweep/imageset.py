@@ -1,0 +1,176 @@
+"""A campaign's container images: which image each workload runs, where each lives, and
+how the workflow obtains it (built from a recipe, pulled from a registry, or used in
+place), from ``containers.images`` of a validated config.
+
+One function per fact, used by both sides: the Snakefile's rules (containers.smk: which
+rule makes which image, what a point waits for) and the harness (which image a point
+runs and whose manifest it records). Standard library plus :mod:`scalesweep.runtimes`.
+
+Paths, relative to the campaign directory:
+
+* ``resources/images/<name>``       a directory image (charliecloud ``dir``, podman ``oci-dir``)
+* ``resources/images/<name>.sqfs``  a Charliecloud SquashFS image
+* ``resources/images/<name>.sif``   an Apptainer/SingularityCE image (built or pulled)
+* ``resources/images/<name>.manifest.json``  every image's provenance (also for an image
+  used in place: then it describes that file)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from scalesweep import runtimes
+
+IMAGES_DIR = "resources/images"
+# registry references `apptainer pull` / `singularity pull` accept (apptainer-pull(1))
+PULL_SCHEMES = ("docker://", "oras://", "library://", "https://", "shub://")
+SUFFIX = {"dir": "", "oci-dir": "", "squashfs": ".sqfs", "sif": ".sif"}
+RECIPE_SUFFIX = {"definition": ".def"}  # a recipe kind's file name ending (else: any but .def)
+
+
+class ImageConfigError(ValueError):
+    """An image a campaign cannot have (names the config key and the value)."""
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """One entry of ``containers.images`` (defaults filled in by the schema)."""
+
+    name: str
+    builder: str
+    recipe: str
+    requirements: str
+    prebuilt: str
+    format: str  # resolved: never "" (the builder's default)
+    fakeroot: bool
+
+    @property
+    def how(self) -> str:
+        """``build`` (a recipe, rule build_image), ``pull`` (a registry reference, rule
+        pull_image) or ``local`` (an existing file or directory, rule describe_image)."""
+        if not self.prebuilt:
+            return "build"
+        return "pull" if self.prebuilt.startswith(PULL_SCHEMES) else "local"
+
+    @property
+    def path(self) -> str:
+        """Where the image is: campaign-relative for built and pulled images, the
+        configured path for one used in place."""
+        if self.how == "local":
+            return self.prebuilt
+        return f"{IMAGES_DIR}/{self.name}{SUFFIX[self.format]}"
+
+    @property
+    def manifest(self) -> str:
+        return f"{IMAGES_DIR}/{self.name}.manifest.json"
+
+    @property
+    def is_directory(self) -> bool:
+        return SUFFIX[self.format] == ""
+
+
+def image_spec(config: dict, name: str) -> ImageSpec:
+    images = config["containers"]["images"]
+    if name not in images:
+        raise ImageConfigError(f"image {name!r} is not in containers.images "
+                               f"(it has: {', '.join(images) or 'none'})")
+    e = images[name]
+    fmt = e["format"]
+    if not fmt:
+        try:
+            fmt = runtimes.runtime(e["builder"]).image_formats[0]
+        except (runtimes.LaunchError, IndexError):
+            fmt = "dir"  # refused by check_images, which names the builder
+    return ImageSpec(name, e["builder"], e["recipe"], e["requirements"], e["prebuilt"], fmt,
+                     bool(e["fakeroot"]))
+
+
+def workload_image_name(config: dict, workload: str) -> str:
+    return config["workloads"][workload].get("image") or config["containers"]["image"]
+
+
+def workload_image(config: dict, workload: str) -> ImageSpec:
+    return image_spec(config, workload_image_name(config, workload))
+
+
+def used_images(config: dict, points: Iterable) -> dict[str, ImageSpec]:
+    """The images the container points among ``points`` run, by name (each once)."""
+    out: dict[str, ImageSpec] = {}
+    for p in points:
+        if not runtimes.is_native(p.runtime):
+            name = workload_image_name(config, p.workload)
+            if name not in out:
+                out[name] = image_spec(config, name)
+    return out
+
+
+def runtime_image(config: dict, runtime: str, points: Iterable) -> ImageSpec | None:
+    """The image a runtime's start-up is timed in: that of the first point (sweep order)
+    run in ``runtime``; None when no point is."""
+    for p in points:
+        if p.runtime == runtime:
+            return workload_image(config, p.workload)
+    return None
+
+
+def check_images(config: dict, workloads: Iterable[str], runtimes_of) -> None:
+    """Refuse, before any job, an image a campaign cannot obtain or run: unknown image
+    names, a builder that builds nothing or that the site does not offer, a recipe of
+    the wrong kind, a format the builder cannot make, a registry reference the builder
+    cannot pull, and a workload's container runtime that cannot run its image's format.
+    ``runtimes_of(workload)``: the runtimes the workload compares."""
+    from scalesweep.site import site_of
+
+    site = site_of(config)
+    needed: dict[str, list[str]] = {}
+    for wl in workloads:
+        containers = [rt for rt in runtimes_of(wl) if not runtimes.is_native(rt)]
+        if not containers:
+            continue
+        name = workload_image_name(config, wl)
+        key = f"workloads.{wl}.image" if config["workloads"][wl].get("image") else "containers.image"
+        if name not in config["containers"]["images"]:
+            raise ImageConfigError(f"{key}: image {name!r} is not in containers.images "
+                                   f"(it has: {', '.join(config['containers']['images']) or 'none'})")
+        spec = image_spec(config, name)
+        if name not in needed:
+            check_image(spec, site)  # the image itself first, then who runs it
+        for rt_name in containers:
+            rt = runtimes.runtime(rt_name)
+            if spec.format not in rt.image_formats:
+                raise ImageConfigError(
+                    f"workloads.{wl}.image: runtime {rt_name} runs {'/'.join(rt.image_formats)} "
+                    f"images, and the workload's image {name!r} is {spec.format} (builder "
+                    f"{spec.builder}): name an image of that format for it")
+        needed.setdefault(name, []).append(wl)
+
+
+def check_image(spec: ImageSpec, site: dict) -> None:
+    """One image's own consistency (see :func:`check_images`)."""
+    key = f"containers.images.{spec.name}"
+    builders = runtimes.builders()
+    if spec.builder not in builders:
+        raise ImageConfigError(f"{key}.builder: {spec.builder!r} builds no images; builders: "
+                               f"{', '.join(builders)}")
+    rt = runtimes.runtime(spec.builder)
+    if spec.format not in rt.image_formats:
+        raise ImageConfigError(f"{key}.format: {spec.builder} makes {', '.join(rt.image_formats)} "
+                               f"images, not {spec.format!r}")
+    if spec.how == "local":
+        return  # used in place: nothing is built or pulled, whoever built it
+    try:
+        rt.site_entry(site)  # the site must offer the builder (it runs on the login node)
+    except runtimes.RuntimeNotOffered as exc:
+        raise ImageConfigError(f"{key}.builder: {exc}") from None
+    if spec.how == "pull":
+        if not hasattr(rt, "pull_command"):
+            raise ImageConfigError(f"{key}.prebuilt: {spec.builder} cannot pull {spec.prebuilt!r} "
+                                   "(apptainer and singularity pull registry references)")
+        return
+    want = RECIPE_SUFFIX.get(rt.recipe_kind or "")
+    is_def = spec.recipe.endswith(".def")
+    if (want == ".def") != is_def:
+        kind = "an Apptainer definition file (.def)" if want else "a Dockerfile"
+        raise ImageConfigError(f"{key}.recipe: {spec.builder} builds from {kind}, "
+                               f"not {spec.recipe!r}")
