@@ -73,7 +73,9 @@ def with_images(site: str = "local", runtimes=("native", "charliecloud"), image:
                                                                "format": "sif"}, image="")
      | {"sweep": {"runtimes": ["native", "charliecloud"], "nodes": [1], "gpus_per_node": [1], "repeats": 1}},
      "runtime 'charliecloud' is not offered by site 'frontier'"),
-    (with_images("frontier", ("native", "apptainer")),
+    (with_images("frontier", ("native", "apptainer")),  # Frontier has no Charliecloud
+     "config key containers.images.default.builder: runtime 'charliecloud' is not offered by site 'frontier'"),
+    (with_images("frontier", ("native", "apptainer"), default={"prebuilt": "/images/ch-dir"}),
      "config key workloads.cnn_ddp.image: runtime apptainer runs sif images, and the workload's image "
      "'default' is dir (builder charliecloud)"),
     (with_images("frontier", ("native", "apptainer"), default={"builder": "apptainer", "format": "sif"}),
