@@ -212,6 +212,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from scalesweep.config import load_config
     from scalesweep.sweep import sweep_points
+    from scalesweep.imageset import used_images
     full_cfg = load_config([wd / "config" / "config.yaml"])  # schema defaults filled in
     points = sweep_points(full_cfg)
 
@@ -224,8 +225,7 @@ def main(argv: list[str] | None = None) -> dict:
         else:
             prep.append(f"resources/models/{wl['model']}")
     containers = sorted({p.runtime for p in points} - {"native"})
-    if containers and not full_cfg["containers"]["prebuilt"]:
-        prep.append(f"resources/images/{full_cfg['containers']['image']}.manifest.json")
+    prep += [spec.manifest for spec in used_images(full_cfg, points).values()]
     prep += [f"results/startup/{rt}.json" for rt in containers]
     prep_s = run_workflow(wd, sorted(set(prep)))
 

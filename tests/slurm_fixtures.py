@@ -44,7 +44,7 @@ class SlurmCluster:
     state_dir: Path
     env: dict = field(repr=False)
     nodes: tuple = ("n1", "n2", "n3")
-    gpus_per_node: int = 2
+    gpus_per_node: int = 8  # of the made-up type "gcd" (tools/slurm-cluster GPU_TYPE)
     account: str = "scalesweep"
     partitions: tuple = ("debug", "batch")
 

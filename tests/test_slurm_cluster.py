@@ -73,8 +73,15 @@ def test_gpu_gres_sets_cuda_visible_devices(slurm_cluster):
     assert one.strip() == "0"
     both = slurm_cluster.run("srun", "--gres=gpu:2", "printenv", "CUDA_VISIBLE_DEVICES").stdout
     assert both.strip() == "0,1"
-    too_many = slurm_cluster.run("srun", "--gres=gpu:3", "true", check=False, timeout=30)
-    assert too_many.returncode != 0  # each node has 2: the request can never run
+    typed = slurm_cluster.run("srun", "--gres=gpu:gcd:1", "printenv", "CUDA_VISIBLE_DEVICES").stdout
+    assert typed.strip() == "0"  # the made-up type a site's requests may name
+    per_task = slurm_cluster.run("srun", "-n", "2", "--gpus-per-task=1", "--gpu-bind=closest",
+                                 "-C", "nvme", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES").stdout
+    # Frontier's request shape runs; without a topology in gres.conf "closest" cannot
+    # narrow a task to one GPU, so each task sees the step's two
+    assert per_task.split() == ["0,1", "0,1"]
+    too_many = slurm_cluster.run("srun", "--gres=gpu:9", "true", check=False, timeout=30)
+    assert too_many.returncode != 0  # each node has 8: the request can never run
 
 
 def test_start_twice_is_idempotent(slurm_cluster):
