@@ -49,7 +49,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE.parent / "workflow"))
 sys.path.insert(0, str(_HERE))
 from llm_engines import APIS, ENGINES, Engine, PointError, Setup, engine_class  # noqa: E402
-from scalesweep.metrics import host_info, now_iso, peak_rss_mb, write_metrics  # noqa: E402
+from scalesweep.metrics import container_env, host_info, now_iso, peak_rss_mb, write_metrics  # noqa: E402
 
 VENDORS = ("amd", "nvidia", "none")
 HIDE_ALL = "-1"  # an invalid device id: Ollama's documented way to force CPU
@@ -423,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         "prompts_file": str(args.prompts),
         "hosts": [socket.gethostname()],
         "host": host_info(),
+        "container_env": container_env(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "server_log": str(log_path),
     }

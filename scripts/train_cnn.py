@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from scalesweep.metrics import git_commit, host_info, now_iso, peak_rss_mb, write_metrics  # noqa: E402
+from scalesweep.metrics import container_env, git_commit, host_info, now_iso, peak_rss_mb, write_metrics  # noqa: E402
 
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
@@ -276,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             "seed": args.seed,
             "versions": {"torch": torch.__version__, "python": sys.version.split()[0]},
             "host": host_info(),
+            "container_env": container_env(),  # as rank 0 saw it: the runtime's mode in effect
             "git_commit": git_commit(),
             "start": start_iso,
             "end": now_iso(),

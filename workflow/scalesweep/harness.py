@@ -52,6 +52,7 @@ from scalesweep.pointdir import (
     writable_problem,
 )
 from scalesweep.pointlaunch import (
+    gpu_inventory,
     image_provenance,
     is_multinode_llm,
     llm_multinode_launches,
@@ -297,6 +298,7 @@ def _execute(point, launch, metrics_path: Path, log_path, *, image_manifest, ext
         "start": now_iso(),
         "slurm": slurm,
         "allocation": allocation_info(slurm, site),
+        "gpu_inventory": gpu_inventory(site["node"]["device"]),
         "order": order,
         "log": str(log_path),
     }
@@ -434,6 +436,7 @@ def _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_
         interference=attempt.get("interference"),
         disturbed=(attempt.get("interference") or {}).get("disturbed"),
         allocation=attempt.get("allocation"),
+        gpu_inventory=attempt.get("gpu_inventory"),
         order=attempt.get("order"),
         **(extra or {}),
     )

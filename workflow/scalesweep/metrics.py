@@ -152,6 +152,19 @@ def git_commit(repo: str | os.PathLike | None = None) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+# What a payload records of its own environment: how to tell, from a run's metrics, that a
+# container runtime's mode was in effect where the payload ran (host-MPI mode: the host's
+# MPI directories first on LD_LIBRARY_PATH and the GTL preloaded; the image it ran in).
+CONTAINER_ENV_VARS = ("LD_LIBRARY_PATH", "LD_PRELOAD", "MPICH_GPU_SUPPORT_ENABLED",
+                      "APPTAINER_CONTAINER", "APPTAINER_NAME", "SINGULARITY_CONTAINER",
+                      "SINGULARITY_NAME", "CH_RUNNING")
+
+
+def container_env() -> dict[str, str]:
+    """The variables of CONTAINER_ENV_VARS this process sees (the set ones only)."""
+    return {k: os.environ[k] for k in CONTAINER_ENV_VARS if os.environ.get(k)}
+
+
 def host_info() -> dict[str, Any]:
     return {
         "hostname": socket.gethostname(),

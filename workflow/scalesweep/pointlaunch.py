@@ -116,6 +116,60 @@ def image_provenance(manifest: str | None) -> dict[str, Any] | None:
     return {k: v for k, v in record.items() if v is not None} | {"manifest": str(manifest)}
 
 
+# The node's GPUs as its vendor tool lists them (the first node of the point, before the
+# payload starts): what the run had, in the run's own record. The tools' JSON formats:
+# rocm-smi --json ({"card0": {"Card series": ...}}), amd-smi --json ([{"gpu": 0, "asic":
+# {"market_name": ...}}]), nvidia-smi --query-gpu CSV.
+GPU_INVENTORY_COMMANDS = {
+    "rocm": (["amd-smi", "static", "--asic", "--vram", "--json"],
+             ["rocm-smi", "--showproductname", "--showmeminfo", "vram", "--json"]),
+    "cuda": (["nvidia-smi", "--query-gpu=index,name,memory.total,pci.bus_id",
+              "--format=csv,noheader"],),
+}
+
+
+def _gpu_names(tool: str, out: str) -> list[str]:
+    if tool == "nvidia-smi":
+        return [line.split(",")[1].strip() for line in out.splitlines() if line.count(",") >= 3]
+    data = json.loads(out)
+    if tool == "amd-smi":
+        rows = data if isinstance(data, list) else data.get("gpu_data", [])
+        return [str((r.get("asic") or {}).get("market_name", "?")) for r in rows]
+    cards = {k: v for k, v in data.items() if k.startswith("card") and isinstance(v, dict)}
+    return [str(v.get("Card series") or v.get("Card model") or "?") for _, v in sorted(cards.items())]
+
+
+def gpu_inventory(device: str, run=None) -> dict[str, Any] | None:
+    """The GPUs the vendor's tool lists on this node (None on a CPU site): the tool, its
+    command, the device count and names; where no tool answers, the reason."""
+    import shutil
+    import subprocess
+
+    commands = GPU_INVENTORY_COMMANDS.get(device)
+    if not commands:
+        return None
+    tried = []
+    for argv in commands:
+        if not shutil.which(argv[0]):
+            tried.append(f"{argv[0]}: not found")
+            continue
+        try:
+            proc = (run or subprocess.run)(argv, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError) as exc:
+            tried.append(f"{argv[0]}: {exc}")
+            continue
+        if proc.returncode != 0:
+            tried.append(f"{argv[0]}: exit {proc.returncode}")
+            continue
+        try:
+            names = _gpu_names(argv[0], proc.stdout)
+        except (ValueError, AttributeError, TypeError) as exc:
+            tried.append(f"{argv[0]}: unreadable output ({exc})")
+            continue
+        return {"tool": argv[0], "command": argv, "count": len(names), "names": names}
+    return {"tool": None, "count": None, "error": "; ".join(tried)}
+
+
 def runtime_provenance(runtime: str, site: ContainerSite) -> dict[str, Any]:
     """What a run records about its container runtime: the runtime class's provenance
     (executable, modules, host MPI, GPU flags) and the ``version`` its executable reports
