@@ -193,7 +193,9 @@ def test_frontier_dag_whole_through_slurm_with_standins(slurm_cluster, tmp_path)
     images = campaign / "resources" / "images"
     built = json.loads((images / "pytorch.manifest.json").read_text())
     assert built["source"] == "built" and built["builder"]["name"] == "apptainer"
-    assert built["base"]["from"] == "docker.io/rocm/dev-ubuntu-24.04:6.2.4"
+    # multi-stage: the toolchain in the ROCm development image, the image on plain Ubuntu
+    assert built["base"]["from"] == "docker.io/library/ubuntu:24.04"
+    assert built["base"]["stages"][0] == {"stage": "build", "from": "docker.io/rocm/dev-ubuntu-24.04:6.2.4"}
     assert built["recipe"]["path"].endswith("pytorch-rocm.def") and built["content_digest"].startswith("sha256:")
     pulled = json.loads((images / "ollama.manifest.json").read_text())
     assert pulled["source"] == "pulled" and pulled["pulled_from"] == OLLAMA_REF

@@ -507,10 +507,11 @@ def load_build_args(path: str | os.PathLike) -> dict[str, str]:
 
 @dataclass
 class ApptainerDef:
-    header: dict[str, str]
-    sections: list[tuple[str, str]]  # (name, body) in order
+    header: dict[str, str]  # the final stage's (the image's base)
+    sections: list[tuple[str, str]]  # (name, body) in order, every stage's
     arguments: dict[str, str]  # %arguments defaults
     used_vars: set[str]
+    stages: list[dict[str, str]] = field(default_factory=list)  # every stage's header, in order
 
 
 def parse_apptainer_def(text: str) -> ApptainerDef:
@@ -520,10 +521,17 @@ def parse_apptainer_def(text: str) -> ApptainerDef:
     are known, every ``{{ VAR }}`` has a default in ``%arguments``.
     """
     header: dict[str, str] = {}
+    stages = [header]
     sections: list[tuple[str, str]] = []
     current: str | None = None
     body: list[str] = []
     for n, raw in enumerate(text.splitlines(), 1):
+        if current is not None and re.match(r"^Bootstrap:", raw, re.I):
+            # a multi-stage build: the next stage's header (`Stage: <name>`; a later
+            # stage copies files from an earlier one with `%files from <name>`)
+            sections.append((current, "\n".join(body)))
+            current, body, header = None, [], {}
+            stages.append(header)
         m = re.match(r"^%([A-Za-z]+)\b(.*)$", raw)
         if m:
             if current is not None:
@@ -549,10 +557,13 @@ def parse_apptainer_def(text: str) -> ApptainerDef:
             body.append(raw)
     if current is not None:
         sections.append((current, "\n".join(body)))
-    if "bootstrap" not in header:
-        raise BuildError("no 'Bootstrap:' header")
-    if header["bootstrap"] in ("docker", "localimage", "oras", "library", "shub") and "from" not in header:
-        raise BuildError(f"Bootstrap: {header['bootstrap']} needs a 'From:' header")
+    for stage in stages:
+        if "bootstrap" not in stage:
+            raise BuildError("no 'Bootstrap:' header")
+        if stage["bootstrap"] in ("docker", "localimage", "oras", "library", "shub") and "from" not in stage:
+            raise BuildError(f"Bootstrap: {stage['bootstrap']} needs a 'From:' header")
+    if len(stages) > 1 and not all(st.get("stage") for st in stages):
+        raise BuildError("a multi-stage definition needs a 'Stage:' in every header")
     arguments: dict[str, str] = {}
     for name, sbody in sections:
         if name == "arguments":
@@ -568,7 +579,7 @@ def parse_apptainer_def(text: str) -> ApptainerDef:
     missing = sorted(used - set(arguments))
     if missing:
         raise BuildError(f"{{{{ VAR }}}} without a %arguments default: {', '.join(missing)}")
-    return ApptainerDef(header, sections, arguments, used)
+    return ApptainerDef(header, sections, arguments, used, stages)
 
 
 # ------------------------------------------------------------------ builders
@@ -1247,7 +1258,10 @@ def def_base(deffile: str, args: dict[str, str] | None = None) -> dict | None:
         return None
     values = {**parsed.arguments, **(args or {})}
     fill = lambda v: TEMPLATE_VAR_RE.sub(lambda m: values.get(m.group(1), m.group(0)), v)  # noqa: E731
-    return {k: fill(parsed.header[k]) for k in ("bootstrap", "from") if k in parsed.header}
+    base = {k: fill(parsed.header[k]) for k in ("bootstrap", "from") if k in parsed.header}
+    if len(parsed.stages) > 1:  # multi-stage: the final stage's base is the image's
+        base["stages"] = [{k: fill(v) for k, v in st.items() if k in ("stage", "from")} for st in parsed.stages]
+    return base
 
 
 def image_base(inspected: dict) -> dict | None:
