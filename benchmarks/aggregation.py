@@ -59,6 +59,10 @@ def sweep_config(runs: int) -> dict:
         "models": {"bench": {"source": "synthetic"}},
         "workloads": workloads,
         "analysis": {"cv_threshold": 0.05, "partial": False},
+        # the Charliecloud image for charliecloud points, a SIF for the apptainer ones
+        "containers": {"image": ["default", "sif"],
+                       "images": {"default": {}, "sif": {"builder": "apptainer", "format": "sif",
+                                                         "recipe": "containers/apptainer/pytorch-rocm.def"}}},
     }
 
 

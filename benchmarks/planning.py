@@ -102,6 +102,10 @@ def sweep_config(nodes, gpus, runtimes, cnn, llm, repeats) -> dict:
                                "images_per_class": 32, "image_size": 64}},
         "models": {"bench": {"source": "synthetic", "seed": 0}},
         "workloads": workloads,
+        # the Charliecloud image for charliecloud points, a SIF for the apptainer ones
+        "containers": {"image": ["default", "sif"],
+                       "images": {"default": {}, "sif": {"builder": "apptainer", "format": "sif",
+                                                         "recipe": "containers/apptainer/pytorch-rocm.def"}}},
     }
 
 
@@ -185,6 +189,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     config = sweep_config(**SIZES[mode])
     from scalesweep.config import check_config
+    from scalesweep.imageset import used_images
     from scalesweep.sweep import sweep_points
     checked = copy.deepcopy(config)
     check_config(checked)  # the workflow validates it again (schema + cross-checks)
@@ -203,7 +208,8 @@ def main(argv: list[str] | None = None) -> dict:
     real_extra = ["--configfile", str(real_wd / "config" / "config.yaml")]
     first = {"scalesweep": dry_run(snakefile, real_wd, real_extra, out=base / "real.out")}
     jobs = {"scalesweep": job_total((base / "real.out").read_text())}
-    fixed = 4 + len(containers) + len(points) + 3 + 1  # datasets, model, image, start-up, points, aggregate, 2 plots, all
+    # datasets, model, images, start-up, points, aggregate, 2 plots, all
+    fixed = 3 + len(used_images(checked, points)) + len(containers) + len(points) + 3 + 1
     bare_extra = {}
     for name, functions in (("bare", False), ("bare_functions", True)):
         cfg = {"points": str(bare_wd / "points.txt"), "runtimes": containers,

@@ -71,14 +71,14 @@ def test_image_paths_read_the_validated_config():
     config = validated(tiny_config())
     assert config["containers"]["image"] == "default"  # the schema's default, filled in
     assert config["containers"]["images"]["default"]["builder"] == "charliecloud"
-    assert image_location(config, "cnn_ddp") == "resources/images/default"
+    assert image_location(config, "cnn_ddp", "charliecloud") == "resources/images/default"
     assert point_inputs("cnn_ddp", "charliecloud", config)["image_manifest"] == \
         "resources/images/default.manifest.json"
     assert "image_manifest" not in point_inputs("cnn_ddp", "native-aa", config)
     # an image used in place keeps its path, and is described into a manifest like any
     prebuilt = validated(tiny_config(containers={"images": {"default": {"prebuilt": "/img/x.sqfs",
                                                                         "format": "squashfs"}}}))
-    assert image_location(prebuilt, "cnn_ddp") == "/img/x.sqfs"
+    assert image_location(prebuilt, "cnn_ddp", "charliecloud") == "/img/x.sqfs"
     assert point_inputs("cnn_ddp", "charliecloud", prebuilt)["image_manifest"] == \
         "resources/images/default.manifest.json"
 

@@ -24,8 +24,9 @@ def test_frontier_workloads_name_their_images():
     """The CNN runs the PyTorch/ROCm image, the LLM workloads the Ollama image; each is
     built once (one SIF each) and shared by every workload naming it."""
     config = frontier_config()
-    assert workload_image(config, "cnn_ddp").name == workload_image(config, "cnn_dp").name == "pytorch"
-    assert workload_image(config, "llm_astrollama").name == "ollama"
+    assert workload_image(config, "cnn_ddp", "apptainer-hostmpi").name == "pytorch"
+    assert workload_image(config, "cnn_dp", "apptainer").name == "pytorch"
+    assert workload_image(config, "llm_astrollama", "apptainer").name == "ollama"
     images = used_images(config, sweep_points(config))
     assert sorted(images) == ["ollama", "pytorch"]
     assert {s.path for s in images.values()} == {"resources/images/pytorch.sif", "resources/images/ollama.sif"}
@@ -76,8 +77,8 @@ def with_images(site: str = "local", runtimes=("native", "charliecloud"), image:
     (with_images("frontier", ("native", "apptainer")),  # Frontier has no Charliecloud
      "config key containers.images.default.builder: runtime 'charliecloud' is not offered by site 'frontier'"),
     (with_images("frontier", ("native", "apptainer"), default={"prebuilt": "/images/ch-dir"}),
-     "config key workloads.cnn_ddp.image: runtime apptainer runs sif images, and the workload's image "
-     "'default' is dir (builder charliecloud)"),
+     "config key containers.image: runtime apptainer runs sif images, and the workload's images are "
+     "'default' (dir): name one of that format for it"),
     (with_images("frontier", ("native", "apptainer"), default={"builder": "apptainer", "format": "sif"}),
      "config key containers.images.default.recipe: apptainer builds from an Apptainer definition file "
      "(.def), not 'containers/charliecloud/Dockerfile'"),
@@ -97,6 +98,19 @@ def test_bad_images_are_refused_naming_the_key(cfg, message):
     with pytest.raises(ConfigError) as err:
         validated(copy.deepcopy(cfg))
     assert message in str(err.value)
+
+
+def test_one_workload_in_runtimes_of_different_formats():
+    """A list of images: each container runtime runs the first of a format it runs."""
+    cfg = with_images("frontier", ("native", "apptainer", "podman"),
+                      sif={"builder": "apptainer", "recipe": "containers/apptainer/pytorch-rocm.def"},
+                      oci={"builder": "podman", "prebuilt": "/images/oci"}, image="")
+    cfg["containers"]["image"] = ["oci", "sif"]
+    cfg["_site"]["runtimes"]["podman"] = {}
+    config = validated(cfg)
+    assert workload_image(config, "cnn_ddp", "apptainer").name == "sif"
+    assert workload_image(config, "cnn_ddp", "podman").name == "oci"
+    assert sorted(used_images(config, sweep_points(config))) == ["oci", "sif"]
 
 
 def test_images_that_are_fine():

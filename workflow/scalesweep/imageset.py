@@ -86,12 +86,29 @@ def image_spec(config: dict, name: str) -> ImageSpec:
                      bool(e["fakeroot"]))
 
 
-def workload_image_name(config: dict, workload: str) -> str:
-    return config["workloads"][workload].get("image") or config["containers"]["image"]
+def workload_image_names(config: dict, workload: str) -> list[str]:
+    """The images a workload's container points may run (``workloads.<name>.image``, else
+    ``containers.image``): a name, or several of different formats (each container
+    runtime runs the first whose format it runs)."""
+    names = config["workloads"][workload].get("image") or config["containers"]["image"]
+    return [names] if isinstance(names, str) else list(names)
 
 
-def workload_image(config: dict, workload: str) -> ImageSpec:
-    return image_spec(config, workload_image_name(config, workload))
+def workload_image(config: dict, workload: str, runtime: str) -> ImageSpec:
+    """The image the points of ``workload`` in container ``runtime`` run."""
+    rt = runtimes.runtime(runtime)
+    specs = [image_spec(config, n) for n in workload_image_names(config, workload)]
+    for spec in specs:
+        if spec.format in rt.image_formats:
+            return spec
+    have = ", ".join(f"{s.name!r} ({s.format})" for s in specs)
+    raise ImageConfigError(
+        f"{_image_key(config, workload)}: runtime {runtime} runs {'/'.join(rt.image_formats)} "
+        f"images, and the workload's images are {have}: name one of that format for it")
+
+
+def _image_key(config: dict, workload: str) -> str:
+    return f"workloads.{workload}.image" if config["workloads"][workload].get("image") else "containers.image"
 
 
 def used_images(config: dict, points: Iterable) -> dict[str, ImageSpec]:
@@ -99,9 +116,8 @@ def used_images(config: dict, points: Iterable) -> dict[str, ImageSpec]:
     out: dict[str, ImageSpec] = {}
     for p in points:
         if not runtimes.is_native(p.runtime):
-            name = workload_image_name(config, p.workload)
-            if name not in out:
-                out[name] = image_spec(config, name)
+            spec = workload_image(config, p.workload, p.runtime)
+            out.setdefault(spec.name, spec)
     return out
 
 
@@ -110,7 +126,7 @@ def runtime_image(config: dict, runtime: str, points: Iterable) -> ImageSpec | N
     run in ``runtime``; None when no point is."""
     for p in points:
         if p.runtime == runtime:
-            return workload_image(config, p.workload)
+            return workload_image(config, p.workload, runtime)
     return None
 
 
@@ -123,27 +139,21 @@ def check_images(config: dict, workloads: Iterable[str], runtimes_of) -> None:
     from scalesweep.site import site_of
 
     site = site_of(config)
-    needed: dict[str, list[str]] = {}
+    checked: set[str] = set()
     for wl in workloads:
         containers = [rt for rt in runtimes_of(wl) if not runtimes.is_native(rt)]
         if not containers:
             continue
-        name = workload_image_name(config, wl)
-        key = f"workloads.{wl}.image" if config["workloads"][wl].get("image") else "containers.image"
-        if name not in config["containers"]["images"]:
-            raise ImageConfigError(f"{key}: image {name!r} is not in containers.images "
-                                   f"(it has: {', '.join(config['containers']['images']) or 'none'})")
-        spec = image_spec(config, name)
-        if name not in needed:
-            check_image(spec, site)  # the image itself first, then who runs it
+        key = _image_key(config, wl)
+        for name in workload_image_names(config, wl):
+            if name not in config["containers"]["images"]:
+                raise ImageConfigError(f"{key}: image {name!r} is not in containers.images "
+                                       f"(it has: {', '.join(config['containers']['images']) or 'none'})")
+            if name not in checked:
+                check_image(image_spec(config, name), site)  # the image itself first
+                checked.add(name)
         for rt_name in containers:
-            rt = runtimes.runtime(rt_name)
-            if spec.format not in rt.image_formats:
-                raise ImageConfigError(
-                    f"workloads.{wl}.image: runtime {rt_name} runs {'/'.join(rt.image_formats)} "
-                    f"images, and the workload's image {name!r} is {spec.format} (builder "
-                    f"{spec.builder}): name an image of that format for it")
-        needed.setdefault(name, []).append(wl)
+            workload_image(config, wl, rt_name)  # then who runs it
 
 
 def check_image(spec: ImageSpec, site: dict) -> None:

@@ -47,14 +47,14 @@ def point_inputs(workload: str, runtime: str, config: dict) -> dict[str, str]:
     elif wl["payload"] == "llm":
         inputs["model"] = f"resources/models/{wl['model']}"
     if not is_native(runtime):
-        inputs["image_manifest"] = workload_image(config, workload).manifest
+        inputs["image_manifest"] = workload_image(config, workload, runtime).manifest
     return inputs
 
 
-def image_location(config: dict, workload: str) -> str:
-    """The image the container points of ``workload`` run (campaign-relative, or the
-    configured path of an image used in place)."""
-    return workload_image(config, workload).path
+def image_location(config: dict, workload: str, runtime: str) -> str:
+    """The image the points of ``workload`` in container ``runtime`` run (campaign-
+    relative, or the configured path of an image used in place)."""
+    return workload_image(config, workload, runtime).path
 
 
 def cnn_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_dir: Path) -> Invocation:

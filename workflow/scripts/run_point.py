@@ -71,7 +71,7 @@ launch = build_launch(
     payload=inv.script,
     data_dir=inv.data_dir,
     out_dir=str(out_dir),
-    image=str(Path(image_location(config, point.workload)).resolve()) if not is_native(point.runtime) else "",
+    image=str(Path(image_location(config, point.workload, point.runtime)).resolve()) if not is_native(point.runtime) else "",
 )
 try:
     rc = execute(
