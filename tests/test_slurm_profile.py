@@ -22,7 +22,15 @@ import yaml
 from conftest import REPO, run_snakemake, tiny_config, write_site
 from scalesweep.config import load_config
 from scalesweep.site import SiteError, load_site
-from scalesweep.slurm import SlurmConfigError, account_problem, runtime_min, slurm_request
+from scalesweep.slurm import (
+    SlurmConfigError,
+    account_problem,
+    runtime_min,
+    sbatch_options,
+    slurm_request,
+    srun_line,
+    srun_template,
+)
 from scalesweep.sweep import SweepPoint, sweep_points
 
 submit_string = pytest.importorskip("snakemake_executor_plugin_slurm.submit_string")
@@ -436,3 +444,124 @@ def test_point_inside_a_slurm_job_of_a_site_without_scheduler_measures_nothing(t
     assert "runs in Slurm job 4242, but site 'local' declares no scheduler" in proc.stderr
     assert "Nothing was measured" in proc.stderr
     assert not metrics.exists() and not (metrics.parent / "payload.json").exists()
+
+
+# --- the dry run's comment: sbatch options and srun line per point ---------------------
+
+
+def plugin_options(job: _Job, account: str = "abc123", partition: str = "batch") -> str:
+    """The plugin's own rendering (sbatch_line) from -A on, without -D <workdir>."""
+    tokens = geometry(sbatch_line(job, account, partition)).split()
+    at = tokens.index("-D")
+    return " ".join(tokens[:at] + tokens[at + 2:])
+
+
+@pytest.mark.parametrize("want", [
+    dict(workload="cnn_ddp", runtime="apptainer", nodes=2, repeat=1),
+    dict(workload="cnn_ddp", runtime="apptainer-hostmpi", nodes=30, repeat=1),
+    dict(workload="cnn_dp", runtime="native", gpus=4, repeat=1),
+    dict(workload="llm_astrollama", runtime="apptainer", gpus=0, repeat=1),
+    dict(workload="llm_codellama", runtime="native", gpus=8, repeat=1),
+])
+def test_sbatch_options_are_the_plugins(frontier, want):
+    job = job_for(the_point(frontier, **want), frontier, "frontier")
+    job.resources.update(slurm_account="abc123", slurm_partition="batch")  # as evaluated
+    assert sbatch_options(job.resources, threads=job.threads) == plugin_options(job)
+    if want.get("nodes") == 2:
+        assert sbatch_options(job.resources) == (
+            "-A abc123 -p batch -t 30 -C nvme --nodes=2 --ntasks-per-node=8 --cpus-per-task=7 "
+            "--gpus-per-task=1 --gpu-bind=closest --core-spec=8 --exclusive")
+
+
+@pytest.mark.parametrize("extra", [
+    {},  # no geometry at all: --ntasks=1, the job's threads
+    {"mem_mb": 1000, "tasks": 3, "qos": "debug", "cluster": "c1", "constraint": ""},
+    {"mem_mb": 1000, "mem_mb_per_cpu": 100, "gpu": 2, "gpu_model": "mi250x", "tasks": 4},
+    {"gres": "gpu:2", "cpus_per_gpu": 3, "tasks_per_gpu": 2},
+    {"gpu": 1, "cpus_per_task": -1},
+    {"mpi": "srun", "tasks": 4, "nodes": 4, "runtime": 5, "slurm_extra": "--exclusive"},
+])
+def test_sbatch_options_follow_every_plugin_rule(extra):
+    """Resources scalesweep never sets (gres, GPU model, per-CPU memory, QOS, clusters,
+    cpus_per_gpu ...) rendered as the plugin renders them too."""
+    job = _Job({"slurm_account": "abc123", "slurm_partition": "batch", **extra}, threads=5)
+    assert sbatch_options(job.resources, threads=5) == plugin_options(job)
+    # several accounts: the plugin submits with the first (get_account_arg); quoted values
+    job = _Job({**job.resources, "slurm_account": "a1, a2", "slurm_partition": "p q"}, threads=5)
+    assert sbatch_options(job.resources, threads=5) == plugin_options(job, "a1", "p q")
+
+
+def test_srun_line_is_the_points_launch(frontier, tmp_path, monkeypatch):
+    """The srun line every repeat of a geometry shares, its directory filled in, is the
+    line the harness's own launch functions give for the point (with srun)."""
+    from scalesweep.launch import launch_command, launch_env, shell_line
+    from scalesweep.payloads import CNN_PAYLOAD, image_location
+    from scalesweep.pointlaunch import build_launch
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("USER", "someone")
+    config = {**frontier, "_code_root": str(REPO)}
+    point = the_point(config, workload="cnn_ddp", runtime="apptainer-hostmpi", nodes=2, repeat=2)
+    wl = config["workloads"]["cnn_ddp"]
+    launch = build_launch(point, wl, config, payload_args=["..."], payload=CNN_PAYLOAD,
+                          data_dir="/mnt/bb/someone/study_images",  # datasets.*.node_local
+                          out_dir=f"results/runs/{point.path}",
+                          image=image_location(config, "cnn_ddp", point.runtime), launcher="srun")
+    line = srun_line(point, wl, config, "results/runs")
+    assert line == shell_line(launch_command(launch), launch_env(launch))
+    assert f"{tmp_path}/results/runs/{point.path}:/mnt/out" in line
+    assert "@@" not in line and "\n" not in line
+    # one template for every repeat
+    other = the_point(config, workload="cnn_ddp", runtime="apptainer-hostmpi", nodes=2, repeat=3)
+    template = srun_template(point, wl, config, "results/runs")
+    assert srun_template(other, wl, config, "results/runs") == template
+
+
+FRONTIER_2_NODES = ("-A abc123 -p batch -t 30 -C nvme --nodes=2 --ntasks-per-node=8 "
+                    "--cpus-per-task=7 --gpus-per-task=1 --gpu-bind=closest --core-spec=8 --exclusive")
+SRUN_2_NODES = ("srun --nodes=2 --ntasks=16 --ntasks-per-node=8 --cpus-per-task=7 "
+                "--gpus-per-task=1 --gpu-bind=closest apptainer exec --rocm ")
+
+
+def test_dry_run_prints_each_points_sbatch_and_srun(tmp_path, monkeypatch):
+    """`snakemake --profile profiles/frontier -n`, the profile bringing its own sweep
+    (its `configfile:`, no --configfile): every point's printed command ends in the
+    sbatch options the plugin submits it with and the srun line it runs in its job."""
+    (tmp_path / "config").mkdir()
+    for name in ("config.yaml", "frontier.yaml"):
+        shutil.copy(REPO / "config" / name, tmp_path / "config" / name)
+    for name in ("containers", "envs"):
+        (tmp_path / name).symlink_to(REPO / name)
+    monkeypatch.setenv("SBATCH_ACCOUNT", "abc123")
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    proc = run_snakemake(tmp_path, "-n", "--profile", str(REPO / "profiles" / "frontier"),
+                         "--config", "only={workloads: [cnn_ddp], nodes: [2]}", timeout=300)
+    commands = {}
+    for line in proc.stdout.splitlines():
+        m = re.search(r"--metrics (results/runs/\S+)/metrics\.json .*", line)
+        if m and "run_point.py" in line:
+            commands[m[1]] = line
+    assert set(commands) == {f"results/runs/cnn_ddp/{rt}/n2-g8-r8-t7/rep{k}"
+                             for rt in ("native", "apptainer", "apptainer-hostmpi") for k in (1, 2, 3)}
+    for path, line in commands.items():
+        command, _, comment = line.partition("  # ")
+        assert command.endswith(f"--log {path}/run.log"), line
+        sbatch, _, srun = comment.partition(" ; ")
+        assert sbatch == f"sbatch {FRONTIER_2_NODES} [--qos=Q with --slurm-qos Q]", line
+        assert f"{tmp_path}/{path}:/mnt/out" in srun or path.split("/")[3] == "native", line
+        assert "OMP_NUM_THREADS=7 srun --nodes=2 --ntasks=16 " in srun, line
+    app = commands["results/runs/cnn_ddp/apptainer/n2-g8-r8-t7/rep1"]
+    assert f"# sbatch {FRONTIER_2_NODES} " in app
+    assert SRUN_2_NODES in app
+    assert "/mnt/bb/" in app and app.endswith(" resources/images/pytorch.sif /opt/venv/bin/python "
+                                              "/mnt/code/scripts/train_cnn.py ...")
+    hostmpi = commands["results/runs/cnn_ddp/apptainer-hostmpi/n2-g8-r8-t7/rep1"]
+    env = hostmpi.partition(" ; ")[2].partition(" srun ")[0]
+    for var in ("APPTAINERENV_LD_LIBRARY_PATH", "APPTAINERENV_LD_PRELOAD", "APPTAINER_CONTAINLIBS"):
+        assert f"{var}=" in env, hostmpi
+    assert SRUN_2_NODES in hostmpi
+    native = commands["results/runs/cnn_ddp/native/n2-g8-r8-t7/rep1"]
+    assert "--gpu-bind=closest /" in native and "apptainer" not in native
+    # the resources the plugin gets are unchanged (the existing checks read these lines)
+    planned = _planned_resources(proc.stdout)
+    assert len(planned) == 9

@@ -614,6 +614,58 @@ def profile_problem(account, partition):
     )
 
 
+# --- What each point's Slurm job is: its sbatch options and its srun line ----------------
+# On a Slurm site rule run_point's shell command ends in a comment, printed by a dry run
+# (the Slurm profiles set printshellcmds) and inert when the command runs:
+#   python .../run_point.py ...  # sbatch -A abc123 -p batch -t 30 -C nvme --nodes=2 ...
+#   ; OMP_NUM_THREADS=7 ... srun --nodes=2 --ntasks=16 ... apptainer exec --rocm ...
+# the options the Slurm executor plugin submits the job with (scalesweep.slurm:
+# sbatch_options, from the job's evaluated resources, profile defaults and retries
+# included) and the line the point launches its payload with inside the job
+# (scalesweep.slurm.srun_template: the harness's own launch, its payload arguments
+# left out). One params function, also the profile check: one call per job.
+# (workload, runtime, nodes, gpus, ranks, threads) -> srun line with slurm.POINT_SLOT:
+# every repeat of a geometry shares it, but for its directory
+from scalesweep.slurm import POINT_SLOT, sbatch_options, srun_template  # noqa: E402
+
+_SRUN_LINES = {}
+
+
+def launch_comment(wildcards, resources):
+    """profile_check, then on a Slurm site, outside a Slurm job, the comment; "" else
+    (inside the job the params are evaluated again, and nothing prints them)."""
+    profile_check(wildcards, resources)
+    if not SLURM_SITE or "SLURM_JOB_ID" in os.environ:
+        return ""
+    point = point_of(wildcards)
+    key = (
+        point.workload,
+        point.runtime,
+        point.nodes,
+        point.gpus,
+        point.ranks,
+        point.threads,
+    )
+    srun = _SRUN_LINES.get(key)
+    if srun is None:
+        srun = _SRUN_LINES[key] = srun_template(
+            point, run_workload(wildcards), config, RUNS_DIR
+        )
+    # the plugin adds --qos=Q after --nodes when given --slurm-qos Q (a setting, not a
+    # resource: not known here); one line, whatever a path holds
+    comment = (
+        f"  # sbatch {sbatch_options(resources)} [--qos=Q with --slurm-qos Q] ; "
+        f"{srun.replace(POINT_SLOT, point.path)}"
+    )
+    return comment.replace("\n", " ").replace("\r", " ")
+
+
+# run_point's command: with the comment on a Slurm site (params.launch_comment)
+RUN_POINT_COMMAND = "".join(
+    [RUN_POINT_SHELL, "{params.launch_comment}" if SLURM_SITE else ""]
+)
+
+
 # Reading a few JSON/CSV files and drawing two figures: on the submit host, never a queued
 # Slurm job (on Frontier a job can wait hours, and only 4 may be eligible to run at once).
 localrules:

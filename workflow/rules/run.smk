@@ -26,9 +26,11 @@ rule run_point:
         measure=1,
     params:
         # refuses a Slurm profile that does not fit the site before anything is submitted
-        profile_check=profile_check,
+        # (profile_check); on a Slurm site, the job's sbatch options and the point's srun
+        # line, a comment at the end of the command that dry runs print (common.smk)
+        launch_comment=launch_comment,
     shell:
-        RUN_POINT_SHELL
+        RUN_POINT_COMMAND
 
 
 # Adaptive repeats (scalesweep.adaptive): after the minimum of blocks, one decision per

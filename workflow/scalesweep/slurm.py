@@ -197,3 +197,169 @@ def account_problem(raw: str | int | None, environ: Any) -> str | None:
         "the Slurm account is empty (default-resources slurm_account): "
         "set it in the profile or with --default-resources slurm_account=<project>"
     )
+
+
+# --- What a dry run shows per point: the sbatch options and the point's srun line ---------
+# rule run_point's shell command carries them as a trailing comment (common.smk:
+# launch_comment), so `snakemake --profile profiles/frontier -n` prints, per job, what
+# a user following OLCF's documentation would type by hand.
+
+
+def _plugin_quote(value: Any) -> str:
+    """The plugin's safe_quote: shlex.quote, '' for an empty value."""
+    text = str(value)
+    return shlex.quote(text) if text else "''"
+
+
+def sbatch_options(resources: Any, threads: int | None = None) -> str:
+    """The options snakemake-executor-plugin-slurm (2.8.0) puts on a job's ``sbatch``
+    line, rendered from the job's evaluated ``resources`` (anything with ``.get``), in its
+    order (``submit_string.get_submit_command`` then ``utils.set_gres_string``)::
+
+        -A ACCOUNT -p PARTITION [--clusters C] -t RUNTIME [-C CONSTRAINT] [--qos=Q]
+        [--mem-per-cpu M | --mem M] --nodes=N [--ntasks-per-gpu=T | --ntasks=T]
+        [--ntasks-per-node=R | --ntasks=T] --cpus-per-task=C [SLURM_EXTRA] [--gres=G] [--gpus=G]
+
+    Left out, being the plugin's own and not the job's: ``--parsable``, ``--job-name``,
+    ``--output``, ``--export=ALL``, ``--comment``, ``-D <workdir>``, ``--wrap``; and what
+    comes from its settings, not from resources: ``--qos`` (``--slurm-qos``), ``--requeue``,
+    ``--reservation``, ``--exclude`` of failed nodes. The account is the first named
+    (the plugin submits with it; it may also canonicalise it through ``sacctmgr``); with
+    no account or partition the plugin guesses one, and none is shown. ``threads``: the
+    job's threads (``--cpus-per-task`` without a ``cpus_per_task`` resource), by default
+    the resources' ``_cores``. Nothing is validated here: the plugin refuses at submission
+    what it refuses (an MPI job without tasks, a forbidden ``slurm_extra`` ...).
+    """
+    get = resources.get  # each resource read once: a call per job while planning
+    opts: list[str] = []
+    account = get("slurm_account")
+    if account:
+        named = [a for a in re.split(r"[,\s]+", str(account)) if a]
+        if named:
+            opts += ["-A", shlex.quote(named[0])]
+    partition = get("slurm_partition")
+    if partition:
+        opts += ["-p", shlex.quote(str(partition))]
+    cluster = get("cluster") or get("clusters") or get("slurm_cluster")
+    if cluster:
+        opts += ["--clusters", _plugin_quote(cluster)]
+    runtime = get("runtime")
+    if runtime:
+        opts += ["-t", _plugin_quote(runtime)]
+    constraint = get("constraint")
+    if constraint is not None:
+        opts += ["-C", _plugin_quote(constraint)]
+    qos = get("qos")
+    if qos is not None:
+        opts.append(f"--qos={_plugin_quote(qos)}")
+    mem_per_cpu = get("mem_mb_per_cpu")
+    mem = get("mem_mb")
+    if mem_per_cpu:
+        opts += ["--mem-per-cpu", str(mem_per_cpu)]
+    elif mem:
+        opts += ["--mem", str(mem)]
+    nodes = get("nodes")
+    if nodes is not None:
+        opts.append(f"--nodes={nodes}")
+    gpu = get("gpu")
+    gres = get("gres")
+    gpu_job = bool(gpu or "gpu" in str(gres or ""))
+    mpi = get("mpi", False)
+    tasks = get("tasks")
+    if gpu_job:
+        per_gpu = get("tasks_per_gpu")
+        if per_gpu is None:
+            per_gpu = tasks
+        if per_gpu is not None and per_gpu >= 1:
+            opts.append(f"--ntasks-per-gpu={per_gpu}")
+    elif not mpi:
+        opts.append(f"--ntasks={tasks or 1}")
+    if mpi:
+        per_node = get("tasks_per_node")
+        if per_node:
+            opts.append(f"--ntasks-per-node={per_node}")
+        elif tasks:
+            opts.append(f"--ntasks={tasks}")
+    # the jobstep's get_cpu_setting: cpus_per_task, else (GPU jobs) cpus_per_gpu, else
+    # the job's threads; a negative value (0 for cpus_per_gpu) leaves the option out
+    cpus_per_task = get("cpus_per_task")
+    if cpus_per_task:
+        if cpus_per_task >= 0:
+            opts.append(f"--cpus-per-task={max(1, cpus_per_task)}")
+    elif gpu_job and get("cpus_per_gpu"):
+        if get("cpus_per_gpu") > 0:
+            opts.append(f"--cpus-per-gpu={get('cpus_per_gpu')}")
+    else:
+        opts.append(f"--cpus-per-task={threads if threads is not None else get('_cores', 1)}")
+    extra = get("slurm_extra")
+    if extra:
+        opts.append(str(extra))
+    if gres:
+        opts.append(f"--gres={gres}")
+    gpu_model = get("gpu_model")
+    if gpu_model:
+        opts.append(f"--gpus={gpu_model}:{gpu if gpu is not None else '1'}")
+    elif gpu:
+        opts.append(f"--gpus={gpu}")
+    return " ".join(opts)
+
+
+# Where a point's own path goes in a srun line shared by every repeat of its geometry
+# (only characters shlex leaves unquoted: the line quotes alike with the real path).
+POINT_SLOT = "@@POINT@@"
+
+
+def planned_data_dir(workload: dict, config: dict, inputs: dict[str, str]) -> str:
+    """The directory a point's payload reads, as its run binds it (payloads.cnn_invocation,
+    without reading the dataset): the node-local copy of a dataset staged there
+    (``datasets.<name>.node_local``, its variables expanded as the run expands them,
+    ``$USER`` always set), else the dataset or the model."""
+    import os
+
+    from scalesweep.hostenv import with_user
+
+    if workload.get("payload") == "cnn":
+        node_local = config["datasets"][workload["dataset"]].get("node_local") or ""
+        if node_local:
+            env = with_user(dict(os.environ))
+            node_local = _ENV_REF.sub(lambda m: env.get(m[1] or m[2], m[0]), node_local)
+            return os.path.join(node_local, workload["dataset"])
+        return inputs["dataset"]
+    return inputs.get("model") or inputs.get("dataset") or "."
+
+
+def srun_template(point: SweepPoint, workload: dict, config: dict, runs_dir: str) -> str:
+    """The point's launch as a shell line, as the job runs it: several ranks started by
+    ``srun`` with the point's geometry, one process directly:
+    ``VAR=value ... srun --nodes=N --ntasks=... [apptainer exec ... IMAGE] python
+    <payload> ...`` (the variables the runtime needs on the host, ``launch.launch_env``).
+    The payload's own arguments are shown as ``...`` (they name staged files that do not
+    exist while planning), and the point's directory, ``<runs_dir>/<point.path>``, as
+    ``<runs_dir>/POINT_SLOT``: the line is the same for every repeat of a geometry
+    (:func:`srun_line` fills the slot)."""
+    from scalesweep.launch import launch_command, launch_env, shell_line
+    from scalesweep.payloads import CNN_PAYLOAD, LLM_PAYLOAD, image_location, point_inputs
+    from scalesweep.pointlaunch import build_launch
+    from scalesweep.sweep import is_native
+
+    inputs = point_inputs(point.workload, point.runtime, config)
+    image = "" if is_native(point.runtime) else image_location(config, point.workload, point.runtime)
+    payload = {"cnn": CNN_PAYLOAD, "llm": LLM_PAYLOAD}[workload["payload"]]
+    launch = build_launch(
+        point,
+        workload,
+        config,
+        payload_args=["..."],
+        payload=payload,
+        data_dir=planned_data_dir(workload, config, inputs),
+        out_dir=f"{runs_dir}/{POINT_SLOT}",
+        image=image,
+        # what runs inside the job: several ranks through the point's own srun; one
+        # process (DataParallel, an LLM server) directly in the plugin's job step
+        launcher="srun" if point.world_size > 1 else "local",
+    )
+    return shell_line(launch_command(launch), launch_env(launch))
+
+
+def srun_line(point: SweepPoint, workload: dict, config: dict, runs_dir: str) -> str:
+    return srun_template(point, workload, config, runs_dir).replace(POINT_SLOT, point.path)
