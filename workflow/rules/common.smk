@@ -570,7 +570,7 @@ def record_owner():
 # `resources`): Snakemake hands them over evaluated, the profile's default-resources
 # included (`'$SBATCH_ACCOUNT'` expanded from the environment). Every rule that may run as
 # a Slurm job carries this one (`params: profile_check=profile_check`; no command reads
-# it). Snakemake 9 evaluates a job's params when it prints the job (Job.log_info ->
+# it; run_point's launch_comment calls it first). Snakemake 9 evaluates a job's params when it prints the job (Job.log_info ->
 # shellcmd), which is before the job is submitted, dry runs included: a refused profile
 # stops the workflow at its first checked job, before that job reaches sbatch. (Jobs
 # without the check, such as the model or image preparation on the login node, may have
