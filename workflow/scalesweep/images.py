@@ -565,7 +565,7 @@ def parse_apptainer_def(text: str) -> ApptainerDef:
     if len(stages) > 1 and not all(st.get("stage") for st in stages):
         raise BuildError("a multi-stage definition needs a 'Stage:' in every header")
     arguments: dict[str, str] = {}
-    for name, sbody in sections:
+    for name, sbody in sections:  # every stage's (a build arg fills a {{ VAR }} of any stage)
         if name == "arguments":
             for line in sbody.splitlines():
                 line = line.strip()
@@ -576,10 +576,42 @@ def parse_apptainer_def(text: str) -> ApptainerDef:
                     raise BuildError(f"%arguments: expected KEY=VALUE, got {line!r}")
                 arguments[key.strip()] = value.strip().strip("'\"")
     used = set(TEMPLATE_VAR_RE.findall(text))
-    missing = sorted(used - set(arguments))
-    if missing:
-        raise BuildError(f"{{{{ VAR }}}} without a %arguments default: {', '.join(missing)}")
+    # Apptainer reads %arguments per stage: each stage's {{ VAR }} needs its own default
+    for n, stage_text in enumerate(_stage_texts(text), 1):
+        own = _stage_arguments(stage_text)
+        missing = sorted(set(TEMPLATE_VAR_RE.findall(stage_text)) - set(own))
+        if missing:
+            where = f" (stage {n})" if len(stages) > 1 else ""
+            raise BuildError(f"{{{{ VAR }}}} without a %arguments default{where}: {', '.join(missing)}")
     return ApptainerDef(header, sections, arguments, used, stages)
+
+
+def _stage_texts(text: str) -> list[str]:
+    """A definition's stages (a line ``Bootstrap:`` after a section starts the next)."""
+    stages, current, in_sections = [], [], False
+    for raw in text.splitlines():
+        if in_sections and re.match(r"^Bootstrap:", raw, re.I):
+            stages.append("\n".join(current))
+            current, in_sections = [], False
+        if re.match(r"^%[A-Za-z]+", raw):
+            in_sections = True
+        current.append(raw)
+    stages.append("\n".join(current))
+    return stages
+
+
+def _stage_arguments(stage_text: str) -> dict[str, str]:
+    out, inside = {}, False
+    for raw in stage_text.splitlines():
+        m = re.match(r"^%([A-Za-z]+)", raw)
+        if m:
+            inside = m.group(1).lower() == "arguments"
+            continue
+        line = raw.strip()
+        if inside and line and not line.startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip().strip("'\"")
+    return out
 
 
 # ------------------------------------------------------------------ builders

@@ -136,7 +136,9 @@ def _gpu_names(tool: str, out: str) -> list[str]:
         rows = data if isinstance(data, list) else data.get("gpu_data", [])
         return [str((r.get("asic") or {}).get("market_name", "?")) for r in rows]
     cards = {k: v for k, v in data.items() if k.startswith("card") and isinstance(v, dict)}
-    return [str(v.get("Card series") or v.get("Card model") or "?") for _, v in sorted(cards.items())]
+    # "Card Series" since ROCm 6.2's rocm-smi, "Card series" before
+    return [str(v.get("Card Series") or v.get("Card series") or v.get("Card Model")
+                or v.get("Card model") or "?") for _, v in sorted(cards.items())]
 
 
 def gpu_inventory(device: str, run=None) -> dict[str, Any] | None:
