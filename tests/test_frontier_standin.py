@@ -15,7 +15,7 @@ This machine has no Apptainer, SingularityCE, Ollama, ROCm or Frontier. What sta
   recipe, and exec the payload on this host with the binds mounted for real; `ollama`
   serving the real Ollama HTTP API backed by llama.cpp and the synthetic model;
   `rocm-smi`/`amd-smi` answering a fake 8-GCD node;
-* config/frontier.yaml, narrowed (nodes 1-2, one GPU per node, one epoch, a few tokens,
+* config/frontier.yaml, narrowed (2 nodes, one GPU per node, one epoch, a few tokens,
   the Fashion-MNIST slice instead of the Lustre image folder, the Ollama image pulled
   from an oras:// reference instead of built).
 
@@ -99,7 +99,9 @@ def narrowed_sweep(directory: Path, site: Path) -> Path:
         "workloads": {
             "cnn_ddp": {"epochs": 1, "batch_size": 16, "max_runtime_min": 5,
                         "sweep": {"runtimes": ["native", "apptainer", "apptainer-hostmpi", "singularity"],
-                                  "nodes": [1, 2], "gpus_per_node": [1], "baseline": 1}},
+                                  # 2 nodes (one point per runtime: each is ~30 s of
+                                  # Slurm job here), 1 of their 8 GPUs each
+                                  "nodes": [2], "gpus_per_node": [1], "baseline": None}},
             "cnn_dp": {"enabled": False},  # DataParallel needs GPUs torch can use
             "llm_astrollama": {"max_tokens": 8, "warmup": 1, "num_requests": 2, "max_runtime_min": 5,
                                "sweep": {"runtimes": ["native", "apptainer", "singularity"],
@@ -118,7 +120,7 @@ def narrowed_sweep(directory: Path, site: Path) -> Path:
     return path
 
 
-def test_profile(directory: Path, configs: list[Path], cluster) -> Path:
+def frontier_test_profile(directory: Path, configs: list[Path], cluster) -> Path:
     """profiles/frontier with the local cluster's account and partition, status checks
     every second (the cluster answers at once), one job at a time (its nodes share this
     host's cores: profiles/local-slurm's `measure`), no retries (a failure shows at once)."""
@@ -159,7 +161,7 @@ def test_frontier_dag_whole_through_slurm_with_standins(slurm_cluster, tmp_path)
     bindir, log = tmp_path / "bin", tmp_path / "standins.jsonl"
     env_add = standins.install(bindir, log)
     site = standin_site(tmp_path, Path(slurm_cluster.state_dir))
-    profile = test_profile(tmp_path, [narrowed_sweep(tmp_path, site)], slurm_cluster)
+    profile = frontier_test_profile(tmp_path, [narrowed_sweep(tmp_path, site)], slurm_cluster)
     env = dict(os.environ, **env_add, SLURM_CONF=slurm_cluster.env["SLURM_CONF"],
                SCALESWEEP_STANDIN_OLLAMA_REGISTRY=str(make_registry(tmp_path)),
                PATH=f"{bindir}:{REPO / '.venv' / 'bin'}:{slurm_cluster.env['PATH']}")
@@ -182,7 +184,7 @@ def test_frontier_dag_whole_through_slurm_with_standins(slurm_cluster, tmp_path)
     assert report.returncode == 0, report.stderr[-4000:]
     assert (campaign / "report.html").stat().st_size > 100_000
 
-    runs = pd.read_csv(campaign / "results" / "runs.csv")
+    runs = pd.read_csv(campaign / "results" / "summary" / "runs.csv")
     got = {wl: set(runs.loc[runs.workload == wl, "runtime"]) for wl in ("cnn_ddp", "llm_astrollama")}
     assert got == {"cnn_ddp": {"native", "apptainer", "apptainer-hostmpi", "singularity"},
                    "llm_astrollama": {"native", "apptainer", "singularity"}}, got
@@ -214,6 +216,14 @@ def test_frontier_dag_whole_through_slurm_with_standins(slurm_cluster, tmp_path)
         assert inside["LD_LIBRARY_PATH"].split(":")[0] == str(OPENMPI_LIB), inside
         assert inside["LD_PRELOAD"] == str(OPENMPI_LIB / "libmpi.so.40")
         assert m["image"]["name"] == "pytorch" and m["image"]["content_digest"] == built["content_digest"]
+    # Slurm was asked what Frontier is asked: the node-local NVMe, GPUs per task, batch
+    job = hostmpi[0]["slurm"]["job_id"]
+    deadline = time.monotonic() + 30
+    while not (row := slurm_cluster.sacct(job, "Constraints,ReqTRES,Partition,Account,NNodes")) or not row[1]:
+        assert time.monotonic() < deadline, f"sacct knows nothing of job {job}"
+        time.sleep(1)
+    assert "nvme" in row[0] and "gres/gpu=2" in row[1] and row[2:] == ["batch", "scalesweep", "2"], row
+    assert hostmpi[0]["gpu_inventory"]["count"] == 8  # the node's GPUs, as amd-smi lists them
     llm = [m for m in metrics.values() if m["point"]["workload"] == "llm_astrollama"
            and m["point"]["runtime"] != "native"]
     assert llm and all(m["image"]["name"] == "ollama" for m in llm)
