@@ -6,4 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install.sh --test
-exec .venv/bin/pytest -ra "$@"
+exec .venv/bin/pytest -ra --durations=25 "$@"
