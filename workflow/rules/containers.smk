@@ -37,6 +37,12 @@ rule build_image:
         " > {log:q} 2>&1"
 
 
+# `use rule` does not carry `localrule:` over: the file-writing builds are named here.
+localrules:
+    build_image_sif,
+    build_image_squashfs,
+
+
 # An Apptainer/SingularityCE build: one SIF file.
 use rule build_image as build_image_sif with:
     output:
