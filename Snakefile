@@ -47,6 +47,7 @@ rule all:
         rules.fits.output,
         expand(rules.plot_fit.output, zip, **fit_series()),
         expand(rules.container_startup.output, runtime=container_runtimes()),
+        image_manifests(),
         rules.report_run_tables.output,
         rules.report_points.output,
         rules.report_startup_table.output,

@@ -4,9 +4,10 @@ The argv and the host environment below are what scalesweep produced for a 2-nod
 CNN point before sites became data (commit 03e5ead: config/frontier.yaml's `machine:` and
 `containers.site`); moving the facts to sites/frontier.yaml did not change a byte. One
 intended change since (issue #18): host-MPI mode follows OLCF's documented environment
-for GPU-aware MPI in Apptainer (olcf_containers_examples gpu_aware_mpi_example): the GTL
-first on LD_LIBRARY_PATH, the image's ROCm after the host directories, and the host
-system libraries Cray MPICH needs injected with APPTAINER_CONTAINLIBS.
+for GPU-aware MPI in Apptainer (olcf_containers_examples gpu_aware_mpi_example): on
+LD_LIBRARY_PATH the GTL, the image's ROCm, then Cray MPICH's ABI build, libfabric and the
+Cray PE libraries (xpmem as a file), and the host system libraries Cray MPICH needs
+injected with APPTAINER_CONTAINLIBS.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from scalesweep.sweep import SweepPoint
 
 BINDS = ("/repo:/mnt/code,/data:/mnt/data,/out:/mnt/out,/usr/share/libdrm:/usr/share/libdrm,"
          "/var/spool/slurmd:/var/spool/slurmd,/opt/cray:/opt/cray")
-HOST_MPI = ("/opt/cray/pe/mpich/8.1.31/gtl/lib", "/opt/cray/pe/mpich/8.1.31/ofi/gnu/12.3/lib-abi-mpich",
-            "/opt/cray/libfabric/1.22.0/lib64", "/opt/cray/pe/lib64", "/opt/cray/xpmem/default/lib64")
+GTL = "/opt/cray/pe/mpich/8.1.31/gtl/lib"
 IMAGE_ROCM = ("/opt/rocm/lib", "/opt/rocm/lib64")
+CRAY = ("/opt/cray/pe/mpich/8.1.31/ofi/gnu/12.3/lib-abi-mpich", "/opt/cray/libfabric/1.22.0/lib64",
+        "/opt/cray/pe/lib64")
+HOST_MPI = (GTL, *CRAY)  # bound; the image's ROCm is not
 CONTAINLIBS = ("/usr/lib64/libcxi.so.1,/usr/lib64/libjson-c.so.5,/lib64/libtinfo.so.6,/usr/lib64/libnl-3.so.200,"
                "/usr/lib64/libgfortran.so.5,/usr/lib64/libjansson.so.4,/usr/lib64/libxpmem.so.0")
 SRUN = ["srun", "--nodes=2", "--ntasks=16", "--ntasks-per-node=8", "--cpus-per-task=7",
@@ -40,7 +43,7 @@ EXPECTED = {
     "apptainer-hostmpi": (
         SRUN + ["apptainer", "exec", "--rocm", "--bind",
                 BINDS + "," + ",".join(f"{d}:{d}" for d in HOST_MPI)] + PAYLOAD,
-        ENV | {"APPTAINERENV_LD_LIBRARY_PATH": ":".join(HOST_MPI + IMAGE_ROCM),
+        ENV | {"APPTAINERENV_LD_LIBRARY_PATH": ":".join((GTL, *IMAGE_ROCM, *CRAY)),  # OLCF's order
                "APPTAINERENV_LD_PRELOAD": "/opt/cray/pe/mpich/8.1.31/gtl/lib/libmpi_gtl_hsa.so.0",
                "APPTAINER_CONTAINLIBS": CONTAINLIBS}),
 }

@@ -5,10 +5,12 @@ the key and the value."""
 from __future__ import annotations
 
 import copy
+import json
+import os
 
 import pytest
 
-from conftest import REPO, run_snakemake, tiny_config
+from conftest import REPO, run_snakemake, tiny_config, write_site
 from scalesweep.config import ConfigError, load_config, validated
 from scalesweep.imageset import image_spec, runtime_image, used_images, workload_image
 from scalesweep.sweep import sweep_points
@@ -100,13 +102,13 @@ def test_bad_images_are_refused_naming_the_key(cfg, message):
     assert message in str(err.value)
 
 
-def test_one_workload_in_runtimes_of_different_formats():
+def test_one_workload_in_runtimes_of_different_formats(tmp_path):
     """A list of images: each container runtime runs the first of a format it runs."""
-    cfg = with_images("frontier", ("native", "apptainer", "podman"),
+    site = write_site(tmp_path, "both", extends="frontier", runtimes={"podman": {"bin": "podman"}})
+    cfg = with_images(site, ("native", "apptainer", "podman"),
                       sif={"builder": "apptainer", "recipe": "containers/apptainer/pytorch-rocm.def"},
                       oci={"builder": "podman", "prebuilt": "/images/oci"}, image="")
     cfg["containers"]["image"] = ["oci", "sif"]
-    cfg["_site"]["runtimes"]["podman"] = {}
     config = validated(cfg)
     assert workload_image(config, "cnn_ddp", "apptainer").name == "sif"
     assert workload_image(config, "cnn_ddp", "podman").name == "oci"
@@ -152,3 +154,44 @@ def test_each_image_is_made_by_one_rule(tmp_path, monkeypatch):
     out = proc.stdout
     assert "rule pull_image:" in out and "rule describe_image:" in out and "rule build_image" not in out
     assert "describe-image --builder apptainer --format sif --image oras://ghcr.io/example/ollama:0.9.0 --pull" in out
+
+
+def test_an_image_used_in_place_is_described_and_a_replaced_one_flagged(tmp_path):
+    from scalesweep.images import describe_image
+    from scalesweep.pointlaunch import image_provenance
+
+    image = tmp_path / "p.sif"
+    image.write_bytes(b"SIF" * 1000)
+    man = describe_image("apptainer", str(image), tmp_path / "p.manifest.json")
+    assert man["source"] == "local" and man["size_bytes"] == 3000
+    assert man["content_digest"] == "sha256:" + man["file_sha256"]
+    run = image_provenance(str(tmp_path / "p.manifest.json"))
+    assert run["content_digest"] == man["content_digest"] and "stale" not in run
+    image.write_bytes(b"other" * 1000)  # replaced under the same path
+    assert "the image changed" in image_provenance(str(tmp_path / "p.manifest.json"))["stale"]
+
+
+def test_pulling_a_reference_writes_a_sif_and_its_manifest(tmp_path, monkeypatch):
+    """`scalesweep describe-image --pull` through the apptainer stand-in (the real tool's
+    `pull --force OUT URI` and `inspect --json`)."""
+    import standins
+
+    standins.install(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    out, manifest = tmp_path / "images" / "o.sif", tmp_path / "images" / "o.manifest.json"
+    ref = "oras://registry.example.org/team/ollama:0.9.0"
+    assert main_describe(["--builder", "apptainer", "--image", ref, "--pull", "--out", str(out),
+                          "--manifest", str(manifest)]) == 0
+    man = json.loads(manifest.read_text())
+    assert out.is_file() and man["source"] == "pulled" and man["pulled_from"] == ref
+    assert man["pull_command"][1:3] == ["pull", "--force"] and man["builder"]["version"] == "1.3.6"
+    assert man["labels"] and man["base"]["from"]
+    # a reference the tool refuses fails the rule, naming it
+    assert main_describe(["--builder", "apptainer", "--image", "ftp://x/y", "--pull", "--out",
+                          str(tmp_path / "x.sif"), "--manifest", str(tmp_path / "x.json")]) == 1
+
+
+def main_describe(argv):
+    from scalesweep.cli import main
+
+    return main(["describe-image", *argv])

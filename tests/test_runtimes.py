@@ -304,12 +304,15 @@ def test_site_facts_from_the_frontier_file():
     assert ("NCCL_SOCKET_IFNAME", "hsn0") in plain.env
     assert plain.host_mpi_lib_dirs == () and plain.modules == ("cray-mpich-abi", "rocm/6.2.4")
     hybrid = runtime("apptainer-hostmpi").site_facts(frontier, "/img.sif")
-    assert hybrid.host_mpi_lib_dirs[1].endswith("lib-abi-mpich") and hybrid.host_mpi_preload.endswith(".so.0")
+    assert hybrid.host_mpi_lib_dirs[3].endswith("lib-abi-mpich") and hybrid.host_mpi_preload.endswith(".so.0")
     env = runtime("apptainer-hostmpi").host_env(hybrid)
-    # OLCF's order: the GTL first, Cray MPICH's ABI build, ..., then the image's ROCm
+    # OLCF's order: the GTL, the image's ROCm, Cray MPICH's ABI build, ...
     ld_path = env["APPTAINERENV_LD_LIBRARY_PATH"].split(":")
-    assert ld_path[0].endswith("/gtl/lib") and ld_path[1].endswith("lib-abi-mpich")
-    assert ld_path[-2:] == ["/opt/rocm/lib", "/opt/rocm/lib64"]
+    assert ld_path[0].endswith("/gtl/lib") and ld_path[1:3] == ["/opt/rocm/lib", "/opt/rocm/lib64"]
+    assert ld_path[3].endswith("lib-abi-mpich")
+    binds = runtime("apptainer-hostmpi").binds(hybrid, [])
+    assert ("/opt/rocm/lib", "/opt/rocm/lib") not in binds  # the image's own: never bound
+    assert (ld_path[0], ld_path[0]) in binds
     assert "/usr/lib64/libcxi.so.1" in env["APPTAINER_CONTAINLIBS"].split(",")
     assert env["APPTAINERENV_MPICH_GPU_SUPPORT_ENABLED"] == "1"
     native = runtime("native").site_facts({"name": "bare", "node": {"device": "cpu"}})  # no runtimes: fine

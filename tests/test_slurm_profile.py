@@ -506,7 +506,8 @@ def test_srun_line_is_the_points_launch(frontier, tmp_path, monkeypatch):
     launch = build_launch(point, wl, config, payload_args=["..."], payload=CNN_PAYLOAD,
                           data_dir="/mnt/bb/someone/study_images",  # datasets.*.node_local
                           out_dir=f"results/runs/{point.path}",
-                          image=image_location(config, "cnn_ddp", point.runtime), launcher="srun")
+                          image=str(tmp_path / image_location(config, "cnn_ddp", point.runtime)),
+                          launcher="srun")
     line = srun_line(point, wl, config, "results/runs")
     assert line == shell_line(launch_command(launch), launch_env(launch))
     assert f"{tmp_path}/results/runs/{point.path}:/mnt/out" in line
@@ -553,7 +554,8 @@ def test_dry_run_prints_each_points_sbatch_and_srun(tmp_path, monkeypatch):
     app = commands["results/runs/cnn_ddp/apptainer/n2-g8-r8-t7/rep1"]
     assert f"# sbatch {FRONTIER_2_NODES} " in app
     assert SRUN_2_NODES in app
-    assert "/mnt/bb/" in app and app.endswith(" resources/images/pytorch.sif /opt/venv/bin/python "
+    # the image as run_point gives it: absolute, in the campaign directory
+    assert "/mnt/bb/" in app and app.endswith(f" {tmp_path}/resources/images/pytorch.sif /opt/venv/bin/python "
                                               "/mnt/code/scripts/train_cnn.py ...")
     hostmpi = commands["results/runs/cnn_ddp/apptainer-hostmpi/n2-g8-r8-t7/rep1"]
     env = hostmpi.partition(" ; ")[2].partition(" srun ")[0]

@@ -164,7 +164,13 @@ def in_repo(path):
 
 
 # --- Images (scalesweep.imageset): which rule makes each image the selected points run --
-IMAGES = used_images(config, SELECTED)
+IMAGES = used_images(config, POINTS)
+for _spec in IMAGES.values():  # 6. an image used in place must be there, before any job
+    if _spec.how == "local" and not Path(_spec.path).exists():
+        raise WorkflowError(
+            f"scalesweep config: containers.images.{_spec.name}.prebuilt: "
+            f"{_spec.path!r} does not exist (relative paths: to the campaign directory)"
+        )
 
 
 def images_made_by(how, *formats):
@@ -206,12 +212,19 @@ def image_source_args(wildcards):
 
 
 def startup_image(wildcards):
-    """The image a runtime's start-up is timed in: the first selected point's of it."""
-    return runtime_image(config, wildcards.runtime, SELECTED)
+    """The image a runtime's start-up is timed in: the first point's of it in the whole
+    sweep (not the selection: the result is kept for the campaign)."""
+    return runtime_image(config, wildcards.runtime, POINTS)
 
 
 def startup_inputs(wildcards):
     return {"manifest": ancient(startup_image(wildcards).manifest)}
+
+
+def image_manifests():
+    """The manifest of every image the selected points run (the default target): images used in
+    place are described too."""
+    return sorted(spec.manifest for spec in used_images(config, SELECTED).values())
 
 
 def container_runtimes():
@@ -648,9 +661,11 @@ def launch_comment(wildcards, resources):
     )
     srun = _SRUN_LINES.get(key)
     if srun is None:
-        srun = _SRUN_LINES[key] = srun_template(
-            point, run_workload(wildcards), config, RUNS_DIR
-        )
+        try:
+            srun = srun_template(point, run_workload(wildcards), config, RUNS_DIR)
+        except Exception as exc:  # informational: never stops a submission
+            srun = f"(launch line not shown: {type(exc).__name__}: {exc})"
+        _SRUN_LINES[key] = srun
     # the plugin adds --qos=Q after --nodes when given --slurm-qos Q (a setting, not a
     # resource: not known here); one line, whatever a path holds
     comment = (

@@ -119,7 +119,8 @@ rule container_startup:
         measure=1,
     params:
         repeats=config["containers"]["startup_repeats"],
-        image=startup_image,
+        # a string (params are pickled into the script's preamble)
+        image=lambda wildcards: startup_image(wildcards).path,
         profile_check=profile_check,
     script:
         "../scripts/measure_startup.py"

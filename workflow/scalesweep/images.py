@@ -526,10 +526,11 @@ def parse_apptainer_def(text: str) -> ApptainerDef:
     current: str | None = None
     body: list[str] = []
     for n, raw in enumerate(text.splitlines(), 1):
-        if current is not None and re.match(r"^Bootstrap:", raw, re.I):
+        if (current is not None or "bootstrap" in header) and re.match(r"^Bootstrap:", raw, re.I):
             # a multi-stage build: the next stage's header (`Stage: <name>`; a later
             # stage copies files from an earlier one with `%files from <name>`)
-            sections.append((current, "\n".join(body)))
+            if current is not None:
+                sections.append((current, "\n".join(body)))
             current, body, header = None, [], {}
             stages.append(header)
         m = re.match(r"^%([A-Za-z]+)\b(.*)$", raw)
@@ -1364,6 +1365,8 @@ def describe_image(builder: str, image: str, manifest: str | os.PathLike, out: s
     )
     if path.is_file():
         facts["file_sha256"] = facts["content_digest"].removeprefix("sha256:")
+    # an image used in place may be replaced under its path: each run compares these
+    facts["mtime_ns"] = path.stat().st_mtime_ns
     write_json_atomic(manifest, facts)
     return facts
 

@@ -168,6 +168,9 @@ def check_image(spec: ImageSpec, site: dict) -> None:
         raise ImageConfigError(f"{key}.format: {spec.builder} makes {', '.join(rt.image_formats)} "
                                f"images, not {spec.format!r}")
     if spec.how == "local":
+        if spec.prebuilt.startswith("~"):
+            raise ImageConfigError(f"{key}.prebuilt: {spec.prebuilt!r}: '~' is not expanded here; "
+                                   "give the path in full")
         return  # used in place: nothing is built or pulled, whoever built it
     try:
         rt.site_entry(site)  # the site must offer the builder (it runs on the login node)

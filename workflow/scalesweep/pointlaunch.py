@@ -113,6 +113,16 @@ def image_provenance(manifest: str | None) -> dict[str, Any] | None:
         "cache_key": m.get("cache_key"),
         "size_bytes": m.get("size_bytes"),
     }
+    if record["source"] == "local":  # used in place: is it still the image described?
+        try:
+            st = Path(m["image"]).stat()
+            same = st.st_mtime_ns == m.get("mtime_ns") and (not Path(m["image"]).is_file()
+                                                            or st.st_size == m.get("size_bytes"))
+        except (OSError, KeyError, TypeError):
+            same = False
+        if not same:
+            record["stale"] = ("the image changed (or is gone) since its manifest was written: "
+                               "the digest is not this run's; delete the manifest to describe it again")
     return {k: v for k, v in record.items() if v is not None} | {"manifest": str(manifest)}
 
 

@@ -44,7 +44,7 @@ STARTUP_COLUMNS = [
 ]
 PROVENANCE_COLUMNS = [
     *POINT_COLUMNS, "hosts", "host_platform", "launcher", "slurm_job_id", "image_digest",
-    "image_builder", "runtime_version", "python", "torch", "engine", "engine_version", "model", "model_sha256",
+    "image", "image_source", "image_builder", "runtime_version", "python", "torch", "engine", "engine_version", "model", "model_sha256",
     "dataset", "git_commit", "start", "end", "disturbed", "disturbed_reason", "exclusive",
     "shared_cores", "cpus_bound", "gpus_visible", "order_position", "path",
 ]
@@ -753,7 +753,9 @@ def provenance_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
             "launcher": m.get("launcher"),
             "slurm_job_id": slurm.get("job_id") or m.get("slurm_job_id"),
             "image_digest": image.get("content_digest"),
-            "image_builder": _builder(image.get("builder")),
+            "image": image.get("name"),
+            "image_source": image.get("source"),
+            "image_builder": _builder(image.get("builder"), image.get("builder_version")),
             "runtime_version": (m.get("runtime_provenance") or {}).get("version"),
             "python": versions.get("python") or host.get("python"),
             "torch": versions.get("torch"),
@@ -780,10 +782,12 @@ def provenance_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
         ["workload", "runtime", "nodes", "gpus", "ranks", "threads", "repeat"], ignore_index=True)
 
 
-def _builder(builder) -> str | None:
+def _builder(builder, version=None) -> str | None:
+    """``charliecloud 0.31``: the builder's name and version, from a run's image record
+    (``{"name", "version"}`` in older records, name and ``builder_version`` now)."""
     if isinstance(builder, dict):
-        return " ".join(str(v) for v in (builder.get("name"), builder.get("version")) if v)
-    return builder
+        builder, version = builder.get("name"), builder.get("version")
+    return " ".join(str(v) for v in (builder, version) if v) or None
 
 
 def startup_samples(records: Iterable[dict]) -> pd.DataFrame:

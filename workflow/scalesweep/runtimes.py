@@ -61,8 +61,8 @@ class RuntimeSite:
     binds: tuple[str, ...] = ()  # "SRC[:DST]" bound into every container
     env: tuple[tuple[str, str], ...] = ()  # variables set inside the container
     modules: tuple[str, ...] = ()  # environment modules the site loads for it (recorded)
-    host_mpi_lib_dirs: tuple[str, ...] = ()  # <name>-hostmpi: bound, first on LD_LIBRARY_PATH
-    host_mpi_image_lib_dirs: tuple[str, ...] = ()  # the image's own, after them (its ROCm)
+    host_mpi_lib_dirs: tuple[str, ...] = ()  # <name>-hostmpi: LD_LIBRARY_PATH, in order
+    host_mpi_image_lib_dirs: tuple[str, ...] = ()  # of them, the image's own (not bound)
     host_mpi_libs: tuple[str, ...] = ()  # host library files injected (APPTAINER_CONTAINLIBS)
     host_mpi_preload: str = ""  # e.g. cray-mpich's GPU transport layer libmpi_gtl_hsa.so.0
     host_mpi_binds: tuple[str, ...] = ()
@@ -143,16 +143,23 @@ class Runtime:
         binds = list(standard) + parse_binds(site.binds)
         if self.host_mpi:
             binds += parse_binds(site.host_mpi_binds)
-            binds += [(d, d) for d in site.host_mpi_lib_dirs]
+            binds += [(d, d) for d in site.host_mpi_lib_dirs if d not in site.host_mpi_image_lib_dirs]
         return binds
+
+    @staticmethod
+    def host_mpi_library_path(site: RuntimeSite) -> list[str]:
+        """The container's LD_LIBRARY_PATH in host-MPI mode: ``lib_dirs`` in their order
+        (host directories, and the image's own ones where the site puts them), then any
+        ``image_lib_dirs`` not listed there."""
+        dirs = list(site.host_mpi_lib_dirs)
+        return dirs + [d for d in site.host_mpi_image_lib_dirs if d not in dirs]
 
     def container_env(self, site: RuntimeSite) -> list[tuple[str, str]]:
         """Variables set inside the container. Host-MPI mode (OLCF's GPU-aware MPI in
-        Apptainer): LD_LIBRARY_PATH is the host's MPI library directories (the GPU
-        transport layer, Cray MPICH's ABI build, libfabric, the Cray PE libraries, as
-        the site lists them), then the image's own directories the GTL loads (its ROCm),
-        replacing the image's (its own MPI is never found first); and the preload (the
-        GTL, libmpi_gtl_hsa)."""
+        Apptainer): LD_LIBRARY_PATH is the site's ``lib_dirs`` in order (OLCF: the GPU
+        transport layer, the image's ROCm, Cray MPICH's ABI build, libfabric, the Cray PE
+        libraries), replacing the image's (its own MPI is never found first); and the
+        preload (the GTL, libmpi_gtl_hsa)."""
         env = list(site.env)
         if self.host_mpi:
             if not site.host_mpi_lib_dirs:
@@ -161,7 +168,7 @@ class Runtime:
                     f"(site file: runtimes.{self.site_key}.host_mpi.lib_dirs)"
                 )
             env += list(site.host_mpi_env)
-            env.append(("LD_LIBRARY_PATH", ":".join(site.host_mpi_lib_dirs + site.host_mpi_image_lib_dirs)))
+            env.append(("LD_LIBRARY_PATH", ":".join(self.host_mpi_library_path(site))))
             if site.host_mpi_preload:
                 env.append(("LD_PRELOAD", site.host_mpi_preload))
         return env

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -343,7 +344,8 @@ def srun_template(point: SweepPoint, workload: dict, config: dict, runs_dir: str
     from scalesweep.sweep import is_native
 
     inputs = point_inputs(point.workload, point.runtime, config)
-    image = "" if is_native(point.runtime) else image_location(config, point.workload, point.runtime)
+    # the image's path as run_point gives it (absolute: the campaign directory's)
+    image = "" if is_native(point.runtime) else str(Path(image_location(config, point.workload, point.runtime)).resolve())
     payload = {"cnn": CNN_PAYLOAD, "llm": LLM_PAYLOAD}[workload["payload"]]
     launch = build_launch(
         point,

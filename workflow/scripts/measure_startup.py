@@ -12,7 +12,7 @@ from scalesweep.startup import measure_startup  # noqa: E402
 sm = snakemake  # noqa: F821
 record = measure_startup(
     sm.wildcards.runtime,
-    str(Path(sm.params.image.path).resolve()),
+    str(Path(sm.params.image).resolve()),
     sm.config,
     repeats=int(sm.params.repeats),
     manifest=sm.input.get("manifest"),

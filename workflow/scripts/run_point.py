@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(config["_code_root"]) / "workflow"))
 
 from scalesweep.harness import execute  # noqa: E402
 from scalesweep.hostenv import with_user  # noqa: E402
-from scalesweep.payloads import image_location, payload_invocation, point_inputs  # noqa: E402
+from scalesweep.payloads import image_location, image_manifest_of, payload_invocation, point_inputs  # noqa: E402
 from scalesweep.pointdir import FAILURE_JSON, PointDirError  # noqa: E402
 from scalesweep.pointlaunch import build_launch  # noqa: E402
 from scalesweep.site import site_of  # noqa: E402
@@ -79,7 +79,7 @@ try:
         launch,
         str(metrics),
         args.log,
-        image_manifest=inputs.get("image_manifest"),
+        image_manifest=image_manifest_of(config, point.workload, point.runtime),
         extra=inv.extra,
         stage_from=inv.stage_from,
         measurement=config["measurement"],
