@@ -42,7 +42,6 @@ import pstats
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
