@@ -9,7 +9,10 @@ package: they keep their own.)
 from __future__ import annotations
 
 import os
-from typing import MutableMapping
+import re
+from typing import Mapping, MutableMapping
+
+ENV_REF = re.compile(r"\$(\w+)|\$\{(\w+)\}")  # $VAR or ${VAR}
 
 
 def user_name() -> str:
@@ -23,6 +26,12 @@ def user_name() -> str:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:  # a uid without an entry (some containers)
         return str(os.getuid())
+
+
+def expand_vars(text: str, environ: Mapping[str, str]) -> str:
+    """``$VAR`` and ``${VAR}`` from ``environ``; unknown ones left as written (the rule of
+    ``os.path.expandvars``, for any mapping)."""
+    return ENV_REF.sub(lambda m: environ.get(m[1] or m[2], m[0]), text)
 
 
 def with_user(env: MutableMapping[str, str]) -> MutableMapping[str, str]:

@@ -522,21 +522,29 @@ def parse_apptainer_def(text: str) -> ApptainerDef:
     """
     header: dict[str, str] = {}
     stages = [header]
+    stage_lines: list[list[str]] = [[]]  # each stage's text, for its {{ VAR }}s
     sections: list[tuple[str, str]] = []
+    section_stage: list[int] = []  # the stage of each section
     current: str | None = None
     body: list[str] = []
+
+    def close_section() -> None:
+        if current is not None:
+            sections.append((current, "\n".join(body)))
+            section_stage.append(len(stages) - 1)
+
     for n, raw in enumerate(text.splitlines(), 1):
         if (current is not None or "bootstrap" in header) and re.match(r"^Bootstrap:", raw, re.I):
             # a multi-stage build: the next stage's header (`Stage: <name>`; a later
             # stage copies files from an earlier one with `%files from <name>`)
-            if current is not None:
-                sections.append((current, "\n".join(body)))
+            close_section()
             current, body, header = None, [], {}
             stages.append(header)
+            stage_lines.append([])
+        stage_lines[-1].append(raw)
         m = re.match(r"^%([A-Za-z]+)\b(.*)$", raw)
         if m:
-            if current is not None:
-                sections.append((current, "\n".join(body)))
+            close_section()
             current, body = m.group(1).lower(), []
             if current not in APPTAINER_SECTIONS:
                 raise BuildError(f"line {n}: unknown section %{m.group(1)}")
@@ -556,8 +564,7 @@ def parse_apptainer_def(text: str) -> ApptainerDef:
             header[k] = value.strip()
         else:
             body.append(raw)
-    if current is not None:
-        sections.append((current, "\n".join(body)))
+    close_section()
     for stage in stages:
         if "bootstrap" not in stage:
             raise BuildError("no 'Bootstrap:' header")
@@ -565,53 +572,33 @@ def parse_apptainer_def(text: str) -> ApptainerDef:
             raise BuildError(f"Bootstrap: {stage['bootstrap']} needs a 'From:' header")
     if len(stages) > 1 and not all(st.get("stage") for st in stages):
         raise BuildError("a multi-stage definition needs a 'Stage:' in every header")
-    arguments: dict[str, str] = {}
-    for name, sbody in sections:  # every stage's (a build arg fills a {{ VAR }} of any stage)
+    # Apptainer reads %arguments per stage: each stage's {{ VAR }} needs its own default;
+    # `arguments` is every stage's (a build arg fills a {{ VAR }} of any stage)
+    own: list[dict[str, str]] = [{} for _ in stages]
+    for (name, sbody), i in zip(sections, section_stage):
         if name == "arguments":
-            for line in sbody.splitlines():
-                line = line.strip()
-                if not line or line.startswith("#"):
-                    continue
-                key, sep, value = line.partition("=")
-                if not sep:
-                    raise BuildError(f"%arguments: expected KEY=VALUE, got {line!r}")
-                arguments[key.strip()] = value.strip().strip("'\"")
-    used = set(TEMPLATE_VAR_RE.findall(text))
-    # Apptainer reads %arguments per stage: each stage's {{ VAR }} needs its own default
-    for n, stage_text in enumerate(_stage_texts(text), 1):
-        own = _stage_arguments(stage_text)
-        missing = sorted(set(TEMPLATE_VAR_RE.findall(stage_text)) - set(own))
+            own[i].update(_arguments_section(sbody))
+    arguments = {k: v for stage_args in own for k, v in stage_args.items()}
+    for i, lines in enumerate(stage_lines):
+        missing = sorted(set(TEMPLATE_VAR_RE.findall("\n".join(lines))) - set(own[i]))
         if missing:
-            where = f" (stage {n})" if len(stages) > 1 else ""
+            where = f" (stage {i + 1})" if len(stages) > 1 else ""
             raise BuildError(f"{{{{ VAR }}}} without a %arguments default{where}: {', '.join(missing)}")
+    used = set(TEMPLATE_VAR_RE.findall(text))
     return ApptainerDef(header, sections, arguments, used, stages)
 
 
-def _stage_texts(text: str) -> list[str]:
-    """A definition's stages (a line ``Bootstrap:`` after a section starts the next)."""
-    stages, current, in_sections = [], [], False
-    for raw in text.splitlines():
-        if in_sections and re.match(r"^Bootstrap:", raw, re.I):
-            stages.append("\n".join(current))
-            current, in_sections = [], False
-        if re.match(r"^%[A-Za-z]+", raw):
-            in_sections = True
-        current.append(raw)
-    stages.append("\n".join(current))
-    return stages
-
-
-def _stage_arguments(stage_text: str) -> dict[str, str]:
-    out, inside = {}, False
-    for raw in stage_text.splitlines():
-        m = re.match(r"^%([A-Za-z]+)", raw)
-        if m:
-            inside = m.group(1).lower() == "arguments"
+def _arguments_section(body: str) -> dict[str, str]:
+    """``KEY=VALUE`` lines of an %arguments section (comments and blanks skipped)."""
+    out = {}
+    for line in body.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
             continue
-        line = raw.strip()
-        if inside and line and not line.startswith("#") and "=" in line:
-            key, _, value = line.partition("=")
-            out[key.strip()] = value.strip().strip("'\"")
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise BuildError(f"%arguments: expected KEY=VALUE, got {line!r}")
+        out[key.strip()] = value.strip().strip("'\"")
     return out
 
 

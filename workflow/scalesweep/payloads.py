@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scalesweep.hostenv import expand_vars, with_user
 from scalesweep.imageset import workload_image
 from scalesweep.pointdir import OUTPUTS_JSONL, PAYLOAD_JSON
 from scalesweep.site import site_of
@@ -72,15 +73,25 @@ def image_location(config: dict, workload: str, runtime: str) -> str:
     return workload_image(config, workload, runtime).path
 
 
+def node_local_dir(config: dict, dataset: str) -> str:
+    """Where a point reads ``dataset`` when it is copied to node-local storage first
+    (``datasets.<name>.node_local``, its variables expanded, ``$USER`` always set); ""
+    when it is read where it was staged."""
+    node_local = config["datasets"][dataset]["node_local"]
+    if not node_local:
+        return ""
+    return str(Path(expand_vars(node_local, with_user(dict(os.environ)))) / dataset)
+
+
 def cnn_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_dir: Path) -> Invocation:
     shared_dir = str(Path(inputs["dataset"]).resolve())
     ds_name = wl["dataset"]
     ds = config["datasets"][ds_name]
-    node_local = os.path.expandvars(ds["node_local"])
-    dataset_dir = str(Path(node_local) / ds_name) if node_local else shared_dir
+    node_local = node_local_dir(config, ds_name)
+    dataset_dir = node_local or shared_dir
     # ROCm torch also answers to "cuda"; a site whose GPUs are scheduled but not usable
     # by the payload (node.payload_device: cpu, the project's stand-in of Frontier) trains
-    # on the CPU, and says so in every run (run.site)
+    # on the CPU (the run records its `device`)
     on_cpu = point.gpus == 0 or site_of(config)["node"]["payload_device"] == "cpu"
     device = "cpu" if on_cpu else "cuda"
     args = [

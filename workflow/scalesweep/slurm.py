@@ -55,6 +55,7 @@ from pathlib import Path
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from scalesweep.hostenv import ENV_REF, expand_vars
 from scalesweep.site import site_of
 from scalesweep.sweep import SweepPoint
 
@@ -167,9 +168,6 @@ def slurm_request(point: SweepPoint, workload: dict, config: dict, attempt: int 
     )
 
 
-_ENV_REF = re.compile(r"\$(\w+)|\$\{(\w+)\}")
-
-
 def account_problem(raw: str | int | None, environ: Any) -> str | None:
     """Why the profile's ``slurm_account`` cannot work, or None.
 
@@ -180,8 +178,8 @@ def account_problem(raw: str | int | None, environ: Any) -> str | None:
     if raw is None:
         return None
     text = str(raw)
-    names = [a or b for a, b in _ENV_REF.findall(text)]
-    value = _ENV_REF.sub(lambda m: environ.get(m[1] or m[2], m[0]), text)
+    names = [a or b for a, b in ENV_REF.findall(text)]
+    value = expand_vars(text, environ)
     value = value.strip().strip("'\"").strip()
     if value and "$" not in value:
         return None
@@ -312,20 +310,12 @@ POINT_SLOT = "@@POINT@@"
 
 def planned_data_dir(workload: dict, config: dict, inputs: dict[str, str]) -> str:
     """The directory a point's payload reads, as its run binds it (payloads.cnn_invocation,
-    without reading the dataset): the node-local copy of a dataset staged there
-    (``datasets.<name>.node_local``, its variables expanded as the run expands them,
-    ``$USER`` always set), else the dataset or the model."""
-    import os
-
-    from scalesweep.hostenv import with_user
+    without reading the dataset): the node-local copy of a dataset staged there, else the
+    dataset or the model."""
+    from scalesweep.payloads import node_local_dir
 
     if workload.get("payload") == "cnn":
-        node_local = config["datasets"][workload["dataset"]].get("node_local") or ""
-        if node_local:
-            env = with_user(dict(os.environ))
-            node_local = _ENV_REF.sub(lambda m: env.get(m[1] or m[2], m[0]), node_local)
-            return os.path.join(node_local, workload["dataset"])
-        return inputs["dataset"]
+        return node_local_dir(config, workload["dataset"]) or inputs["dataset"]
     return inputs.get("model") or inputs.get("dataset") or "."
 
 
