@@ -49,6 +49,7 @@ rule all:
         expand(rules.container_startup.output, runtime=container_runtimes()),
         image_manifests(),
         rules.report_run_tables.output,
+        rules.report_tables.output,
         rules.report_points.output,
         rules.report_startup_table.output,
         expand(rules.report_startup.output, runtime=container_runtimes()),

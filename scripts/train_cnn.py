@@ -5,6 +5,17 @@ Runs identically natively and inside a container: it never asks where it runs. R
 world size and rendezvous come from the launcher's environment (torchrun, mpirun, srun
 or MPICH/PMI), one process per rank. Rank 0 writes the metrics file atomically.
 
+Data parallelism (``--parallel``): ``ddp`` (DistributedDataParallel over gloo, or
+NCCL/RCCL on GPUs), ``mpi`` (Horovod-style: every step the gradients are averaged with
+one MPI Allreduce of a single fused buffer through mpi4py, so the MPI library the rank
+loaded is on the measured path; each rank records which library that was), ``dp``
+(DataParallel, one process over the node's GPUs) and ``single``.
+
+After training, rank 0 evaluates the model on the held-out split (``--test-fraction``
+of every class, never trained on): ``test_accuracy`` and ``test_loss``. FLOPs of one
+training step (forward and backward of one per-rank batch) are counted by torch's
+FlopCounterMode before the timed epochs.
+
 Model: Conv(3->64), Conv(64->512), then the 512->512 block four times; each block is
 Conv3x3 + ReLU + BatchNorm + MaxPool2; Flatten; Linear(512 -> classes). Six poolings, so
 64x64 inputs end at 1x1x512.
@@ -49,7 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True, help="image folder root/<class>/*.png|jpg")
     p.add_argument("--out", required=True, help="metrics JSON written by rank 0")
-    p.add_argument("--parallel", choices=["ddp", "dp", "single"], default="ddp")
+    p.add_argument("--parallel", choices=["ddp", "mpi", "dp", "single"], default="ddp")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda also covers ROCm builds of torch")
     p.add_argument("--epochs", type=int, default=1)
@@ -59,7 +70,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--max-images", type=int, default=0, help="0 = all")
+    p.add_argument("--test-fraction", type=float, default=0.0,
+                   help="held out of every class for the test split (0 = no test split)")
     args = p.parse_args(argv)
+    if not 0.0 <= args.test_fraction <= 0.5:
+        p.error(f"--test-fraction must be in [0, 0.5], got {args.test_fraction}")
     for name in ("epochs", "batch_size", "image_size", "threads"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -123,11 +138,158 @@ def _balanced(files: list[tuple[Path, int]], n: int) -> list[tuple[Path, int]]:
     return [item for items in by_label.values() for item in items[:per]]
 
 
+def holdout_split(y, fraction: float):
+    """(train indices, test indices): every k-th image of each class (k = round(1 /
+    fraction), the class's images in file order) is held out; independent of the seed,
+    so every run of a campaign tests on the same images."""
+    import torch
+
+    if fraction <= 0:
+        return torch.arange(len(y)), torch.arange(0)
+    k = max(2, round(1 / fraction))
+    test = torch.zeros(len(y), dtype=torch.bool)
+    for label in torch.unique(y):
+        members = torch.nonzero(y == label).flatten()
+        test[members[::k]] = True
+    return torch.nonzero(~test).flatten(), torch.nonzero(test).flatten()
+
+
+class MpiGradients:
+    """Horovod-style data parallelism over MPI (mpi4py): after every backward pass the
+    gradients of all parameters are packed into one fused float32 buffer, summed with
+    one ``Allreduce`` and divided by the world size. Parameters and buffers start as
+    rank 0's (``Bcast``). The MPI library is whichever the dynamic loader found: the
+    container's own, or the host's where the runtime bound or injected it."""
+
+    def __init__(self, model, comm):
+        import torch
+
+        self.comm = comm
+        self.world = comm.Get_size()
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.model = model
+        self.buf = torch.zeros(sum(p.numel() for p in self.params), dtype=torch.float32)
+        self.seconds = 0.0  # spent in Allreduce (and packing), this rank
+        self.calls = 0
+
+    @property
+    def bytes_per_step(self) -> int:
+        return self.buf.numel() * self.buf.element_size()
+
+    def broadcast_state(self) -> None:
+        for t in [*self.model.parameters(), *self.model.buffers()]:
+            host = t.detach().cpu().contiguous()
+            self.comm.Bcast(host.numpy(), root=0)
+            t.data.copy_(host)
+
+    def allreduce(self) -> None:
+        from mpi4py import MPI
+
+        t0 = time.perf_counter()
+        off = 0
+        for p in self.params:
+            n = p.numel()
+            self.buf[off:off + n].copy_(p.grad.detach().reshape(-1))
+            off += n
+        self.comm.Allreduce(MPI.IN_PLACE, self.buf.numpy(), op=MPI.SUM)
+        self.buf.div_(self.world)
+        off = 0
+        for p in self.params:
+            n = p.numel()
+            p.grad.copy_(self.buf[off:off + n].view_as(p.grad))
+            off += n
+        self.seconds += time.perf_counter() - t0
+        self.calls += 1
+
+
+def mpi_info(MPI) -> dict:
+    """What this rank's MPI is: the library file the process loaded (/proc/self/maps:
+    the path inside the container when it runs in one), its version string and vendor."""
+    from scalesweep.metrics import loaded_libraries
+
+    vendor, version = MPI.get_vendor()
+    libs = loaded_libraries("libmpi.so", "libmpi_cray", "libmpi_gnu", "libmpich")
+    return {
+        "library": libs[0] if libs else None,
+        "libraries": libs,
+        "library_version": MPI.Get_library_version().strip("\x00 \n").splitlines()[0].strip(),
+        "vendor": f"{vendor} {'.'.join(map(str, version))}",
+        "mpi4py": __import__("mpi4py").__version__,
+    }
+
+
+def count_step_flops(model, loss_fn, xb, yb) -> int | None:
+    """FLOPs of one training step (forward + backward of one batch), counted by torch's
+    FlopCounterMode (convolutions and matmuls: the arithmetic that dominates); None when
+    this torch cannot count. Gradients are cleared afterwards."""
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+    except ImportError:
+        return None
+    with FlopCounterMode(display=False) as counter:
+        loss_fn(model(xb), yb).backward()
+    model.zero_grad(set_to_none=True)
+    return int(counter.get_total_flops())
+
+
+def recalibrate_batchnorm(model, x, idx, batch_size: int, device, max_batches: int = 8) -> int:
+    """Re-estimate BatchNorm's population statistics on training images ("precise BN"):
+    a run of a few dozen steps leaves the running averages (momentum 0.1) far from them,
+    and eval mode would test with the wrong ones. Returns the images used."""
+    import torch
+    from torch import nn
+
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return 0
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average over the batches below
+    model.train()
+    used = 0
+    with torch.no_grad():
+        for s in range(0, min(len(idx), max_batches * batch_size), batch_size):
+            i = idx[s:s + batch_size]
+            model(x[i].to(device))
+            used += len(i)
+    return used
+
+
+def evaluate(model, x, y, idx, batch_size: int, device) -> dict:
+    """Loss and accuracy of ``model`` (eval mode) on the images ``idx``."""
+    import torch
+    from torch import nn
+
+    loss_fn = nn.CrossEntropyLoss(reduction="sum")
+    model.eval()
+    tot, correct = 0.0, 0
+    with torch.no_grad():
+        for s in range(0, len(idx), batch_size):
+            i = idx[s:s + batch_size]
+            xb, yb = x[i].to(device), y[i].to(device)
+            out = model(xb)
+            tot += float(loss_fn(out, yb))
+            correct += int((out.argmax(1) == yb).sum())
+    n = max(len(idx), 1)
+    return {"test_loss": tot / n, "test_accuracy": correct / n, "test_images": int(len(idx))}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t_start = time.time()
     start_iso = now_iso()
-    rank, world, local_rank = rank_info()
+
+    comm = MPI = None
+    if args.parallel == "mpi":
+        # MPI_Init first: rank and size come from MPI itself (mpirun, srun's PMIx/PMI2,
+        # or a singleton of one rank)
+        from mpi4py import MPI  # noqa: N811
+
+        comm = MPI.COMM_WORLD
+        rank, world = comm.Get_rank(), comm.Get_size()
+        local_rank = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+    else:
+        rank, world, local_rank = rank_info()
 
     import torch
     import torch.distributed as dist
@@ -140,10 +302,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("train_cnn: --device cuda but torch sees no GPU")
     if args.parallel == "dp" and (args.device != "cuda" or torch.cuda.device_count() < 1):
         raise SystemExit("train_cnn: DataParallel is a GPU mode; no GPU is visible")
-    if args.parallel != "ddp" and world > 1:
+    if args.parallel in ("dp", "single") and world > 1:
         raise SystemExit(f"train_cnn: --parallel {args.parallel} runs one process, got {world} ranks")
 
     distributed = args.parallel == "ddp" and world > 1
+    sharded = distributed or (args.parallel == "mpi" and world > 1)  # each rank its share
     t_init = time.time()
     if distributed:
         backend = "nccl" if args.device == "cuda" else "gloo"
@@ -160,35 +323,57 @@ def main(argv: list[str] | None = None) -> int:
     t_load = time.time()
     x, y, classes = load_image_folder(Path(args.data), args.image_size, args.max_images)
     load_s = time.time() - t_load
+    train_idx, test_idx = holdout_split(y, args.test_fraction)
 
     model = build_model(len(classes)).to(device)
     n_params = sum(p.numel() for p in model.parameters())
+    loss_fn = nn.CrossEntropyLoss()
+    # one untimed step's FLOPs (forward + backward of a per-rank batch), before wrapping
+    probe = train_idx[:args.batch_size]
+    step_flops = count_step_flops(model, loss_fn, x[probe].to(device), y[probe].to(device))
+    mpi_grads = None
     if distributed:
         model = nn.parallel.DistributedDataParallel(
             model, device_ids=[local_rank] if args.device == "cuda" else None
         )
     elif args.parallel == "dp":
         model = nn.DataParallel(model)
+    elif args.parallel == "mpi":
+        mpi_grads = MpiGradients(model, comm)
+        mpi_grads.broadcast_state()
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
 
-    n = len(y)
+    def barrier():
+        if distributed:
+            dist.barrier()
+        elif comm is not None:
+            comm.Barrier()
+
+    def allreduce_sum(t):
+        if distributed:
+            dist.all_reduce(t)
+        elif comm is not None and world > 1:
+            comm.Allreduce(MPI.IN_PLACE, t.numpy(), op=MPI.SUM)
+        return t
+
+    n = len(train_idx)
     epoch_s: list[float] = []
     step_s: list[list[float]] = []  # per epoch, every step's seconds (this rank)
+    allreduce_s: list[float] = []  # per epoch, this rank's seconds in MPI Allreduce (mpi)
     epoch_loss: list[float] = []
     epoch_acc: list[float] = []
     for epoch in range(args.epochs):
         g = torch.Generator().manual_seed(args.seed + epoch)
-        order = torch.randperm(n, generator=g)
+        order = train_idx[torch.randperm(n, generator=g)]
         # DistributedSampler semantics without padding surprises: rank r takes every
         # world-th sample; each rank steps the same number of batches.
-        mine = order[rank::world] if distributed else order
-        steps = len(order) // world // args.batch_size if distributed else len(mine) // args.batch_size
+        mine = order[rank::world] if sharded else order
+        steps = len(order) // world // args.batch_size if sharded else len(mine) // args.batch_size
         steps = max(steps, 1)
         model.train()
-        if distributed:
-            dist.barrier()
+        barrier()
         t0 = time.perf_counter()
+        comm_before = mpi_grads.seconds if mpi_grads else 0.0
         tot_loss = torch.zeros(1)
         correct = torch.zeros(1)
         seen = torch.zeros(1)
@@ -201,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
             out = model(xb)
             loss = loss_fn(out, yb)
             loss.backward()
+            if mpi_grads is not None:
+                mpi_grads.allreduce()
             opt.step()
             tot_loss += loss.detach().cpu() * len(idx)
             correct += (out.argmax(1) == yb).sum().cpu()
@@ -209,12 +396,11 @@ def main(argv: list[str] | None = None) -> int:
         step_s.append(steps_here)
         if args.device == "cuda":
             torch.cuda.synchronize()
-        if distributed:
-            dist.barrier()
+        barrier()
         epoch_s.append(time.perf_counter() - t0)
-        stats = torch.cat([tot_loss, correct, seen])
-        if distributed:
-            dist.all_reduce(stats)
+        if mpi_grads is not None:
+            allreduce_s.append(mpi_grads.seconds - comm_before)
+        stats = allreduce_sum(torch.cat([tot_loss, correct, seen]))
         epoch_loss.append(float(stats[0] / stats[2]))
         epoch_acc.append(float(stats[1] / stats[2]))
         images_per_epoch = int(stats[2])
@@ -226,6 +412,15 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
 
+    # held-out evaluation by rank 0 (its parameters are every rank's), after the timed
+    # epochs: BatchNorm statistics re-estimated on training images, then eval mode
+    test: dict = {}
+    if rank == 0 and len(test_idx):
+        plain = getattr(model, "module", model)
+        calibrated = recalibrate_batchnorm(plain, x, train_idx, args.batch_size, device)
+        test = {**evaluate(plain, x, y, test_idx, args.batch_size, device),
+                "bn_recalibration_images": calibrated}
+
     per_rank = {
         "rank": rank,
         "local_rank": local_rank,
@@ -234,12 +429,16 @@ def main(argv: list[str] | None = None) -> int:
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "threads": torch.get_num_threads(),
     }
+    if comm is not None:
+        per_rank["mpi"] = mpi_info(MPI)
     if distributed:
         gathered: list = [None] * world
         dist.all_gather_object(gathered, per_rank)
         # barrier before teardown: gloo under mpirun + ch-run can abort at exit otherwise
         dist.barrier()
         dist.destroy_process_group()
+    elif comm is not None:
+        gathered = comm.allgather(per_rank)
     else:
         gathered = [per_rank]
 
@@ -255,12 +454,16 @@ def main(argv: list[str] | None = None) -> int:
             "per_rank": gathered,
             "threads_per_rank": args.threads,
             "batch_size_per_rank": args.batch_size,
-            "global_batch_size": args.batch_size * (world if distributed else 1),
+            "global_batch_size": args.batch_size * (world if sharded else 1),
             "image_size": args.image_size,
             "classes": classes,
-            "dataset_images": n,
+            "dataset_images": int(len(y)),
+            "train_images": int(n),
+            "test_fraction": args.test_fraction,
             "images_per_epoch": images_per_epoch,
+            "steps_per_epoch": len(step_s[-1]),
             "parameters": n_params,
+            "flops_per_step": step_flops,  # one rank, one batch, forward + backward
             "epochs": args.epochs,
             "epoch_s": epoch_s,
             "step_s": [[round(t, 6) for t in e] for e in step_s],  # rank 0, per epoch
@@ -270,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
             "final_accuracy": epoch_acc[-1],
             "loss_per_epoch": epoch_loss,
             "accuracy_per_epoch": epoch_acc,
+            **test,
             "init_process_group_s": init_s,
             "data_load_s": load_s,
             "peak_rss_mb": max(r["peak_rss_mb"] for r in gathered),
@@ -282,6 +486,12 @@ def main(argv: list[str] | None = None) -> int:
             "end": now_iso(),
             "payload_wall_s": time.time() - t_start,
         }
+        if mpi_grads is not None:
+            record.update(
+                mpi=gathered[0]["mpi"],  # rank 0's; every rank's is in per_rank
+                allreduce_s=allreduce_s,  # rank 0, per epoch
+                allreduce_bytes_per_step=mpi_grads.bytes_per_step,
+            )
         write_metrics(args.out, record)
         print(json.dumps({"train_s": total, "images_per_s": record["images_per_s"]}))
     return 0

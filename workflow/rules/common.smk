@@ -211,6 +211,19 @@ def image_source_args(wildcards):
     )
 
 
+def inject_inputs(wildcards):
+    """The image a host-MPI copy is made from, and its manifest (carried over)."""
+    base = IMAGES[image_of(wildcards).base]
+    return {"image": base.path, "manifest": base.manifest}
+
+
+def inject_args(wildcards):
+    """--lib of `scalesweep inject-host-mpi`: the site's host MPI library files."""
+    return shlex.join(
+        arg for lib in image_of(wildcards).inject_libs for arg in ("--lib", lib)
+    )
+
+
 def startup_image(wildcards):
     """The image a runtime's start-up is timed in: the first point's of it in the whole
     sweep (not the selection: the result is kept for the campaign)."""

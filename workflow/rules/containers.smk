@@ -104,6 +104,31 @@ rule describe_image:
         " --manifest {output.manifest:q} > {log:q} 2>&1"
 
 
+# A copy of a directory image with the host's MPI libraries injected (ch-fromhost, the
+# Charliecloud way): what charliecloud-hostmpi runs when the site lists host_mpi.libs.
+# The image itself keeps its own MPI for the charliecloud (container MPI) points.
+rule inject_host_mpi:
+    input:
+        unpack(inject_inputs),
+    output:
+        image=directory("resources/images/{image}"),
+        manifest="resources/images/{image}.manifest.json",
+    log:
+        "logs/images/{image}.inject.log",
+    wildcard_constraints:
+        image=images_made_by("inject"),
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    params:
+        lib=f"{workflow.basedir}/workflow",
+        libs=inject_args,
+    shell:
+        "PYTHONPATH={params.lib:q} python -m scalesweep inject-host-mpi {params.libs}"
+        " --image {input.image:q} --base-manifest {input.manifest:q}"
+        " --out {output.image:q} --manifest {output.manifest:q} > {log:q} 2>&1"
+
+
 rule container_startup:
     input:
         unpack(startup_inputs),

@@ -29,6 +29,40 @@ rule report_run_tables:
         "../scripts/report_run_tables.py"
 
 
+rule report_tables:
+    input:
+        runs=rules.aggregate.output.runs,
+    output:
+        parity=report(
+            "results/summary/accuracy_parity.csv",
+            caption="../report/accuracy_parity.rst",
+            category="Tables",
+            labels={"table": "accuracy parity"},
+        ),
+        rate=report(
+            "results/summary/achieved_rate.csv",
+            caption="../report/achieved_rate.rst",
+            category="Tables",
+            labels={"table": "achieved FLOP rate"},
+        ),
+        mpi=report(
+            "results/summary/mpi.csv",
+            caption="../report/mpi_table.rst",
+            category="Tables",
+            labels={"table": "MPI library and Allreduce"},
+        ),
+    params:
+        # the site's peak (percent of peak): a changed peak makes the tables again
+        node=SITE["node"],
+    log:
+        "logs/report/tables.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    script:
+        "../scripts/report_tables.py"
+
+
 rule report_points:
     input:
         points=rules.aggregate.output.points,

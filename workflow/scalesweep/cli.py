@@ -21,10 +21,12 @@ COMMANDS = [
     "scalesweep.fits_cli",
     "scalesweep.timeline",
     "scalesweep.images",
+    "scalesweep.hostmpi",
 ]
 # Sub-commands whose module is imported alone (standard library only): the workflow's
 # rules run them in whatever environment they have, without the analysis stack.
-STANDALONE = {"build-image": "scalesweep.images", "describe-image": "scalesweep.images"}
+STANDALONE = {"build-image": "scalesweep.images", "describe-image": "scalesweep.images",
+              "inject-host-mpi": "scalesweep.hostmpi"}
 
 
 class UsageError(Exception):

@@ -18,7 +18,10 @@ from scalesweep.sweep import (HISTORY_DIR, SweepError, SweepPoint, scaling_count
 RUN_COLUMNS = [
     "workload", "payload", "runtime", "nodes", "gpus", "ranks", "threads", "repeat",
     "count", "world_size", "time_s", "epoch_time_first_s", "train_s", "images_per_epoch",
-    "images_per_s", "final_loss", "final_accuracy", "model", "model_label", "synthetic_model",
+    "images_per_s", "final_loss", "final_accuracy", "test_accuracy", "test_loss",
+    "parallel", "mpi_library", "mpi_library_version", "mpi_origin", "allreduce_s",
+    "flops_per_step", "achieved_gflops_per_rank", "data_load_s", "staging_s",
+    "model", "model_label", "synthetic_model",
     "peak_rss_mb", "harness_wall_s", "harness_overhead_s",
     "disturbed", "disturbed_reason", "outside_cpu_pct", "steal_pct", "load1_max",
     "exclusive", "shared_cores", "order_position",
@@ -100,6 +103,9 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
         per_epoch = metrics.get("images_per_epoch")
         if per_epoch is None and metrics.get("images_per_s") and metrics.get("train_s"):
             per_epoch = metrics["images_per_s"] * metrics["train_s"] / len(epochs)
+        mpi = metrics.get("mpi") or {}
+        allreduce = metrics.get("allreduce_s") or []
+        steps, flops = metrics.get("steps_per_epoch"), metrics.get("flops_per_step")
         row.update(
             time_s=steady,
             epoch_time_first_s=epochs[0],
@@ -108,6 +114,22 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
             images_per_s=per_epoch / steady if per_epoch and steady > 0 else None,
             final_loss=metrics["final_loss"],
             final_accuracy=metrics["final_accuracy"],
+            # held out of training, evaluated after it (accuracy parity)
+            test_accuracy=metrics.get("test_accuracy"),
+            test_loss=metrics.get("test_loss"),
+            parallel=metrics.get("parallel"),
+            # the MPI library the ranks loaded, and whether it was the host's
+            mpi_library=mpi.get("library"),
+            mpi_library_version=mpi.get("library_version"),
+            mpi_origin=mpi.get("origin"),
+            # rank 0's seconds per steady epoch in the gradient Allreduce (mpi)
+            allreduce_s=steady_epoch_time(allreduce) if allreduce else None,
+            # counted FLOPs of one rank's step, and what one rank achieved per steady epoch
+            flops_per_step=flops,
+            achieved_gflops_per_rank=(flops * steps / steady / 1e9
+                                      if flops and steps and steady > 0 else None),
+            data_load_s=metrics.get("data_load_s"),
+            staging_s=metrics.get("staging_s"),
         )
     else:
         ttft, latency = metrics.get("ttft_s") or {}, metrics.get("latency_s") or {}
@@ -361,7 +383,8 @@ def llm_summary(runs: pd.DataFrame) -> pd.DataFrame:
     """llm.csv: per workload x model x runtime x nodes x GPUs x threads (never averaged
     across models; a synthetic model's label says "synthetic weights"), over the valid
     runs: wall time for the prompt set (describe_repeats: n, mean, median, min, max, std,
-    ci95_low, ci95_high, cv), tokens/s with its 95% CI, mean median TTFT and latency,
+    ci95_low, ci95_high, cv), tokens/s with its 95% CI (also per GPU, of nodes x GPUs,
+    and per node: tokens_per_s_per_gpu / _per_node), mean median TTFT and latency,
     mean peak server memory; n_disturbed, shared_cores, note."""
     llm = runs[runs["payload"] == "llm"] if not runs.empty and "payload" in runs else runs.iloc[0:0]
     if llm.empty:
@@ -384,6 +407,13 @@ def llm_summary(runs: pd.DataFrame) -> pd.DataFrame:
                 "mean": "tokens_per_s", "ci95_low": "tokens_per_s_ci95_low",
                 "ci95_high": "tokens_per_s_ci95_high"})
         table = table.merge(rates, on=LLM_KEYS, how="left")
+        # per GPU (nodes x GPUs per node; empty on a CPU-only point) and per node: the
+        # row's estimate and CI divided by the row's constant
+        nodes = pd.to_numeric(table["nodes"], errors="coerce")
+        gpus = nodes * pd.to_numeric(table["gpus"], errors="coerce")
+        for unit, per in (("gpu", gpus.where(gpus > 0)), ("node", nodes.where(nodes > 0))):
+            for col in ("tokens_per_s", "tokens_per_s_ci95_low", "tokens_per_s_ci95_high"):
+                table[col.replace("tokens_per_s", f"tokens_per_s_per_{unit}")] = table[col] / per
     means = [c for c in ("ttft_p50_s", "latency_p50_s", "peak_rss_mb") if c in valid]
     if means:
         table = table.merge(valid.groupby(LLM_KEYS, as_index=False, dropna=False)[means].mean(),

@@ -31,6 +31,7 @@ from typing import Any
 
 from scalesweep.failures import append_attempt, exit_reason, termination_recorder, write_failure
 from scalesweep.hostenv import with_user
+from scalesweep.hostmpi import mpi_check
 from scalesweep.interference import METHOD, TOKEN_VAR, Monitor, assess, new_token
 from scalesweep.launch import Launch, launch_command, launch_env, shell_line
 from scalesweep.metrics import (
@@ -416,7 +417,18 @@ def _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_
         return rc if rc > 0 else 128 - rc
 
     payload = json.loads(payload_json.read_text())
+    # which MPI library each rank loaded, and whether that is the host's where the
+    # runtime's host-MPI mode asked for it: a run that measured the container's MPI
+    # instead did not measure what the point says
+    mpi, problem = mpi_check(payload, launch.runtime, launch.site)
+    if problem:
+        attempt.update(reason=problem, state="failed", exit_code=rc, mpi=mpi)
+        write_failure(out_dir, attempt)
+        print(f"point {point.path} failed: {problem}; log: {attempt['log']}", file=sys.stderr)
+        return 70
     record = {k: v for k, v in payload.items() if k not in ("schema", "schema_version", "kind")}
+    if mpi is not None:
+        record["mpi"] = mpi
     record.update(
         point=point.as_dict(),
         runtime=point.runtime,

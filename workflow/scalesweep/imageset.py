@@ -13,11 +13,13 @@ Paths, relative to the campaign directory:
 * ``resources/images/<name>.sif``   an Apptainer/SingularityCE image (built or pulled)
 * ``resources/images/<name>.manifest.json``  every image's provenance (also for an image
   used in place: then it describes that file)
+* ``resources/images/<name>+hostmpi``  a directory image with the site's host MPI
+  libraries injected (charliecloud-hostmpi with ``host_mpi.libs``: rule inject_host_mpi)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 from scalesweep import runtimes
@@ -27,6 +29,7 @@ IMAGES_DIR = "resources/images"
 PULL_SCHEMES = ("docker://", "oras://", "library://", "https://", "shub://")
 SUFFIX = {"dir": "", "oci-dir": "", "squashfs": ".sqfs", "sif": ".sif"}
 RECIPE_SUFFIX = {"definition": ".def"}  # a recipe kind's file name ending (else: any but .def)
+HOST_MPI_SUFFIX = "+hostmpi"  # the copy of an image with the host's MPI libraries injected
 
 
 class ImageConfigError(ValueError):
@@ -44,11 +47,16 @@ class ImageSpec:
     prebuilt: str
     format: str  # resolved: never "" (the builder's default)
     fakeroot: bool
+    base: str = ""  # a copy of this image with the host's MPI libraries injected
+    inject_libs: tuple[str, ...] = ()  # those libraries (host paths)
 
     @property
     def how(self) -> str:
         """``build`` (a recipe, rule build_image), ``pull`` (a registry reference, rule
-        pull_image) or ``local`` (an existing file or directory, rule describe_image)."""
+        pull_image), ``local`` (an existing file or directory, rule describe_image) or
+        ``inject`` (a copy of image ``base`` with host libraries, rule inject_host_mpi)."""
+        if self.base:
+            return "inject"
         if not self.prebuilt:
             return "build"
         return "pull" if self.prebuilt.startswith(PULL_SCHEMES) else "local"
@@ -100,11 +108,34 @@ def workload_image(config: dict, workload: str, runtime: str) -> ImageSpec:
     specs = [image_spec(config, n) for n in workload_image_names(config, workload)]
     for spec in specs:
         if spec.format in rt.image_formats:
-            return spec
+            return host_mpi_image(config, spec, rt)
     have = ", ".join(f"{s.name!r} ({s.format})" for s in specs)
     raise ImageConfigError(
         f"{_image_key(config, workload)}: runtime {runtime} runs {'/'.join(rt.image_formats)} "
         f"images, and the workload's images are {have}: name one of that format for it")
+
+
+def host_mpi_image(config: dict, spec: ImageSpec, rt) -> ImageSpec:
+    """The image a runtime runs of ``spec``: ``spec`` itself, or for a runtime that injects
+    the site's ``host_mpi.libs`` into a copy (charliecloud-hostmpi, ch-fromhost) that copy,
+    ``<name>+hostmpi`` (a directory image: ch-fromhost injects into directories)."""
+    if not (rt.host_mpi and rt.injects_host_libs):
+        return spec
+    from scalesweep.site import site_of
+
+    try:
+        libs = rt.site_facts(site_of(config)).host_mpi_libs
+    except runtimes.RuntimeNotOffered:
+        return spec  # refused by check_runtimes, naming the site
+    if not libs:
+        return spec
+    if not spec.is_directory:
+        raise ImageConfigError(
+            f"containers.images.{spec.name}: runtime {rt.name} injects the host's MPI libraries "
+            f"(site file: runtimes.{rt.site_key}.host_mpi.libs) with ch-fromhost, which writes "
+            f"into directory images; this one is {spec.format}: use a dir image for {rt.name}")
+    return replace(spec, name=spec.name + HOST_MPI_SUFFIX, base=spec.name, prebuilt="",
+                   recipe="", requirements="", inject_libs=tuple(libs))
 
 
 def _image_key(config: dict, workload: str) -> str:
@@ -117,6 +148,8 @@ def used_images(config: dict, points: Iterable) -> dict[str, ImageSpec]:
     for p in points:
         if not runtimes.is_native(p.runtime):
             spec = workload_image(config, p.workload, p.runtime)
+            if spec.base:  # its copy is made from the image itself
+                out.setdefault(spec.base, image_spec(config, spec.base))
             out.setdefault(spec.name, spec)
     return out
 

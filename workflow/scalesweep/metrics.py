@@ -165,6 +165,26 @@ def container_env() -> dict[str, str]:
     return {k: os.environ[k] for k in CONTAINER_ENV_VARS if os.environ.get(k)}
 
 
+def loaded_libraries(*prefixes: str) -> list[str]:
+    """The shared libraries this process has mapped whose file name starts with one of
+    ``prefixes`` (from /proc/self/maps, in load order; paths as this process sees them,
+    so inside a container the container's paths). [] where /proc is not Linux's."""
+    out: list[str] = []
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                parts = line.split(None, 5)
+                if len(parts) < 6:
+                    continue
+                path = parts[5].strip()
+                if path.startswith("/") and os.path.basename(path).startswith(prefixes) \
+                        and path not in out:
+                    out.append(path)
+    except OSError:
+        return []
+    return out
+
+
 def host_info() -> dict[str, Any]:
     return {
         "hostname": socket.gethostname(),

@@ -97,13 +97,16 @@ def cnn_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_
     args = [
         "--data", dataset_dir,
         "--out", str((out_dir / PAYLOAD_JSON).resolve()),
-        "--parallel", wl["parallel"] if point.world_size > 1 or wl["parallel"] == "dp" else "single",
+        # one rank of ddp trains alone; mpi always initialises MPI (a 1-rank run loads
+        # the same library as a 2-rank one)
+        "--parallel", wl["parallel"] if point.world_size > 1 or wl["parallel"] != "ddp" else "single",
         "--device", device,
         "--epochs", str(wl["epochs"]),
         "--batch-size", str(wl["batch_size"]),
         "--image-size", str(ds["image_size"]),
         "--threads", str(point.threads),
         "--seed", str(wl["seed"]),
+        "--test-fraction", str(wl["test_fraction"]),
     ]
     info_file = Path(shared_dir) / "dataset.json"
     info = json.loads(info_file.read_text()) if info_file.is_file() else {}

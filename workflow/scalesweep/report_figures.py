@@ -45,7 +45,8 @@ STARTUP_COLUMNS = [
 PROVENANCE_COLUMNS = [
     *POINT_COLUMNS, "hosts", "host_platform", "launcher", "slurm_job_id", "image_digest",
     "image", "image_source", "image_builder", "runtime_version", "python", "torch", "engine", "engine_version", "model", "model_sha256",
-    "dataset", "git_commit", "start", "end", "disturbed", "disturbed_reason", "exclusive",
+    "dataset", "parallel", "mpi_origin", "mpi_library", "mpi_library_version", "git_commit",
+    "start", "end", "disturbed", "disturbed_reason", "exclusive",
     "shared_cores", "cpus_bound", "gpus_visible", "order_position", "path",
 ]
 SUPERLINEAR_COLOR = "#d62728"
@@ -733,7 +734,9 @@ def epochs_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
 
 def provenance_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
     """Where and with what each run was measured: hosts, launcher, Slurm job, image digest,
-    container runtime version, library and engine versions, model and dataset, git commit,
+    container runtime version, library and engine versions, model and dataset, the CNN's
+    parallel mode and the MPI library its ranks loaded (mpi_origin: host, container or
+    mixed; empty without MPI), git commit,
     times, whether it was disturbed, what the allocation gave it (exclusive, shared cores,
     CPUs and GPUs bound), its place in its block's order, metrics file."""
     rows = []
@@ -764,6 +767,11 @@ def provenance_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
             "model": model.get("name"),
             "model_sha256": model.get("sha256"),
             "dataset": dataset.get("name"),
+            # the MPI library the ranks loaded (host, container or mixed): CNN mpi mode
+            "parallel": m.get("parallel"),
+            "mpi_origin": (m.get("mpi") or {}).get("origin"),
+            "mpi_library": (m.get("mpi") or {}).get("library"),
+            "mpi_library_version": (m.get("mpi") or {}).get("library_version"),
             "git_commit": m.get("git_commit"),
             "start": m.get("harness_start") or m.get("start"),
             "end": m.get("harness_end") or m.get("end"),

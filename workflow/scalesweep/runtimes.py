@@ -86,6 +86,9 @@ class Runtime:
     site_key: ClassVar[str | None] = None  # entry under a site's runtimes: (None: native)
     native: ClassVar[bool] = False
     host_mpi: ClassVar[bool] = False
+    # host_mpi.libs go into a copy of the image (ch-fromhost, rule inject_host_mpi) rather
+    # than through a variable of the runtime (Apptainer's *_CONTAINLIBS)
+    injects_host_libs: ClassVar[bool] = False
     default_bin: ClassVar[str] = ""
     install_hint: ClassVar[str] = ""  # one line: how to get default_bin
     # GPU options by site node.device when the site names none (gpu_flag)
@@ -146,12 +149,15 @@ class Runtime:
             binds += [(d, d) for d in site.host_mpi_lib_dirs if d not in site.host_mpi_image_lib_dirs]
         return binds
 
-    @staticmethod
-    def host_mpi_library_path(site: RuntimeSite) -> list[str]:
-        """The container's LD_LIBRARY_PATH in host-MPI mode: ``lib_dirs`` in their order
-        (host directories, and the image's own ones where the site puts them), then any
-        ``image_lib_dirs`` not listed there."""
-        dirs = list(site.host_mpi_lib_dirs)
+    def host_mpi_library_path(self, site: RuntimeSite) -> list[str]:
+        """The container's LD_LIBRARY_PATH in host-MPI mode: the injected libraries'
+        directory (a runtime that injects ``libs`` into a copy of the image), then
+        ``lib_dirs`` in their order (host directories, and the image's own ones where the
+        site puts them), then any ``image_lib_dirs`` not listed there."""
+        from scalesweep.hostmpi import INJECT_DIR
+
+        dirs = [INJECT_DIR] if self.injects_host_libs and site.host_mpi_libs else []
+        dirs += [d for d in site.host_mpi_lib_dirs if d not in dirs]
         return dirs + [d for d in site.host_mpi_image_lib_dirs if d not in dirs]
 
     def container_env(self, site: RuntimeSite) -> list[tuple[str, str]]:
@@ -162,10 +168,12 @@ class Runtime:
         preload (the GTL, libmpi_gtl_hsa)."""
         env = list(site.env)
         if self.host_mpi:
-            if not site.host_mpi_lib_dirs:
+            if not site.host_mpi_lib_dirs and not (self.injects_host_libs and site.host_mpi_libs):
                 raise LaunchError(
                     f"runtime {self.name} needs host MPI library directories "
                     f"(site file: runtimes.{self.site_key}.host_mpi.lib_dirs)"
+                    + (" or files (host_mpi.libs, injected with ch-fromhost)"
+                       if self.injects_host_libs else "")
                 )
             env += list(site.host_mpi_env)
             env.append(("LD_LIBRARY_PATH", ":".join(self.host_mpi_library_path(site))))
@@ -190,7 +198,7 @@ class Runtime:
     def host_env(self, site: RuntimeSite) -> dict[str, str]:
         """Variables the *host* must set for the runtime (none, unless it reads them).
         A runtime without a way to inject host library files refuses ``host_mpi.libs``."""
-        if self.host_mpi and site.host_mpi_libs:
+        if self.host_mpi and site.host_mpi_libs and not self.injects_host_libs:
             raise LaunchError(
                 f"runtime {self.name} cannot inject host library files (site file: "
                 f"runtimes.{self.site_key}.host_mpi.libs); bind their directory instead"
@@ -293,7 +301,13 @@ def check_runtimes(config: dict) -> None:
             continue  # sweep_points names the missing axis
         wanted += [rt for rt in workload_runtimes(config, name) if rt not in wanted]
     for name in wanted:
-        runtime(name).site_entry(site)
+        rt = runtime(name)
+        rt.site_entry(site)
+        if rt.host_mpi:  # a host-MPI mode needs the host's MPI named in the site file
+            try:
+                rt.container_env(rt.site_facts(site))
+            except LaunchError as exc:
+                raise RuntimeNotOffered(f"site {site.get('name', '?')!r}: {exc}") from None
 
 
 def runtime_version(name: str, site: RuntimeSite, run=None) -> str | None:
@@ -499,13 +513,16 @@ class ApptainerHostMPI(Apptainer):
 
 @register
 class CharliecloudHostMPI(Charliecloud):
-    """Charliecloud with the host's MPI: its library directories bound (``--bind``) and set
-    first on the container's LD_LIBRARY_PATH (``--set-env``), the documented ch-run way.
-    The bind destinations must exist in the image (ch-run cannot create them in a
-    read-only image): a site binding /opt/cray needs /opt/cray in the image."""
+    """Charliecloud with the host's MPI, either way ch-run allows: library directories
+    bound (``--bind``, ``host_mpi.lib_dirs``) or library files injected with ch-fromhost
+    into a copy of the image (``host_mpi.libs``, rule inject_host_mpi, at
+    :data:`scalesweep.hostmpi.INJECT_DIR`), set first on the container's LD_LIBRARY_PATH
+    (``--set-env``). Bind destinations must exist in the image (ch-run cannot create them
+    in a read-only image): a site binding /opt/cray needs /opt/cray in the image."""
 
     name = "charliecloud-hostmpi"
     host_mpi = True
+    injects_host_libs = True
 
 
 @register

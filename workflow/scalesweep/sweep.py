@@ -126,6 +126,11 @@ def _workload_points(config: dict, name: str) -> Iterable[SweepPoint]:
             f"workload {name}: sweep axis {', '.join(missing)} is not set "
             "(neither under sweep: nor under the workload's own sweep:)"
         )
+    if parallel == "mpi" and site["launch"]["launcher"] == "torchrun":
+        raise SweepError(
+            f"workload {name}: parallel 'mpi' starts its ranks with MPI (mpirun or srun), and "
+            f"site {site['name']} has launch.launcher 'torchrun': set launch.launcher to mpirun"
+        )
     runtimes = workload_runtimes(config, name)
     for rt in runtimes:
         if rt not in RUNTIMES:

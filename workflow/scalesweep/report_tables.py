@@ -1,0 +1,351 @@
+"""The report's per-run quality tables, from runs.csv (pure pandas: a runs table in, a table
+out; workflow/scripts/report_tables.py reads and writes the files).
+
+- ``accuracy_parity_table``: held-out test accuracy and loss of each runtime against native
+  at the same geometry (the LLSC study's parity question), with a Welch 95% CI of the
+  difference and whether it lies within run-to-run noise;
+- ``achieved_rate_table``: counted FLOPs per step, achieved GFLOP/s per rank and the
+  percentage of the site's declared peak;
+- ``mpi_table``: which MPI library each runtime's ranks actually loaded (host, container or
+  mixed), with the Allreduce and epoch times.
+
+Every statistic is over the undisturbed runs (disturbed ones are counted in
+``n_disturbed``); every row says its ``n``. A table with nothing to show is one row whose
+``note`` says why (never a crash, never an empty file a reader has to guess about).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from scalesweep.analysis import CONFIDENCE, truthy
+from scalesweep.sweep import RUNTIMES
+
+GEOMETRY = ["nodes", "gpus", "ranks", "threads"]
+PARITY_KEYS = ["workload", *GEOMETRY, "runtime"]
+RATE_KEYS = ["workload", "runtime", *GEOMETRY]
+MPI_KEYS = ["workload", "runtime", *GEOMETRY]
+MPI_LIBRARY = ["mpi_origin", "mpi_library", "mpi_library_version"]
+BASELINE = "native"
+
+PARITY_COLUMNS = [
+    *PARITY_KEYS, "n", "n_disturbed",
+    "test_accuracy_mean", "test_accuracy_std", "test_loss_mean", "test_loss_std",
+    "n_native", "accuracy_diff", "accuracy_diff_ci95_low", "accuracy_diff_ci95_high",
+    "accuracy_within_noise", "loss_diff", "loss_diff_ci95_low", "loss_diff_ci95_high",
+    "loss_within_noise", "parity", "note",
+]
+RATE_COLUMNS = [
+    *RATE_KEYS, "parallel", "n", "n_disturbed", "flops_per_step",
+    "gflops_per_rank_mean", "gflops_per_rank_std", "gflops_per_rank_ci95_low",
+    "gflops_per_rank_ci95_high", "devices_per_rank", "peak_gflops_per_device",
+    "pct_of_peak_mean", "pct_of_peak_std", "note",
+]
+MPI_COLUMNS = [
+    *MPI_KEYS, *MPI_LIBRARY, "n", "n_disturbed", "n_allreduce",
+    "allreduce_s_mean", "allreduce_s_std", "time_s_mean", "time_s_std",
+    "allreduce_pct_of_epoch", "note",
+]
+
+NO_TEST_ACCURACY = ("no run recorded test_accuracy (the held-out split evaluated after "
+                    "training); training-set accuracy (final_accuracy) is not parity and is "
+                    "not used")
+NO_FLOPS = "no run recorded flops_per_step and an achieved rate (CNN runs only)"
+NO_MPI = "no run recorded an MPI library (only the CNN's mpi parallel mode records one)"
+NO_PEAK = "no peak declared (site node.peak_gflops_per_device is 0): no percent of peak"
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+def note_only(columns: list[str], note: str) -> pd.DataFrame:
+    """A table of ``columns`` with one row: empty cells and ``note`` saying why."""
+    return pd.DataFrame([{"note": note}], columns=columns)
+
+
+def _flags(runs: pd.DataFrame, col: str) -> pd.Series:
+    if col not in runs.columns:
+        return pd.Series(False, index=runs.index)
+    return runs[col].map(truthy).astype(bool)
+
+
+def _numeric(runs: pd.DataFrame, col: str) -> pd.Series:
+    if col not in runs.columns:
+        return pd.Series(np.nan, index=runs.index, dtype=float)
+    return pd.to_numeric(runs[col], errors="coerce")
+
+
+def _has_columns(runs: pd.DataFrame | None, cols: list[str]) -> bool:
+    return runs is not None and not runs.empty and all(c in runs.columns for c in cols)
+
+
+def _runtime_rank(runtime: str) -> int:
+    """native first, then the runtimes in their registry's order, unknown ones last."""
+    if runtime == BASELINE:
+        return -1
+    return RUNTIMES.index(runtime) if runtime in RUNTIMES else len(RUNTIMES)
+
+
+def _sorted(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    order = table.assign(_rt=table["runtime"].map(_runtime_rank))
+    by = [k if k != "runtime" else "_rt" for k in keys]
+    if "runtime" in keys:
+        by.insert(by.index("_rt") + 1, "runtime")
+    return order.sort_values(by, kind="stable", ignore_index=True).drop(columns="_rt")
+
+
+def sample_stats(values) -> dict:
+    """n, mean, std (ddof=1) and the Student t 95% CI of the mean of the finite values; std
+    and CI are NaN where n < 2, and zero-width where the values are identical."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    n = int(x.size)
+    out = {"n": n, "mean": float(x.mean()) if n else np.nan, "std": np.nan,
+           "ci95_low": np.nan, "ci95_high": np.nan}
+    if n >= 2:
+        out["std"] = 0.0 if np.ptp(x) == 0 else float(x.std(ddof=1))
+        half = stats.t.ppf((1 + CONFIDENCE) / 2, n - 1) * out["std"] / np.sqrt(n)
+        out["ci95_low"], out["ci95_high"] = out["mean"] - half, out["mean"] + half
+    return out
+
+
+def welch_difference(sample, baseline, confidence: float = CONFIDENCE
+                     ) -> tuple[float, float, float]:
+    """(mean(sample) - mean(baseline), CI low, CI high): Welch's interval (unequal variances,
+    Welch-Satterthwaite degrees of freedom). The CI is NaN where either side has fewer
+    than 2 finite values; zero-width where neither side varies."""
+    a = np.asarray(sample, dtype=float)
+    b = np.asarray(baseline, dtype=float)
+    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    if a.size == 0 or b.size == 0:
+        return np.nan, np.nan, np.nan
+    diff = float(a.mean() - b.mean())
+    if a.size < 2 or b.size < 2:
+        return diff, np.nan, np.nan
+    va = 0.0 if np.ptp(a) == 0 else float(a.var(ddof=1))
+    vb = 0.0 if np.ptp(b) == 0 else float(b.var(ddof=1))
+    se_a, se_b = va / a.size, vb / b.size
+    if se_a + se_b == 0:
+        return diff, diff, diff
+    dof = (se_a + se_b) ** 2 / (se_a**2 / (a.size - 1) + se_b**2 / (b.size - 1))
+    half = float(stats.t.ppf((1 + confidence) / 2, dof) * np.sqrt(se_a + se_b))
+    return diff, diff - half, diff + half
+
+
+def within_noise(diff: float, low: float, high: float, native_std: float):
+    """The parity rule: the 95% CI of the difference includes 0 and |difference| is no
+    larger than the native runs' own standard deviation. pd.NA where it cannot be decided
+    (fewer than 2 runs on a side)."""
+    if not all(np.isfinite(v) for v in (diff, low, high, native_std)):
+        return pd.NA
+    return bool(low <= 0 <= high and abs(diff) <= native_std)
+
+
+# --- 1. accuracy parity ------------------------------------------------------------------
+
+def accuracy_parity_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per workload x geometry (nodes, GPUs, ranks, threads) x runtime: n, mean and std of
+    the held-out ``test_accuracy`` and ``test_loss`` over the undisturbed runs that
+    recorded them, and, for every runtime other than native, the difference to native at
+    the same geometry (``accuracy_diff`` / ``loss_diff``, runtime - native) with its Welch
+    95% CI and whether it is within run-to-run noise (``within_noise``). ``parity``:
+    baseline (the native row), within noise, outside noise (naming the quantity),
+    undetermined (fewer than 2 runs on a side) or no native run at this geometry. Runs
+    without test_accuracy are left out; training-set accuracy is never used."""
+    if not _has_columns(runs, [*PARITY_KEYS, "test_accuracy"]):
+        return note_only(PARITY_COLUMNS, NO_TEST_ACCURACY)
+    data = runs.assign(test_accuracy=_numeric(runs, "test_accuracy"),
+                       test_loss=_numeric(runs, "test_loss"),
+                       _disturbed=_flags(runs, "disturbed"))
+    data = data[data["test_accuracy"].notna()]
+    if data.empty:
+        return note_only(PARITY_COLUMNS, NO_TEST_ACCURACY)
+    valid = data[~data["_disturbed"]]
+    place = PARITY_KEYS[:-1]  # workload and geometry: where a runtime meets native
+    samples = {tuple(k): g for k, g in valid.groupby(PARITY_KEYS, sort=False, dropna=False)}
+    with_native = {tuple(k) for k in data.loc[data["runtime"] == BASELINE, place]
+                   .itertuples(index=False, name=None)}
+    empty = valid.iloc[0:0]
+    rows = []
+    for key, group in data.groupby(PARITY_KEYS, sort=False, dropna=False):
+        key = tuple(key)
+        where, runtime = key[:-1], key[-1]
+        mine = samples.get(key, empty)
+        acc, loss = sample_stats(mine["test_accuracy"]), sample_stats(mine["test_loss"])
+        row = {**dict(zip(PARITY_KEYS, key)), "n": acc["n"],
+               "n_disturbed": int(group["_disturbed"].sum()),
+               "test_accuracy_mean": acc["mean"], "test_accuracy_std": acc["std"],
+               "test_loss_mean": loss["mean"], "test_loss_std": loss["std"], "note": ""}
+        rows.append(row)
+        if runtime == BASELINE:
+            row["parity"] = "baseline"
+            continue
+        if where not in with_native:
+            row.update(n_native=0, parity="no native run at this geometry")
+            continue
+        base = samples.get((*where, BASELINE), empty)
+        row["n_native"] = int(base["test_accuracy"].notna().sum())
+        differs, undecided = [], False
+        for name, col in (("accuracy", "test_accuracy"), ("loss", "test_loss")):
+            ours, theirs = mine[col].to_numpy(float), base[col].to_numpy(float)
+            diff, low, high = welch_difference(ours, theirs)
+            verdict = within_noise(diff, low, high, sample_stats(theirs)["std"])
+            row.update({f"{name}_diff": diff, f"{name}_diff_ci95_low": low,
+                        f"{name}_diff_ci95_high": high, f"{name}_within_noise": verdict})
+            if verdict is pd.NA:
+                # a loss neither side recorded does not make accuracy undecided
+                undecided |= name == "accuracy" or bool(
+                    np.isfinite(ours).any() or np.isfinite(theirs).any())
+            elif not verdict:
+                differs.append(name)
+        if differs:
+            row["parity"] = "outside noise: " + ", ".join(differs)
+        elif undecided:
+            row["parity"] = "undetermined"
+            row["note"] = ("a CI needs >= 2 undisturbed runs with the value on each side "
+                           f"(test_accuracy: native {row['n_native']}, {runtime} {row['n']})")
+        else:
+            row["parity"] = "within noise"
+    table = pd.DataFrame(rows).reindex(columns=PARITY_COLUMNS)
+    for col in ("accuracy_within_noise", "loss_within_noise"):
+        table[col] = table[col].astype("boolean")
+    table["note"] = table["note"].fillna("")
+    return _sorted(table, PARITY_KEYS)
+
+
+# --- 2. achieved rate ----------------------------------------------------------------------
+
+def node_peak(node: dict | None) -> dict:
+    """achieved_rate_table's peak arguments from a site's ``node`` (site_of(config)["node"]):
+    ``peak_gflops_per_device`` (FP32 GFLOP/s of one device; 0 = not declared), ``peak_of``
+    (what a device is: "gpu" on a node with GPUs, "core" on a CPU-only node) and
+    ``trains_on_cpu`` (node.payload_device: cpu, a GPU site's stand-in whose CNN computes
+    on the CPU: a GPU's peak does not describe it)."""
+    node = node or {}
+    return {"peak_gflops_per_device": float(node.get("peak_gflops_per_device") or 0),
+            "peak_of": "gpu" if int(node.get("gpus") or 0) > 0 else "core",
+            "trains_on_cpu": node.get("payload_device") == "cpu"}
+
+
+def devices_per_rank(nodes, gpus, ranks, threads, peak_of: str):
+    """The devices one rank computes on, in the peak's unit: GPUs per rank where the point
+    has GPUs and the peak is a GPU's, threads where the point is CPU-only and the peak is a
+    core's; NaN where the peak does not describe what the rank ran on."""
+    gpus, ranks, threads = int(gpus), int(ranks), int(threads)
+    if gpus > 0 and peak_of == "gpu" and ranks > 0:
+        return gpus / ranks
+    if gpus == 0 and peak_of == "core":
+        return float(threads)
+    return np.nan
+
+
+def achieved_rate_table(runs: pd.DataFrame, peak_gflops_per_device: float = 0.0,
+                        peak_of: str = "core", trains_on_cpu: bool = False) -> pd.DataFrame:
+    """Per workload x runtime x geometry: the counted ``flops_per_step`` (one rank's
+    forward + backward of one batch; the median, with a note where runs differ), achieved
+    GFLOP/s per rank (n, mean, std, 95% CI over the undisturbed runs) and, where the site
+    declares ``peak_gflops_per_device`` (> 0), the percent of peak = achieved per rank /
+    (peak x devices per rank) x 100 (mean and std; devices per rank: GPUs per rank on a
+    GPU point, threads on a CPU-only point). ``trains_on_cpu``: the site's CNN computes on
+    the CPU even on GPU points (node.payload_device: cpu), so a GPU peak does not apply."""
+    needed = [*RATE_KEYS, "achieved_gflops_per_rank"]
+    if not _has_columns(runs, needed):
+        return note_only(RATE_COLUMNS, NO_FLOPS)
+    data = runs.assign(achieved_gflops_per_rank=_numeric(runs, "achieved_gflops_per_rank"),
+                       flops_per_step=_numeric(runs, "flops_per_step"),
+                       _disturbed=_flags(runs, "disturbed"))
+    data = data[data["achieved_gflops_per_rank"].notna()]
+    if data.empty:
+        return note_only(RATE_COLUMNS, NO_FLOPS)
+    rows = []
+    for key, group in data.groupby(RATE_KEYS, sort=False, dropna=False):
+        row = dict(zip(RATE_KEYS, key))
+        valid = group[~group["_disturbed"]]
+        rate = sample_stats(valid["achieved_gflops_per_rank"])
+        flops = group["flops_per_step"].dropna()
+        notes = []
+        if flops.nunique() > 1:
+            notes.append(f"flops_per_step differs between runs ({flops.min():.6g} .. "
+                         f"{flops.max():.6g}; the median shown)")
+        parallel = sorted({str(p) for p in group.get("parallel", pd.Series(dtype=object))
+                           .dropna()})
+        devices = (np.nan if trains_on_cpu and int(row["gpus"]) > 0 else
+                   devices_per_rank(row["nodes"], row["gpus"], row["ranks"], row["threads"],
+                                    peak_of))
+        pct_mean = pct_std = np.nan
+        if peak_gflops_per_device <= 0:
+            notes.append(NO_PEAK)
+        elif not np.isfinite(devices):
+            notes.append(f"the site's peak is one {'GPU' if peak_of == 'gpu' else 'core'}'s; "
+                         "this point computed on "
+                         f"{'the CPU' if int(row['gpus']) == 0 or trains_on_cpu else 'GPUs'}:"
+                         " no percent of peak")
+        else:
+            scale = 100.0 / (peak_gflops_per_device * devices)
+            pct_mean, pct_std = rate["mean"] * scale, rate["std"] * scale
+        if rate["n"] < 2:
+            notes.append(f"n={rate['n']}: no std or CI")
+        rows.append({
+            **row, "parallel": ";".join(parallel), "n": rate["n"],
+            "n_disturbed": int(group["_disturbed"].sum()),
+            "flops_per_step": float(flops.median()) if not flops.empty else np.nan,
+            "gflops_per_rank_mean": rate["mean"], "gflops_per_rank_std": rate["std"],
+            "gflops_per_rank_ci95_low": rate["ci95_low"],
+            "gflops_per_rank_ci95_high": rate["ci95_high"],
+            "devices_per_rank": devices,
+            "peak_gflops_per_device": peak_gflops_per_device if peak_gflops_per_device > 0
+            else np.nan,
+            "pct_of_peak_mean": pct_mean, "pct_of_peak_std": pct_std,
+            "note": "; ".join(notes),
+        })
+    return _sorted(pd.DataFrame(rows, columns=RATE_COLUMNS), RATE_KEYS)
+
+
+# --- 3. MPI library and Allreduce ----------------------------------------------------------
+
+def mpi_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """For the runs that recorded an MPI library: per workload x runtime x geometry x the
+    library the ranks loaded (``mpi_origin`` host / container / mixed, ``mpi_library``,
+    ``mpi_library_version``; runs of one runtime that loaded different libraries are
+    separate rows, named in the note): n, mean and std of ``allreduce_s`` (rank 0's seconds
+    per steady epoch in the gradient Allreduce; ``n_allreduce`` runs recorded it) and of
+    ``time_s`` (seconds per steady epoch), and the Allreduce's share of the epoch."""
+    if not _has_columns(runs, [*MPI_KEYS, "mpi_library"]):
+        return note_only(MPI_COLUMNS, NO_MPI)
+    library = runs["mpi_library"]
+    data = runs[library.notna() & (library.astype(str).str.strip() != "")]
+    if data.empty:
+        return note_only(MPI_COLUMNS, NO_MPI)
+    data = data.assign(**{c: (data[c] if c in data.columns else pd.Series("", index=data.index))
+                          .fillna("").astype(str) for c in MPI_LIBRARY},
+                       allreduce_s=_numeric(data, "allreduce_s"),
+                       time_s=_numeric(data, "time_s"),
+                       _disturbed=_flags(data, "disturbed"))
+    libraries = data.groupby(MPI_KEYS, dropna=False)["mpi_library"].transform(
+        lambda s: len(set(zip(s, data.loc[s.index, "mpi_library_version"],
+                              data.loc[s.index, "mpi_origin"]))))
+    data = data.assign(_libraries=libraries)
+    rows = []
+    for key, group in data.groupby([*MPI_KEYS, *MPI_LIBRARY], sort=False, dropna=False):
+        valid = group[~group["_disturbed"]]
+        allreduce, time = sample_stats(valid["allreduce_s"]), sample_stats(valid["time_s"])
+        notes = []
+        origin = key[len(MPI_KEYS)]
+        if origin == "mixed":
+            notes.append("mixed: the ranks loaded different MPI libraries (see each run's "
+                         "metrics.json mpi.ranks)")
+        if int(group["_libraries"].iloc[0]) > 1:
+            notes.append("runs of this runtime and geometry loaded different MPI libraries")
+        if time["n"] < 2:
+            notes.append(f"n={time['n']}: no std")
+        share = (allreduce["mean"] / time["mean"] * 100
+                 if allreduce["n"] and time["n"] and time["mean"] > 0 else np.nan)
+        rows.append({
+            **dict(zip([*MPI_KEYS, *MPI_LIBRARY], key)), "n": time["n"],
+            "n_disturbed": int(group["_disturbed"].sum()), "n_allreduce": allreduce["n"],
+            "allreduce_s_mean": allreduce["mean"], "allreduce_s_std": allreduce["std"],
+            "time_s_mean": time["mean"], "time_s_std": time["std"],
+            "allreduce_pct_of_epoch": share, "note": "; ".join(notes),
+        })
+    return _sorted(pd.DataFrame(rows, columns=MPI_COLUMNS), [*MPI_KEYS, *MPI_LIBRARY])
