@@ -28,13 +28,22 @@ def campaign_dir(tmp_path_factory):
         "payload": "llm", "model": "tiny_llama", "max_tokens": 16, "warmup": 1,
         "num_requests": 4, "sweep": {"gpus_per_node": [0], "baseline": None},
     }
+    # MPI data parallelism: the host's Open MPI natively, the image's own in charliecloud,
+    # the host's injected into a copy of the image (ch-fromhost) in charliecloud-hostmpi
+    # (2 ranks, 1 epoch: the 1-rank singleton and 2 nodes are tests/test_slurm_workflow.py's)
+    cfg["workloads"]["cnn_mpi"] = dict(
+        cfg["workloads"]["cnn_ddp"], parallel="mpi", epochs=1,
+        sweep={"runtimes": ["native", "charliecloud", "charliecloud-hostmpi"], "ranks_per_node": [2]})
     cfg["models"] = {"tiny_llama": {"source": "synthetic", "seed": 1}}
     cfg["containers"] = {"startup_repeats": 3}
     wd = tmp_path_factory.mktemp("containers")
     (wd / "config").mkdir()
     import yaml
     (wd / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
-    run_snakemake(wd, "--profile", str(REPO / "profiles" / "local"), timeout=1800)
+    # what the tests read (the points and image manifests are their inputs; aggregate
+    # writes overhead.csv beside runs.csv), not the report's plots and tables
+    run_snakemake(wd, "--profile", str(REPO / "profiles" / "local"), "results/summary/runs.csv",
+                  "results/startup/charliecloud.json", timeout=1800)
     return wd
 
 
@@ -58,6 +67,37 @@ def test_container_points_ran_in_the_image_and_carry_its_digest(campaign_dir):
         assert native["image"] is None and "ch-run" not in native["command"]
 
 
+def test_mpi_points_loaded_the_mpi_library_their_runtime_says(campaign_dir):
+    """The gradients went through MPI_Allreduce of: the host's Open MPI (native), the
+    image's own (charliecloud), the host's injected into the image copy
+    (charliecloud-hostmpi), on every rank, as the payload saw /proc/self/maps; runs.csv
+    and the image copy's manifest say so."""
+    want = {"native": ("host", "/usr/lib/x86_64-linux-gnu/libmpi.so.40"),
+            "charliecloud": ("container", "/usr/lib/x86_64-linux-gnu/libmpi.so.40"),
+            "charliecloud-hostmpi": ("host", "/opt/host-mpi/lib/libmpi.so.40")}
+    for runtime, (origin, library) in want.items():
+        for ranks in (2,):
+            m = read_metrics(campaign_dir / f"results/runs/cnn_mpi/{runtime}/n1-g0-r{ranks}-t1/rep1/metrics.json")
+            assert m["parallel"] == "mpi" and m["ranks"] == ranks
+            assert m["mpi"]["origin"] == origin, (runtime, m["mpi"])
+            assert [r["library"].startswith(library) for r in m["mpi"]["ranks"]] == [True] * ranks
+            assert m["allreduce_bytes_per_step"] > 4 * 9_000_000  # every parameter, float32
+            assert 0 <= m["test_accuracy"] <= 1 and m["test_images"] > 0
+            assert m["flops_per_step"] > 0
+    hostmpi = read_metrics(campaign_dir / "results/runs/cnn_mpi/charliecloud-hostmpi/n1-g0-r2-t1/rep1/metrics.json")
+    assert hostmpi["container_env"]["LD_LIBRARY_PATH"].startswith("/opt/host-mpi/lib")
+    assert "default+hostmpi" in hostmpi["command"]
+    copy = json.loads((campaign_dir / "resources/images/default+hostmpi.manifest.json").read_text())
+    plain = json.loads((campaign_dir / "resources/images/default.manifest.json").read_text())
+    assert copy["base_content_digest"] == plain["content_digest"] != copy["content_digest"]
+    assert [x["path"] for x in copy["host_mpi"]["libs"]][0] == "/opt/host-mpi/lib/libmpi.so.40"
+    # the image itself was not changed by the injection: no host MPI directory in it
+    assert not (campaign_dir / "resources/images/default/opt/host-mpi").exists()
+    runs = pd.read_csv(campaign_dir / "results/summary/runs.csv")
+    mpi = runs[runs["workload"] == "cnn_mpi"]
+    assert dict(zip(mpi["runtime"], mpi["mpi_origin"])) == {rt: o for rt, (o, _) in want.items()}
+
+
 def test_llm_greedy_outputs_match_native_and_container(campaign_dir):
     def texts(runtime):
         path = campaign_dir / f"results/runs/llm/{runtime}/n1-g0-r1-t1/rep1/outputs.jsonl"
@@ -73,9 +113,10 @@ def test_llm_greedy_outputs_match_native_and_container(campaign_dir):
 
 def test_overhead_and_startup_tables(campaign_dir):
     overhead = pd.read_csv(campaign_dir / "results/summary/overhead.csv")
-    assert set(overhead["runtime"]) == {"charliecloud"}
-    assert len(overhead) == 3  # cnn 1 rank, cnn 2 ranks, llm
-    row = overhead.iloc[0]
+    assert set(overhead["runtime"]) == {"charliecloud", "charliecloud-hostmpi"}
+    # cnn_ddp 1 and 2 ranks, llm; cnn_mpi 2 ranks in each container runtime
+    assert len(overhead) == 5
+    row = overhead[overhead["workload"] == "cnn_ddp"].iloc[0]
     assert row["overhead_pct"] == pytest.approx((row["time_s"] - row["native_s"]) / row["native_s"] * 100)
     startup = read_metrics(campaign_dir / "results/startup/charliecloud.json")
     noop = startup["probes"]["noop"]

@@ -151,11 +151,14 @@ def slurm_run(slurm_cluster, tmp_path_factory):  # noqa: F811
     """One workflow run for every test here (dataset staging once, points in parallel)."""
     workdir = tmp_path_factory.mktemp("slurm-workflow")
     config = slurm_config(cluster_site(workdir), "native", nodes=[1, 2], ranks=[1, 2])
-    if CHARLIECLOUD:  # plus 2 nodes in Charliecloud (and natively: overhead's baseline)
+    if CHARLIECLOUD:  # plus 2 nodes of MPI data parallelism natively, in Charliecloud
+        # with the image's own Open MPI, and with the host's injected (ch-fromhost)
         config["workloads"]["cnn_ch"] = dict(
-            config["workloads"]["cnn_ddp"],
-            sweep={"runtimes": ["native", "charliecloud"], "nodes": [2], "ranks_per_node": [1],
-                   "baseline": 2})
+            config["workloads"]["cnn_ddp"], parallel="mpi",
+            sweep={"runtimes": ["native", "charliecloud", "charliecloud-hostmpi"], "nodes": [2],
+                   "ranks_per_node": [1], "baseline": 2})
+        # the start-up probes once (no test here reads results/startup/): a short job
+        config["containers"] = {"startup_repeats": 1}
     proc, wall = run_through_slurm(slurm_cluster, workdir, config)
     return workdir, config, proc, wall
 
@@ -234,16 +237,35 @@ def test_rerun_measures_nothing_again(slurm_cluster, slurm_run):  # noqa: F811
 
 @pytest.mark.container
 @pytest.mark.skipif(not CHARLIECLOUD, reason="Charliecloud (ch-run, ch-image) is not installed")
-def test_charliecloud_point_on_two_nodes(slurm_cluster, slurm_run):  # noqa: F811
+def test_charliecloud_mpi_points_on_two_nodes_load_the_mpi_they_say(slurm_cluster, slurm_run):  # noqa: F811
     """The image comes from the workflow's build_image rule (a local rule: a cache hit in
-    seconds once ~/.cache/scalesweep holds it); ch-run starts under srun on 2 nodes."""
+    seconds once ~/.cache/scalesweep holds it), its host-MPI copy from inject_host_mpi;
+    ch-run starts under srun on 2 nodes, and the gradients go through MPI_Allreduce of
+    the library each rank loaded: the host's natively, the image's own in charliecloud,
+    the host's injected one in charliecloud-hostmpi (on both nodes)."""
     workdir, config, _, _ = slurm_run
     metrics = metrics_of(workdir, only(config, "cnn_ch"))
     check_points(slurm_cluster, metrics)
-    (m,) = [m for p, m in metrics.items() if p.runtime == "charliecloud"]
-    assert m["runtime"] == "charliecloud"
-    assert " ch-run " in m["command"] and m["command"].split(" srun ")[1].startswith("--nodes=2")
-    assert m["image"] and m["image"]["content_digest"].startswith("sha256:")
+    by_rt = {p.runtime: m for p, m in metrics.items()}
+    for rt in ("charliecloud", "charliecloud-hostmpi"):
+        m = by_rt[rt]
+        assert " ch-run " in m["command"] and m["command"].split(" srun ")[1].startswith("--nodes=2")
+        assert m["image"] and m["image"]["content_digest"].startswith("sha256:")
+    want = {"native": ("host", "/usr/lib/"), "charliecloud": ("container", "/usr/lib/"),
+            "charliecloud-hostmpi": ("host", "/opt/host-mpi/lib/")}
+    for rt, (origin, where) in want.items():
+        m = by_rt[rt]
+        assert m["parallel"] == "mpi" and len(m["allreduce_s"]) == 1, rt
+        assert m["mpi"]["origin"] == origin, (rt, m["mpi"])
+        ranks = m["mpi"]["ranks"]
+        assert len(ranks) == 2 and all(r["library"].startswith(where) for r in ranks), (rt, ranks)
+        assert len({r["host"] for r in m["per_rank"]}) == 2
+        assert m["mpi"]["library_version"].startswith("Open MPI v4.1")
+    assert by_rt["charliecloud-hostmpi"]["image"]["host_mpi"]["tool"] == "ch-fromhost"
+    runs = pd.read_csv(workdir / "results" / "summary" / "runs.csv")
+    mpi = runs[runs["workload"] == "cnn_ch"].set_index("runtime")
+    assert mpi.loc["charliecloud-hostmpi", "mpi_library"].startswith("/opt/host-mpi/lib/")
+    assert mpi.loc["charliecloud", "mpi_origin"] == "container"
 
 
 @contextlib.contextmanager

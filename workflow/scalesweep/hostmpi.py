@@ -122,11 +122,17 @@ def inject(image: str, out: str, manifest: str, libs: list[str], base_manifest: 
     if base_manifest and Path(base_manifest).is_file():
         base = json.loads(Path(base_manifest).read_text())
     version = subprocess.run([exe, "--version"], capture_output=True, text=True)
+    # the copy's own digest: the image's and the injected files' (the rest are the
+    # image's files, hard-linked)
+    digest = hashlib.sha256(json.dumps([base.get("content_digest"),
+                                        [x["sha256"] for x in injected]]).encode()).hexdigest()
     facts = {
         **base,
         "image": str(dst.resolve()),
         "base_image": str(src.resolve()),
         "base_content_digest": base.get("content_digest"),
+        "content_digest": f"sha256:{digest}",
+        "content_digest_method": "sha256 of [the image's content_digest, the injected files' sha256]",
         "host_mpi": {
             "tool": "ch-fromhost",
             "tool_version": (version.stdout or version.stderr).strip() or None,

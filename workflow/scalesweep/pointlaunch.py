@@ -112,6 +112,9 @@ def image_provenance(manifest: str | None) -> dict[str, Any] | None:
         "content_digest": m.get("content_digest"),
         "cache_key": m.get("cache_key"),
         "size_bytes": m.get("size_bytes"),
+        # a copy with the host's MPI injected (scalesweep.hostmpi): what, and into which image
+        "host_mpi": m.get("host_mpi"),
+        "base_content_digest": m.get("base_content_digest"),
     }
     if record["source"] == "local":  # used in place: is it still the image described?
         try:
