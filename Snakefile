@@ -57,3 +57,5 @@ rule all:
         expand(rules.report_overhead.output, workload=report_workloads()),
         expand(rules.report_epoch_times.output, workload=report_workloads("cnn")),
         expand(rules.report_memory.output, workload=report_workloads()),
+        rules.report_memory_tables.output,
+        expand(rules.report_memory_timeline.output, workload=report_workloads()),

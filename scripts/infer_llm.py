@@ -322,6 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--num-requests", type=int, default=0, help="cycle the prompts to this many requests (default: one each)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--concurrency", type=int, default=1)
+    ap.add_argument("--concurrency-levels", default="",
+                    help="comma-separated levels, the first = --concurrency: after the timed "
+                         "run, the prompt set again at each further level (concurrency_levels)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed requests per server before timing")
     ap.add_argument("--gpus", type=int, default=0, help="visible GPUs (0 = CPU only)")
     ap.add_argument("--gpu-vendor", choices=VENDORS, default="none")
@@ -365,6 +368,13 @@ def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> type[E
     for name in ("max_tokens", "concurrency"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
+    try:
+        levels = [int(x) for x in args.concurrency_levels.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--concurrency-levels must be comma-separated integers, got {args.concurrency_levels!r}")
+    if levels and (levels[0] != args.concurrency or min(levels) < 1):
+        ap.error(f"--concurrency-levels {args.concurrency_levels!r}: levels >= 1, the first "
+                 f"= --concurrency ({args.concurrency})")
     if args.warmup < 0 or args.gpus < 0 or args.num_requests < 0:
         ap.error("--warmup, --gpus and --num-requests must be >= 0")
     if not args.serve_only and not args.prompts:
@@ -568,6 +578,15 @@ def _run_client(args: argparse.Namespace, record: dict[str, Any], engine: Engine
         if evals:  # Ollama's own decode rate (tokens / s), as `ollama run --verbose` prints
             agg["eval_rate_tokens_per_s"] = summarize([c / (d / 1e9) for c, d in evals])
         record["engine_timings"] = agg
+    levels = [int(x) for x in args.concurrency_levels.split(",") if x.strip()]
+    if len(levels) > 1:  # the axis: every further level, the same prompts, the same server
+        record["concurrency_levels"] = [level_summary(args.concurrency, results, wall)]
+        for level in levels[1:]:
+            more, s0, s1 = run_prompts(engine, prompts, level)
+            record["concurrency_levels"].append(level_summary(level, more, s1 - s0))
+        failed = sum(x["n_failed"] for x in record["concurrency_levels"][1:])
+        if failed:
+            raise PointError(f"{failed} requests failed at the further concurrency levels")
     record["requests"] = [
         {
             k: (round(v - t_start, 6) if k in ("t_send", "t_first", "t_end") and v is not None else v)
@@ -581,6 +600,22 @@ def _run_client(args: argparse.Namespace, record: dict[str, Any], engine: Engine
     if record["n_failed"]:
         first = next(r for r in results if not r.get("ok"))
         raise PointError(f"{record['n_failed']} of {len(results)} requests failed, first: {first.get('error')}")
+
+
+def level_summary(concurrency: int, results: list[dict[str, Any]], wall: float) -> dict[str, Any]:
+    """One concurrency level: throughput and the requests' latency percentiles."""
+    ok = [r for r in results if r.get("ok")]
+    toks = sum(r["completion_tokens"] for r in ok)
+    return {
+        "concurrency": concurrency,
+        "wall_s": wall,
+        "n_ok": len(ok),
+        "n_failed": len(results) - len(ok),
+        "tokens_per_s": toks / wall if wall > 0 else None,
+        "requests_per_s": len(ok) / wall if wall > 0 else None,
+        "ttft_s": summarize([r.get("ttft_s") for r in ok]),
+        "latency_s": summarize([r.get("latency_s") for r in ok]),
+    }
 
 
 def _write_outputs(path: Path, prompts: list[dict[str, Any]], results: list[dict[str, Any]]) -> None:

@@ -70,6 +70,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--max-images", type=int, default=0, help="0 = all")
+    p.add_argument("--data-path", choices=["memory", "files"], default="memory",
+                   help="memory: decode every image before training; files: read each batch's files at its step")
+    p.add_argument("--scaling", choices=["strong", "weak"], default="strong",
+                   help="strong: the ranks share the training set; weak: every rank trains on all of it")
     p.add_argument("--test-fraction", type=float, default=0.0,
                    help="held out of every class for the test split (0 = no test split)")
     args = p.parse_args(argv)
@@ -102,12 +106,9 @@ def build_model(num_classes: int):
     )
 
 
-def load_image_folder(root: Path, size: int, max_images: int):
-    """All images of root/<class>/ as one float tensor in [0, 1], NCHW, plus labels."""
-    import numpy as np
-    import torch
-    from PIL import Image
-
+def list_image_folder(root: Path, max_images: int) -> tuple[list[tuple[Path, int]], list[str]]:
+    """The images of root/<class>/ with their labels (classes in name order), and the
+    classes."""
     classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     if len(classes) < 2:
         raise SystemExit(f"train_cnn: {root} has {len(classes)} class folders, need >= 2")
@@ -118,16 +119,59 @@ def load_image_folder(root: Path, size: int, max_images: int):
                 files.append((f, label))
     if max_images:
         files = files[:max_images] if len(classes) == 1 else _balanced(files, max_images)
+    return files, classes
+
+
+def read_images(files: list[Path], size: int):
+    """Decode ``files`` (RGB, resized to size x size) into one float tensor in [0, 1], NCHW."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
     arr = np.empty((len(files), size, size, 3), dtype=np.uint8)
-    for i, (f, _) in enumerate(files):
+    for i, f in enumerate(files):
         with Image.open(f) as im:
             im = im.convert("RGB")
             if im.size != (size, size):
                 im = im.resize((size, size), Image.BILINEAR)
             arr[i] = np.asarray(im)
-    x = torch.from_numpy(arr).permute(0, 3, 1, 2).float().div_(255.0)
+    return torch.from_numpy(arr).permute(0, 3, 1, 2).float().div_(255.0)
+
+
+def load_image_folder(root: Path, size: int, max_images: int):
+    """All images of root/<class>/ as one float tensor in [0, 1], NCHW, plus labels."""
+    import torch
+
+    files, classes = list_image_folder(root, max_images)
+    x = read_images([f for f, _ in files], size)
     y = torch.tensor([label for _, label in files], dtype=torch.long)
     return x, y, classes
+
+
+class ImageSource:
+    """Where training reads its images from (``--data-path``): ``memory``, every image
+    decoded once before training (the staged, or node-local, copy read at start-up:
+    ``data_load_s``); ``files``, each batch's files opened and decoded at its step (the
+    data path of a training that streams from the file system it was given: the shared
+    one, or the node-local copy). ``seconds``: time spent getting batches, this rank."""
+
+    def __init__(self, root: Path, size: int, max_images: int, mode: str):
+        import torch
+
+        self.mode, self.size = mode, size
+        self.files, self.classes = list_image_folder(root, max_images)
+        self.y = torch.tensor([label for _, label in self.files], dtype=torch.long)
+        self.x = read_images([f for f, _ in self.files], size) if mode == "memory" else None
+        self.seconds = 0.0
+
+    def batch(self, idx):
+        t0 = time.perf_counter()
+        if self.x is not None:
+            xb = self.x[idx]
+        else:
+            xb = read_images([self.files[int(i)][0] for i in idx], self.size)
+        self.seconds += time.perf_counter() - t0
+        return xb, self.y[idx]
 
 
 def _balanced(files: list[tuple[Path, int]], n: int) -> list[tuple[Path, int]]:
@@ -232,7 +276,7 @@ def count_step_flops(model, loss_fn, xb, yb) -> int | None:
     return int(counter.get_total_flops())
 
 
-def recalibrate_batchnorm(model, x, idx, batch_size: int, device, max_batches: int = 8) -> int:
+def recalibrate_batchnorm(model, data, idx, batch_size: int, device, max_batches: int = 8) -> int:
     """Re-estimate BatchNorm's population statistics on training images ("precise BN"):
     a run of a few dozen steps leaves the running averages (momentum 0.1) far from them,
     and eval mode would test with the wrong ones. Returns the images used."""
@@ -250,12 +294,12 @@ def recalibrate_batchnorm(model, x, idx, batch_size: int, device, max_batches: i
     with torch.no_grad():
         for s in range(0, min(len(idx), max_batches * batch_size), batch_size):
             i = idx[s:s + batch_size]
-            model(x[i].to(device))
+            model(data.batch(i)[0].to(device))
             used += len(i)
     return used
 
 
-def evaluate(model, x, y, idx, batch_size: int, device) -> dict:
+def evaluate(model, data, idx, batch_size: int, device) -> dict:
     """Loss and accuracy of ``model`` (eval mode) on the images ``idx``."""
     import torch
     from torch import nn
@@ -266,7 +310,8 @@ def evaluate(model, x, y, idx, batch_size: int, device) -> dict:
     with torch.no_grad():
         for s in range(0, len(idx), batch_size):
             i = idx[s:s + batch_size]
-            xb, yb = x[i].to(device), y[i].to(device)
+            xb, yb = data.batch(i)
+            xb, yb = xb.to(device), yb.to(device)
             out = model(xb)
             tot += float(loss_fn(out, yb))
             correct += int((out.argmax(1) == yb).sum())
@@ -306,7 +351,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"train_cnn: --parallel {args.parallel} runs one process, got {world} ranks")
 
     distributed = args.parallel == "ddp" and world > 1
-    sharded = distributed or (args.parallel == "mpi" and world > 1)  # each rank its share
+    # strong scaling: each rank its share of the training set; weak: all of it (per-rank
+    # data and batch fixed, the global work grows with the ranks)
+    sharded = (distributed or (args.parallel == "mpi" and world > 1)) and args.scaling == "strong"
+    replicated = args.scaling == "weak" and world > 1
     t_init = time.time()
     if distributed:
         backend = "nccl" if args.device == "cuda" else "gloo"
@@ -321,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.set_device(device)
 
     t_load = time.time()
-    x, y, classes = load_image_folder(Path(args.data), args.image_size, args.max_images)
+    data = ImageSource(Path(args.data), args.image_size, args.max_images, args.data_path)
+    y, classes = data.y, data.classes
     load_s = time.time() - t_load
     train_idx, test_idx = holdout_split(y, args.test_fraction)
 
@@ -329,8 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     n_params = sum(p.numel() for p in model.parameters())
     loss_fn = nn.CrossEntropyLoss()
     # one untimed step's FLOPs (forward + backward of a per-rank batch), before wrapping
-    probe = train_idx[:args.batch_size]
-    step_flops = count_step_flops(model, loss_fn, x[probe].to(device), y[probe].to(device))
+    xp, yp = data.batch(train_idx[:args.batch_size])
+    step_flops = count_step_flops(model, loss_fn, xp.to(device), yp.to(device))
     mpi_grads = None
     if distributed:
         model = nn.parallel.DistributedDataParallel(
@@ -360,10 +409,12 @@ def main(argv: list[str] | None = None) -> int:
     epoch_s: list[float] = []
     step_s: list[list[float]] = []  # per epoch, every step's seconds (this rank)
     allreduce_s: list[float] = []  # per epoch, this rank's seconds in MPI Allreduce (mpi)
+    data_wait_s: list[float] = []  # per epoch, this rank's seconds getting its batches
     epoch_loss: list[float] = []
     epoch_acc: list[float] = []
     for epoch in range(args.epochs):
-        g = torch.Generator().manual_seed(args.seed + epoch)
+        # weak scaling: each rank its own order of the whole set
+        g = torch.Generator().manual_seed(args.seed + epoch + (1000 * rank if replicated else 0))
         order = train_idx[torch.randperm(n, generator=g)]
         # DistributedSampler semantics without padding surprises: rank r takes every
         # world-th sample; each rank steps the same number of batches.
@@ -374,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         barrier()
         t0 = time.perf_counter()
         comm_before = mpi_grads.seconds if mpi_grads else 0.0
+        data_before = data.seconds
         tot_loss = torch.zeros(1)
         correct = torch.zeros(1)
         seen = torch.zeros(1)
@@ -381,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
         for s in range(steps):
             t_step = time.perf_counter()
             idx = mine[s * args.batch_size:(s + 1) * args.batch_size]
-            xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
+            xb, yb = data.batch(idx)
+            xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
             opt.zero_grad(set_to_none=True)
             out = model(xb)
             loss = loss_fn(out, yb)
@@ -398,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.synchronize()
         barrier()
         epoch_s.append(time.perf_counter() - t0)
+        data_wait_s.append(data.seconds - data_before)
         if mpi_grads is not None:
             allreduce_s.append(mpi_grads.seconds - comm_before)
         stats = allreduce_sum(torch.cat([tot_loss, correct, seen]))
@@ -417,8 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     test: dict = {}
     if rank == 0 and len(test_idx):
         plain = getattr(model, "module", model)
-        calibrated = recalibrate_batchnorm(plain, x, train_idx, args.batch_size, device)
-        test = {**evaluate(plain, x, y, test_idx, args.batch_size, device),
+        calibrated = recalibrate_batchnorm(plain, data, train_idx, args.batch_size, device)
+        test = {**evaluate(plain, data, test_idx, args.batch_size, device),
                 "bn_recalibration_images": calibrated}
 
     per_rank = {
@@ -454,7 +508,10 @@ def main(argv: list[str] | None = None) -> int:
             "per_rank": gathered,
             "threads_per_rank": args.threads,
             "batch_size_per_rank": args.batch_size,
-            "global_batch_size": args.batch_size * (world if sharded else 1),
+            "global_batch_size": args.batch_size * (world if sharded or replicated else 1),
+            "scaling": args.scaling,
+            "data_path": args.data_path,
+            "data_wait_s": data_wait_s,  # rank 0, per epoch: getting batches (files: reading them)
             "image_size": args.image_size,
             "classes": classes,
             "dataset_images": int(len(y)),

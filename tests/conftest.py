@@ -21,8 +21,9 @@ SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
 
 def tiny_config(**overrides) -> dict:
-    """A few seconds of real training: synthetic 2-class images, 1 epoch, on the site
-    ``local`` (2 cores, no GPU, mpirun) unless ``site=`` names another (``write_site``).
+    """A few seconds of real training: synthetic 2-class images (8 per class: 12 train,
+    4 held out; one step per epoch), 2 epochs, on the site ``local`` (2 cores, no GPU,
+    mpirun) unless ``site=`` names another (``write_site``).
     Its site is loaded as validation loads it (``config["_site"]``), so library functions
     take it as it is; ``campaign`` writes it without that key."""
     config = {
@@ -30,7 +31,7 @@ def tiny_config(**overrides) -> dict:
         "sweep": {"runtimes": ["native"], "nodes": [1], "ranks_per_node": [1, 2],
                   "threads_per_rank": [1], "repeats": 1, "baseline": 1},
         "datasets": {"tiny": {"source": "synthetic", "classes": ["a", "b"],
-                              "images_per_class": 32, "image_size": 64}},
+                              "images_per_class": 8, "image_size": 64}},
         "workloads": {"cnn_ddp": {"payload": "cnn", "parallel": "ddp", "dataset": "tiny",
                                   "epochs": 2, "batch_size": 16}},
         # a fixed number of repeats: tests that exercise adaptive repeats switch it on.
@@ -86,6 +87,26 @@ def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n"
                              f"{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
     return proc
+
+
+@pytest.fixture(scope="session")
+def small_finished(tmp_path_factory) -> Path:
+    """One finished small campaign for the session (tiny_config, 1 epoch, 1 repeat: the
+    native 1- and 2-rank points), run with profiles/local. Shared by several modules
+    (test_rerun, test_faults, test_fault_tolerance): copy it
+    (``shutil.copytree(small_finished, dest, symlinks=True)``), never change it."""
+    if not have("mpirun"):
+        pytest.skip("mpirun not installed (apt-get install openmpi-bin)")
+    config = tiny_config()
+    config["workloads"]["cnn_ddp"]["epochs"] = 1
+    config["sweep"]["repeats"] = 1
+    workdir = tmp_path_factory.mktemp("small-finished")
+    (workdir / "config").mkdir()
+    (workdir / "config" / "config.yaml").write_text(config_text(config))
+    run_snakemake(workdir, "--profile", str(REPO / "profiles" / "local"))
+    for ranks in (1, 2):
+        assert (workdir / f"results/runs/cnn_ddp/native/n1-g0-r{ranks}-t1/rep1/metrics.json").is_file()
+    return workdir
 
 
 @pytest.fixture

@@ -250,12 +250,12 @@ def test_command_markdown_and_options(campaigns):
 # --- two real campaigns ------------------------------------------------------------------------
 
 def real_campaign(root: Path, name: str, images_per_class: int) -> Path:
-    """The tiny workflow for real: 1 rank, 3 repeats, 3 epochs of synthetic 64x64 images
-    (the time is the mean of epochs 2-3). images_per_class changes the work per epoch (the
-    time) but not the point paths."""
+    """The tiny workflow for real: 1 rank, 3 repeats, 2 epochs of synthetic 64x64 images
+    (the time is epoch 2's, the one after the warm-up epoch). images_per_class changes the
+    work per epoch (the time) but not the point paths."""
     config = tiny_config()
     config["sweep"].update(ranks_per_node=[1], repeats=3)
-    config["workloads"]["cnn_ddp"]["epochs"] = 3
+    config["workloads"]["cnn_ddp"]["epochs"] = 2
     config["datasets"]["tiny"]["images_per_class"] = images_per_class
     wd = root / name
     (wd / "config").mkdir(parents=True)
@@ -267,9 +267,11 @@ def real_campaign(root: Path, name: str, images_per_class: int) -> Path:
 
 @pytest.mark.integration
 def test_real_slowdown_is_flagged_and_a_rerun_is_not(tmp_path):
-    a = real_campaign(tmp_path, "a", images_per_class=8)  # 16 images: 1 batch per epoch
+    # 8 per class: 12 training images (4 held out), 1 step of 12 per epoch
+    a = real_campaign(tmp_path, "a", images_per_class=8)
     rerun = real_campaign(tmp_path, "rerun", images_per_class=8)
-    slower = real_campaign(tmp_path, "slower", images_per_class=32)  # 4x the work per epoch
+    # 32 per class: 50 training images, 3 steps of 16 (48 images) per epoch: 4x the work
+    slower = real_campaign(tmp_path, "slower", images_per_class=32)
     # 50%: on a shared 2-core machine an unchanged campaign run minutes later has come out
     # 20% faster, significantly (the load moved); 4x the images per epoch is +200-300%
     flagged = scalesweep("compare", a, slower, "--threshold", "50", "--fail-on-regression")

@@ -3,6 +3,7 @@ nothing measured is ever lost or rewritten."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, SNAKEMAKE, have, payload_pids, run_snakemake, tiny_config
+from conftest import REPO, SNAKEMAKE, have, measured_by, payload_pids, run_snakemake, tiny_config
 
 pytestmark = pytest.mark.integration
 PROFILE = str(REPO / "profiles" / "local")
@@ -32,6 +33,9 @@ def _kill_when_training(log: Path, marker: str, killed: list, deadline: float) -
 def test_sigkill_mid_run_fails_one_point_and_rerun_redoes_only_it(campaign):
     cfg = tiny_config()
     cfg["sweep"]["repeats"] = 1
+    # 16 per class (24 training images: a 12-image step per rank and epoch at 2 ranks) and
+    # 4 epochs: the target trains on for seconds after "epoch 1/", wide for the 0.2 s watcher
+    cfg["datasets"]["tiny"]["images_per_class"] = 16
     cfg["workloads"]["cnn_ddp"]["epochs"] = 4
     wd = campaign(cfg)
     target = "cnn_ddp/native/n1-g0-r2-t1/rep1"
@@ -61,10 +65,9 @@ def test_sigkill_mid_run_fails_one_point_and_rerun_redoes_only_it(campaign):
     assert states == {target: "failed", "cnn_ddp/native/n1-g0-r1-t1/rep1": "done"}
 
     before = other.read_bytes()
-    dry = run_snakemake(wd, "--profile", PROFILE, "-n").stdout
-    assert dry.count("rule run_point:") == 1 and target in dry
     second = run_snakemake(wd, "--profile", PROFILE)
     assert "Finished" in second.stdout + second.stderr
+    assert measured_by(second.stdout + second.stderr) == [target]  # only the failed point
     assert other.read_bytes() == before, "a finished measurement was rewritten"
     assert (failed_dir / "metrics.json").is_file()
     assert not (failed_dir / "failure.json").exists()
@@ -72,24 +75,25 @@ def test_sigkill_mid_run_fails_one_point_and_rerun_redoes_only_it(campaign):
     assert [a["state"] for a in attempts] == ["failed", "done"]
 
 
-def test_adding_a_repeat_runs_only_the_new_points(campaign):
-    cfg = tiny_config()
-    cfg["sweep"].update(ranks_per_node=[1], repeats=1)
-    wd = campaign(cfg)
-    run_snakemake(wd, "--profile", PROFILE)
+def test_adding_a_repeat_runs_only_the_new_points(small_finished, tmp_path):
+    """A copy of conftest's finished campaign (1 repeat), 1 rank of it asked for twice."""
+    wd = tmp_path / "campaign"
+    shutil.copytree(small_finished, wd, symlinks=True)
     first = (wd / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/metrics.json").read_bytes()
-    out = run_snakemake(wd, "--profile", PROFILE, "--config", "sweep={repeats: 2}", "-n").stdout
+    out = run_snakemake(wd, "--profile", PROFILE, "--config",
+                        "sweep={ranks_per_node: [1], repeats: 2}", "-n").stdout
     assert out.count("rule run_point:") == 1
     assert "n1-g0-r1-t1/rep2/metrics.json" in out
     assert (wd / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/metrics.json").read_bytes() == first
 
 
-def test_code_change_does_not_rerun_finished_measurements(campaign, tmp_path):
-    """rerun-triggers: [input] in profiles/default: parameter edits never redo a measurement."""
-    cfg = tiny_config()
-    cfg["sweep"].update(ranks_per_node=[1], repeats=1)
-    wd = campaign(cfg)
-    run_snakemake(wd, "--profile", PROFILE)
+def test_code_change_does_not_rerun_finished_measurements(small_finished, tmp_path):
+    """rerun-triggers: [input] in profiles/default: parameter edits never redo a measurement
+    (on a copy of conftest's finished campaign)."""
+    wd = tmp_path / "campaign"
+    shutil.copytree(small_finished, wd, symlinks=True)
+    cfg = yaml.safe_load((wd / "config" / "config.yaml").read_text())
+    assert cfg["workloads"]["cnn_ddp"]["batch_size"] != 8
     cfg["workloads"]["cnn_ddp"]["batch_size"] = 8  # changes the rule's params
     (wd / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
     out = run_snakemake(wd, "--profile", PROFILE, "-n").stdout

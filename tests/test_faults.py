@@ -1,7 +1,7 @@
 """Faults and bad input, tried on purpose on a real small campaign (issue #16).
 
-One tiny campaign (2 points: 1 rank, and 2 ranks through mpirun; 1 epoch of 32 images) is
-built once for the module and copied for each test. Each test hurts it in one way and
+One tiny campaign (2 points: 1 rank, and 2 ranks through mpirun; 1 epoch of 16 images:
+conftest's ``small_finished``) is built once for the session and copied for each test. Each test hurts it in one way and
 checks that: the user is told what went wrong (naming the path or the key), the other
 points' files are byte-identical afterwards, and the next run redoes exactly what was hurt
 (the ``rule run_point:`` jobs of Snakemake's job log).
@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from conftest import (REPO, SNAKEMAKE, have, measured_by, payload_pids, run_files_digest,
-                      run_snakemake, tiny_config)
+                      run_snakemake)
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not have("mpirun"), reason="mpirun not installed")]
@@ -43,24 +43,13 @@ LONG = ("workloads={cnn_ddp: {payload: cnn, parallel: ddp, dataset: tiny, epochs
         "batch_size: 16}}")
 
 
-def _config() -> dict:
-    config = tiny_config()
-    config["datasets"]["tiny"]["images_per_class"] = 16
-    config["workloads"]["cnn_ddp"]["epochs"] = 1
-    config["sweep"]["repeats"] = 1
-    return config
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> Path:
-    """The finished tiny campaign, built once for the module: copy it, never change it."""
-    wd = tmp_path_factory.mktemp("faults-finished")
-    (wd / "config").mkdir()
-    (wd / "config" / "config.yaml").write_text(yaml.safe_dump(_config()))
-    run_snakemake(wd, "--profile", PROFILE)
+@pytest.fixture
+def finished(small_finished) -> Path:
+    """The finished tiny campaign, built once for the session (conftest): copy it, never
+    change it."""
     for point in (ONE, TWO):
-        assert (wd / "results/runs" / point / "metrics.json").is_file()
-    return wd
+        assert (small_finished / "results/runs" / point / "metrics.json").is_file()
+    return small_finished
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -628,3 +629,34 @@ def test_multi_server_serve_only_and_client(synthetic, tmp_path):
         srec = json.loads((tmp_path / f"serve{k}.json").read_text())
         assert srec["status"] == "ok" and srec["serving"].startswith("127.0.0.1:") and srec["served_s"] > 0
         assert not _pid_alive(srec["server_pid"])
+
+
+@needs_llama
+@needs_maker
+@pytest.mark.integration
+def test_concurrency_levels_are_measured_in_one_run_against_one_server(synthetic, tmp_path):
+    """``--concurrency-levels 2,1,4``: after the timed run at 2, the prompt set again at 1
+    and 4 against the same server; each level has its own throughput and percentiles, and
+    the collected row carries them for the report's concurrency table."""
+    from scalesweep.collect import run_row
+    from scalesweep.report_tables import concurrency_table
+
+    model, _ = synthetic
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The sky is\nWrite a loop in C\nList three planets\nOnce upon a time\n")
+    p = _run_payload(model, prompts, tmp_path, "--concurrency-levels", "2,1,4")
+    assert p.returncode == 0, p.stderr
+    rec = json.loads((tmp_path / "metrics.json").read_text())
+    levels = rec["concurrency_levels"]
+    assert [lv["concurrency"] for lv in levels] == [2, 1, 4]
+    assert levels[0]["tokens_per_s"] == rec["tokens_per_s"]  # the first is the headline
+    for lv in levels:
+        assert lv["n_ok"] == 4 and lv["n_failed"] == 0 and lv["tokens_per_s"] > 0
+        assert lv["latency_s"]["p50"] <= lv["latency_s"]["p99"]
+    rec.update(point={"workload": "llm", "runtime": "native", "nodes": 1, "gpus": 0, "ranks": 1,
+                      "threads": 1, "repeat": 1})
+    row = run_row(rec, "x", "llm")
+    table = concurrency_table(pd.DataFrame([row]))
+    assert table["concurrency"].tolist() == [1, 2, 4] and (table["n"] == 1).all()
+    bad = _run_payload(model, prompts, tmp_path, "--concurrency-levels", "1,4")
+    assert bad.returncode != 0 and "the first = --concurrency (2)" in bad.stderr

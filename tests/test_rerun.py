@@ -3,7 +3,7 @@ point directory or metrics.json (plain re-run), and `scalesweep rerun` (--where,
 --disturbed, --failed, --missing), which keeps the earlier files in the point's history.
 
 Each workflow test copies one finished tiny campaign (two native CNN points, 1 and 2
-ranks), hurts it, runs, and checks from Snakemake's own output that exactly the intended
+ranks: conftest's session-wide ``small_finished``), hurts it, runs, and checks from Snakemake's own output that exactly the intended
 points ran again and that every other file under results/runs/ is byte-identical.
 """
 
@@ -32,18 +32,14 @@ pytestmark = pytest.mark.integration
 
 def small_config() -> dict:
     config = tiny_config()
-    config["datasets"]["tiny"]["images_per_class"] = 16
     config["workloads"]["cnn_ddp"]["epochs"] = 1
     return config
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("rerun-base")
-    (workdir / "config").mkdir()
-    (workdir / "config" / "config.yaml").write_text(json.dumps(small_config()))
-    run_snakemake(workdir, "--profile", PROFILE)
-    return workdir
+@pytest.fixture
+def finished(small_finished):
+    """The session's finished small campaign (conftest): copy it, never change it."""
+    return small_finished
 
 
 @pytest.fixture
@@ -68,25 +64,35 @@ def runs_csv(workdir: Path) -> pd.DataFrame:
 
 # --- plain re-runs ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("hurt,how", [("directory", "snakemake"),
-                                      ("metrics.json", "snakemake"),
-                                      ("directory", "rerun --missing")])
-def test_deleted_point_is_measured_again(copy, hurt, how):
+def test_deleted_point_and_deleted_metrics_are_measured_again_by_snakemake(copy):
     """Snakemake re-makes a missing intermediate file only when a job needing it must run
-    anyway; rule all names every requested metrics.json, so it does."""
+    anyway; rule all names every requested metrics.json, so it does: both for a deleted
+    point directory (R2) and for a deleted metrics.json alone (R1), in one run."""
+    before = run_files_digest(copy, skip=[R1, R2])
+    shutil.rmtree(copy / "results" / "runs" / R2)
+    (copy / "results" / "runs" / R1 / "metrics.json").unlink()
+    status = scalesweep(copy, "status")
+    assert "2 missing" in status.stdout and "scalesweep rerun --missing" in status.stdout
+    proc = run_snakemake(copy, "--profile", PROFILE)
+    assert measured_by(proc.stdout + proc.stderr) == sorted([R1, R2])
+    assert run_files_digest(copy, skip=[R1, R2]) == before
+    for point in (R1, R2):
+        assert (copy / "results" / "runs" / point / "metrics.json").is_file()
+    assert set(runs_csv(copy)["ranks"]) == {1, 2}
+    assert "0 missing" in scalesweep(copy, "status").stdout
+    # and then nothing is left to do
+    again = run_snakemake(copy, "--profile", PROFILE, "-n")
+    assert measured_by(again.stdout) == []
+
+
+def test_deleted_point_is_measured_again_by_rerun_missing(copy):
     before = run_files_digest(copy, skip=[R2])
     target = copy / "results" / "runs" / R2
-    if hurt == "directory":
-        shutil.rmtree(target)
-    else:
-        (target / "metrics.json").unlink()
+    shutil.rmtree(target)
     status = scalesweep(copy, "status")
     assert "1 missing" in status.stdout and "scalesweep rerun --missing" in status.stdout
-    if how == "snakemake":
-        proc = run_snakemake(copy, "--profile", PROFILE)
-    else:
-        proc = scalesweep(copy, "rerun", "--missing", "--profile", PROFILE)
-        assert "Measuring 1 point(s) again" in proc.stdout and "Also measured" not in proc.stdout
+    proc = scalesweep(copy, "rerun", "--missing", "--profile", PROFILE)
+    assert "Measuring 1 point(s) again" in proc.stdout and "Also measured" not in proc.stdout
     assert measured_by(proc.stdout + proc.stderr) == [R2]
     assert run_files_digest(copy, skip=[R2]) == before
     assert (target / "metrics.json").is_file()

@@ -24,9 +24,10 @@ def test_two_node_llm_point_serves_from_both_nodes(slurm_cluster, campaign, tmp_
                                 "sweep": {"nodes": [2], "gpus_per_node": [0], "baseline": None}}}
     cfg["models"] = {"tiny_llama": {"source": "synthetic", "seed": 2}}
     wd = campaign(cfg)
-    # --config: the campaign's site over the one the profile names (site: local-slurm)
-    run_snakemake(wd, "--profile", str(REPO / "profiles" / "local-slurm"), "--config",
-                  f"site={site}", timeout=1200)
+    # --config: the campaign's site over the one the profile names (site: local-slurm);
+    # --until before it (--config takes every word after it); only the point is read
+    run_snakemake(wd, "--profile", str(REPO / "profiles" / "local-slurm"), "--until", "run_point",
+                  "--config", f"site={site}", timeout=1200)
     point = wd / "results/runs/llm/native/n2-g0-r1-t1/rep1"
     m = read_metrics(point / "metrics.json")
     servers = m["servers"]

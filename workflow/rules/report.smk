@@ -51,14 +51,26 @@ rule report_tables:
             category="Tables",
             labels={"table": "MPI library and Allreduce"},
         ),
-    params:
-        # the site's peak (percent of peak): a changed peak makes the tables again
-        node=SITE["node"],
+        data_path=report(
+            "results/summary/data_path.csv",
+            caption="../report/data_path.rst",
+            category="Tables",
+            labels={"table": "data path"},
+        ),
+        concurrency=report(
+            "results/summary/llm_concurrency.csv",
+            caption="../report/llm_concurrency.rst",
+            category="Tables",
+            labels={"table": "LLM concurrency levels"},
+        ),
     log:
         "logs/report/tables.log",
     localrule: True
     conda:
         "../../envs/scalesweep.yaml"
+    params:
+        # the site's peak (percent of peak): a changed peak makes the tables again
+        node=SITE["node"],
     script:
         "../scripts/report_tables.py"
 
@@ -171,6 +183,48 @@ rule report_memory:
         "../../envs/scalesweep.yaml"
     script:
         "../scripts/report_workload_figure.py"
+
+
+rule report_memory_tables:
+    input:
+        metrics=aggregate_metrics,
+        series=series_final_files(),
+    output:
+        timeline="results/summary/memory_timeline.csv",
+        peaks=report(
+            "results/summary/memory.csv",
+            caption="../report/memory_table.rst",
+            category="Tables",
+            labels={"table": "peak memory, native vs containers"},
+        ),
+    log:
+        "logs/report/memory_tables.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    script:
+        "../scripts/report_memory.py"
+
+
+rule report_memory_timeline:
+    input:
+        timeline=rules.report_memory_tables.output.timeline,
+        points=rules.aggregate.output.points,
+    output:
+        report(
+            "results/plots/memory_timeline/{workload}.png",
+            caption="../report/memory_timeline.rst",
+            category="Peak memory",
+            subcategory="{workload}",
+            labels=workload_report_labels("memory over time"),
+        ),
+    log:
+        "logs/report/memory_timeline/{workload}.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    script:
+        "../scripts/report_memory.py"
 
 
 rule report_startup:

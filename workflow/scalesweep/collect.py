@@ -20,7 +20,9 @@ RUN_COLUMNS = [
     "count", "world_size", "time_s", "epoch_time_first_s", "train_s", "images_per_epoch",
     "images_per_s", "final_loss", "final_accuracy", "test_accuracy", "test_loss",
     "parallel", "mpi_library", "mpi_library_version", "mpi_origin", "allreduce_s",
-    "flops_per_step", "achieved_gflops_per_rank", "data_load_s", "staging_s",
+    "flops_per_step", "achieved_gflops_per_rank", "scaling", "data_path", "data_wait_s",
+    "concurrency", "concurrency_levels",
+    "data_load_s", "staging_s",
     "model", "model_label", "synthetic_model",
     "peak_rss_mb", "harness_wall_s", "harness_overhead_s",
     "disturbed", "disturbed_reason", "outside_cpu_pct", "steal_pct", "load1_max",
@@ -128,6 +130,11 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
             flops_per_step=flops,
             achieved_gflops_per_rank=(flops * steps / steady / 1e9
                                       if flops and steps and steady > 0 else None),
+            scaling=metrics.get("scaling", "strong"),
+            data_path=metrics.get("data_path", "memory"),
+            # rank 0's seconds per steady epoch getting its batches
+            data_wait_s=(steady_epoch_time(metrics["data_wait_s"])
+                         if metrics.get("data_wait_s") else None),
             data_load_s=metrics.get("data_load_s"),
             staging_s=metrics.get("staging_s"),
         )
@@ -144,6 +151,14 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
             latency_p99_s=latency.get("p99"),
             peak_rss_mb=(metrics.get("memory") or {}).get("server_peak_rss_mb"),
             engine=(metrics.get("engine") or {}).get("name"),
+            concurrency=metrics.get("concurrency"),
+            # the concurrency axis, per level (JSON: report_tables.concurrency_table)
+            concurrency_levels=json.dumps([
+                {"concurrency": lv["concurrency"], "tokens_per_s": lv.get("tokens_per_s"),
+                 "requests_per_s": lv.get("requests_per_s"),
+                 **{f"{m}_{q}_s": (lv.get(f"{m}_s") or {}).get(q)
+                    for m in ("ttft", "latency") for q in ("p50", "p90", "p99")}}
+                for lv in metrics["concurrency_levels"]]) if metrics.get("concurrency_levels") else None,
             model=(metrics.get("model") or {}).get("name"),
             synthetic_model=bool((metrics.get("model") or {}).get("synthetic", False)),
         )
@@ -355,9 +370,13 @@ def scaling_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame:
             log(f"scaling: {dict(zip(SCALING_SERIES, key))} has no finished undisturbed "
                 f"baseline count {baseline}; left out")
             continue
+        # the workload's mode (workloads.<name>.scaling): strong, or weak (per-rank work
+        # fixed: efficiency = T(baseline) / T(N)); every row says which
+        mode = config["workloads"].get(key[0], {}).get("scaling", "strong")
         tables.append(scaling_table(
             df, count_col="count", time_col="time_s", group_cols=SCALING_SERIES,
-            baseline=baseline, cv_threshold=config.get("analysis", {}).get("cv_threshold", 0.05)))
+            baseline=baseline, mode=mode,
+            cv_threshold=config.get("analysis", {}).get("cv_threshold", 0.05)).assign(scaling=mode))
     if not tables:
         return pd.DataFrame(columns=[*SCALING_SERIES, "count", *ROW_NOTES])  # a header
     table = pd.concat(tables, ignore_index=True)

@@ -34,6 +34,7 @@ from scalesweep.hostenv import with_user
 from scalesweep.hostmpi import mpi_check
 from scalesweep.interference import METHOD, TOKEN_VAR, Monitor, assess, new_token
 from scalesweep.launch import Launch, launch_command, launch_env, shell_line
+from scalesweep.memtimeline import MemoryTimeline
 from scalesweep.metrics import (
     MetricsError,
     git_commit,
@@ -124,8 +125,9 @@ class InterferenceProbe:
     """
 
     def __init__(self, launch: Launch, env: dict, out_dir: Path, token: str,
-                 measurement: dict, log_path: str):
+                 measurement: dict, log_path: str, memory: MemoryTimeline | None = None):
         m = measurement  # the config's (validated: every key there)
+        self.memory = memory  # sampled by the harness's own monitor (its node only)
         self.launch, self.env, self.token, self.log_path = launch, env, token, log_path
         self.interval = float(m["sample_interval_s"])
         self.max_outside = float(m["max_outside_cpu_pct"])
@@ -139,7 +141,7 @@ class InterferenceProbe:
     def start(self) -> None:
         try:
             self.local = Monitor(self.token, self.interval, pids=(os.getpid(),),
-                                 rusage_root=True).start()
+                                 rusage_root=True, memory=self.memory).start()
         except OSError as exc:
             self.error = f"interference monitor failed to start: {exc}"
             return
@@ -322,7 +324,10 @@ def _execute(point, launch, metrics_path: Path, log_path, *, image_manifest, ext
         log.write(f"# {attempt['command']}\n")
         log.flush()
     if rc == 0:  # the measurement window: the payload's run, staging excluded
-        probe = InterferenceProbe(launch, env, out_dir, token, measurement, log_path)
+        memory = MemoryTimeline.for_launch(launch, site["node"]["device"],
+                                           measurement["sample_interval_s"])
+        probe = InterferenceProbe(launch, env, out_dir, token, measurement, log_path,
+                                  memory=memory)
         probe.start()
         try:
             if is_multinode_llm(launch):
@@ -334,6 +339,8 @@ def _execute(point, launch, metrics_path: Path, log_path, *, image_manifest, ext
                 rc = _run_payload(argv, env, log_path, record)
         finally:
             attempt["interference"] = probe.stop()
+            # the ranks' memory over the window: into metrics.json (not attempts.jsonl)
+            extra = {**(extra or {}), "memory_timeline": memory.record()}
     wall = time.perf_counter() - t0
     attempt.update(end=now_iso(), wall_s=wall, exit_code=rc)
     return _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_manifest, commit, extra)

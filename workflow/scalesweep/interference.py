@@ -18,6 +18,10 @@ while the run was measured. ``assess`` turns per-node records into the run's ver
 (``disturbed`` when outside use or steal exceeds its threshold). The interval and the
 thresholds are the config's ``measurement`` keys (their defaults: the config schema).
 
+The harness's monitor also drives the run's memory timeline (``memory=``: a
+``scalesweep.memtimeline.MemoryTimeline``, sampled after each scan from the same thread,
+with the own processes it found): the ranks' resident memory over the run.
+
 Several nodes (Slurm): ``python -m scalesweep.interference watch --token T --interval S
 --out DIR/{host}.json --stop-file DIR/stop`` runs one monitor per node until the stop
 file appears, and writes that node's record.
@@ -130,11 +134,16 @@ class Monitor:
 
     ``pids``: processes that count as the run's own whatever their environment (the
     harness, this monitor). ``stop`` returns the node's record (see ``assess``).
+    ``memory``: a ``scalesweep.memtimeline.MemoryTimeline`` sampled after each scan, in
+    this thread and at this interval (the harness's monitor only; None: no memory).
     """
 
     def __init__(self, token: str, interval_s: float,
-                 pids: Iterable[int] = (), proc: str = "/proc", rusage_root: bool = False):
+                 pids: Iterable[int] = (), proc: str = "/proc", rusage_root: bool = False,
+                 memory=None):
         self.token = token
+        self.memory = memory
+        self._alive: set[tuple[int, int]] = set()
         # rusage_root: this process (the harness) is the root of the run's process tree:
         # its own CPU and that of every descendant it (transitively) reaped come from
         # getrusage (exact, each counted once); /proc sampling then counts only the
@@ -193,6 +202,7 @@ class Monitor:
             if tracked.gone_at is None and key not in alive:
                 tracked.gone_at = idx
         self._not_own &= alive
+        self._alive = alive
 
     def _sample(self) -> None:
         busy, steal = read_cpu_line(self.proc)
@@ -205,6 +215,10 @@ class Monitor:
             self._load_max = load1
         self._t1, self._busy1, self._steal1, self._load_end = now, busy, steal, load1
         self._load_max = max(self._load_max, load1)
+        if self.memory is not None:  # the run's own processes now, and every live parent
+            own = [k for k, t in self._tracked.items() if t.seen_at == self._samples]
+            self.memory.sample(now - self._t0, {pid: self._ppids[pid] for pid, _ in self._alive},
+                               own)
         self._samples += 1
 
     def _run(self) -> None:

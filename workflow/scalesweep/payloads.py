@@ -107,12 +107,21 @@ def cnn_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_
         "--threads", str(point.threads),
         "--seed", str(wl["seed"]),
         "--test-fraction", str(wl["test_fraction"]),
+        "--scaling", wl["scaling"],
+        "--data-path", wl["data_path"],
     ]
     info_file = Path(shared_dir) / "dataset.json"
     info = json.loads(info_file.read_text()) if info_file.is_file() else {}
     extra = {"dataset": {"name": ds_name, **info, "read_from": dataset_dir}}
     return Invocation(CNN_PAYLOAD, args, dataset_dir, extra=extra,
                       stage_from=shared_dir if node_local else "")
+
+
+def concurrency_levels(wl: dict) -> list[int]:
+    """An LLM workload's concurrency levels (``concurrency``: one, or a list: an axis
+    measured within each point, the first level the headline)."""
+    c = wl["concurrency"]
+    return [int(x) for x in c] if isinstance(c, list) else [int(c)]
 
 
 GPU_VENDOR = {"rocm": "amd", "cuda": "nvidia", "cpu": "none"}
@@ -131,7 +140,7 @@ def llm_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_
         "--model-card", str(model_dir / "model.json"),
         "--prompts", str(code / wl["prompts"]),
         "--max-tokens", str(wl["max_tokens"]),
-        "--concurrency", str(wl["concurrency"]),
+        "--concurrency", str(concurrency_levels(wl)[0]),
         "--warmup", str(wl["warmup"]),
         "--gpus", str(point.gpus),
         "--gpu-vendor", GPU_VENDOR[site_of(config)["node"]["device"]],
@@ -141,6 +150,8 @@ def llm_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_
         "--outputs", str(out / OUTPUTS_JSONL),
         "--server-log", str(out / "server.log"),
     ]
+    if len(concurrency_levels(wl)) > 1:
+        args += ["--concurrency-levels", ",".join(map(str, concurrency_levels(wl)))]
     if wl["num_requests"]:
         args += ["--num-requests", str(wl["num_requests"])]
     if model_cfg["source"] == "ollama":

@@ -292,7 +292,8 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
         ax.set_ylim(0, top * 1.15)
         ax.set_xlabel(count_axis_label(table))
         ax.set_ylabel("scaling efficiency (%)")
-        ax.set_title(title or workload)
+        modes = sorted(set(table["scaling"].dropna())) if "scaling" in table else []
+        ax.set_title(f"{title or workload}" + (f" ({'/'.join(modes)} scaling)" if modes else ""))
         handles, labels = ax.get_legend_handles_labels()
         handles += [
             Line2D([], [], marker="*", linestyle="", color=SUPERLINEAR_COLOR,
@@ -313,7 +314,9 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
     trained = None if _empty(runs, "workload") else runs[runs["workload"].isin(workloads)]
     _finish(fig, not_done_note(points, workloads[0] if len(workloads) == 1 else None),
             ["efficiency = linear time / measured time x 100, linear time = baseline "
-             "time x baseline count / count (mean over the undisturbed repeats); "
+             "time x baseline count / count in strong scaling (the ranks share the data), the "
+             "baseline time in weak scaling (per-rank data fixed) (means over the undisturbed "
+             "repeats); "
              + CI_TEXT + " (Fieller's interval for the ratio of mean times)",
              disturbed_note(trained)],
             warnings=[shared_cores_note(scaling, trained)])

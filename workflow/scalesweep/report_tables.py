@@ -16,6 +16,8 @@ Every statistic is over the undisturbed runs (disturbed ones are counted in
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -349,3 +351,100 @@ def mpi_table(runs: pd.DataFrame) -> pd.DataFrame:
             "allreduce_pct_of_epoch": share, "note": "; ".join(notes),
         })
     return _sorted(pd.DataFrame(rows, columns=MPI_COLUMNS), [*MPI_KEYS, *MPI_LIBRARY])
+
+
+# --- 4. Where training data is read from -----------------------------------------------------
+
+DATA_KEYS = ["workload", "runtime", *GEOMETRY]
+DATA_COLUMNS = [
+    *DATA_KEYS, "data_path", "node_local", "n", "n_disturbed",
+    "time_s_mean", "time_s_std", "data_wait_s_mean", "data_wait_s_std", "data_wait_pct_of_epoch",
+    "data_load_s_mean", "staging_s_mean", "note",
+]
+NO_DATA_PATH = "no run recorded data_wait_s (CNN runs record it)"
+
+
+def data_path_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per workload x runtime x geometry, where the training data came from (``data_path``:
+    memory, decoded before training, or files read at each step; ``node_local``: the run
+    copied the dataset to node-local storage first, its ``staging_s``), over the
+    undisturbed runs: seconds per steady epoch and the part of it spent getting batches
+    (``data_wait_s``, rank 0), mean and std with n; the one-off ``data_load_s`` (decoding
+    before training) and ``staging_s`` (the node-local copy)."""
+    if not _has_columns(runs, [*DATA_KEYS, "data_wait_s"]):
+        return note_only(DATA_COLUMNS, NO_DATA_PATH)
+    data = runs[_numeric(runs, "data_wait_s").notna()]
+    if data.empty:
+        return note_only(DATA_COLUMNS, NO_DATA_PATH)
+    staging = _numeric(data, "staging_s") if "staging_s" in data else pd.Series(np.nan, index=data.index)
+    data = data.assign(
+        data_path=(data["data_path"] if "data_path" in data else pd.Series("memory", index=data.index))
+        .fillna("memory").astype(str),
+        node_local=staging.notna(),
+        _disturbed=_flags(data, "disturbed"),
+        _wait=_numeric(data, "data_wait_s"), _time=_numeric(data, "time_s"),
+        _load=_numeric(data, "data_load_s") if "data_load_s" in data else np.nan,
+        _staging=staging)
+    rows = []
+    for key, group in data.groupby([*DATA_KEYS, "data_path", "node_local"], sort=False, dropna=False):
+        valid = group[~group["_disturbed"]]
+        wait, time = sample_stats(valid["_wait"]), sample_stats(valid["_time"])
+        notes = [f"n={time['n']}: no std"] if time["n"] < 2 else []
+        rows.append({
+            **dict(zip([*DATA_KEYS, "data_path", "node_local"], key)), "n": time["n"],
+            "n_disturbed": int(group["_disturbed"].sum()),
+            "time_s_mean": time["mean"], "time_s_std": time["std"],
+            "data_wait_s_mean": wait["mean"], "data_wait_s_std": wait["std"],
+            "data_wait_pct_of_epoch": (wait["mean"] / time["mean"] * 100
+                                       if wait["n"] and time["n"] and time["mean"] > 0 else np.nan),
+            "data_load_s_mean": valid["_load"].mean() if len(valid) else np.nan,
+            "staging_s_mean": valid["_staging"].mean() if len(valid) else np.nan,
+            "note": "; ".join(notes),
+        })
+    return _sorted(pd.DataFrame(rows, columns=DATA_COLUMNS), DATA_KEYS)
+
+
+# --- 5. LLM concurrency levels ---------------------------------------------------------------
+
+LEVEL_KEYS = ["workload", "runtime", "nodes", "gpus", "threads", "concurrency"]
+LEVEL_METRICS = ["tokens_per_s", "requests_per_s", "ttft_p50_s", "ttft_p99_s",
+                 "latency_p50_s", "latency_p90_s", "latency_p99_s"]
+LEVEL_COLUMNS = [*LEVEL_KEYS, "n", "n_disturbed",
+                 *[f"{m}_{s}" for m in LEVEL_METRICS for s in ("mean", "std")], "note"]
+NO_LEVELS = ("no run measured several concurrency levels (workloads.<name>.concurrency: a "
+             "list, e.g. [1, 4, 16])")
+
+
+def concurrency_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per LLM workload x runtime x nodes x GPUs x threads x concurrency level (the
+    workload's ``concurrency`` list, each level measured within every run against its
+    warmed-up server): throughput (tokens/s, requests/s) and the requests' TTFT and
+    latency percentiles, mean and std over the undisturbed repeats, n."""
+    if not _has_columns(runs, ["workload", "runtime", "nodes", "gpus", "threads",
+                               "concurrency_levels"]):
+        return note_only(LEVEL_COLUMNS, NO_LEVELS)
+    rows = []
+    for _, run in runs[runs["concurrency_levels"].notna()].iterrows():
+        try:
+            levels = json.loads(run["concurrency_levels"])
+        except (TypeError, ValueError):
+            continue
+        for level in levels:
+            rows.append({**{k: run[k] for k in LEVEL_KEYS[:-1]},
+                         "concurrency": level.get("concurrency"),
+                         "_disturbed": truthy(run.get("disturbed", False)),
+                         **{m: level.get(m) for m in LEVEL_METRICS}})
+    if not rows:
+        return note_only(LEVEL_COLUMNS, NO_LEVELS)
+    data = pd.DataFrame(rows)
+    out = []
+    for key, group in data.groupby(LEVEL_KEYS, sort=True, dropna=False):
+        valid = group[~group["_disturbed"].astype(bool)]
+        row = {**dict(zip(LEVEL_KEYS, key)), "n": len(valid),
+               "n_disturbed": int(group["_disturbed"].astype(bool).sum())}
+        for m in LEVEL_METRICS:
+            st = sample_stats(pd.to_numeric(valid[m], errors="coerce"))
+            row[f"{m}_mean"], row[f"{m}_std"] = st["mean"], st["std"]
+        row["note"] = f"n={len(valid)}: no std" if len(valid) < 2 else ""
+        out.append(row)
+    return _sorted(pd.DataFrame(out, columns=LEVEL_COLUMNS), LEVEL_KEYS)

@@ -1,4 +1,5 @@
-"""Snakemake glue: runs.csv -> accuracy_parity.csv, achieved_rate.csv, mpi.csv.
+"""Snakemake glue: runs.csv -> accuracy_parity.csv, achieved_rate.csv, mpi.csv,
+data_path.csv, llm_concurrency.csv.
 
 The tables are made by scalesweep.report_tables; the percent of peak uses the site's
 node.peak_gflops_per_device (the rule's params, so that a changed peak re-makes them).
@@ -15,6 +16,8 @@ import pandas as pd  # noqa: E402
 from scalesweep.report_tables import (  # noqa: E402
     accuracy_parity_table,
     achieved_rate_table,
+    concurrency_table,
+    data_path_table,
     mpi_table,
     node_peak,
 )
@@ -26,6 +29,8 @@ tables = {
     sm.output.parity: accuracy_parity_table(runs),
     sm.output.rate: achieved_rate_table(runs, **peak),
     sm.output.mpi: mpi_table(runs),
+    sm.output.data_path: data_path_table(runs),
+    sm.output.concurrency: concurrency_table(runs),
 }
 for path, table in tables.items():
     table.to_csv(path, index=False, float_format="%.10g")
