@@ -125,6 +125,7 @@ def test_node_local_staging_copies_and_verifies_before_training(campaign, tmp_pa
     cfg["sweep"].update(ranks_per_node=[2], repeats=1, baseline=None)
     nvme = tmp_path / "nvme-$USER"
     cfg["datasets"]["tiny"]["node_local"] = str(nvme)
+    cfg["workloads"]["cnn_ddp"]["data_path"] = "files"  # each batch read from the copy
     wd = campaign(cfg)
     point = "results/runs/cnn_ddp/native/n1-g0-r2-t1/rep1/metrics.json"
     run_snakemake(wd, "--profile", str(REPO / "profiles" / "local"), point)  # no report chain
@@ -136,3 +137,6 @@ def test_node_local_staging_copies_and_verifies_before_training(campaign, tmp_pa
     assert m["dataset"]["read_from"] == str(staged)
     assert (staged / "MANIFEST.sha256").is_file()
     assert m["staging_s"] > 0 and f"--data {staged}" in m["command"]
+    # read at every step: the batches' reading time per epoch, and no decoding up front
+    assert m["data_path"] == "files" and len(m["data_wait_s"]) == 2
+    assert all(w > 0 for w in m["data_wait_s"]) and "--data-path files" in m["command"]
