@@ -121,10 +121,22 @@ def test_report_renders(finished):
 
 
 def test_node_local_staging_copies_and_verifies_before_training(campaign, tmp_path):
+    """A real RGB dataset as sites get one: a local archive of JPEGs (built here) at its
+    native resolution, checksummed, staged, copied node-local by the run and read from
+    that copy batch by batch."""
+    import hashlib
+
+    from test_dataset_archive import make_archive, make_tree
+
+    archive = make_archive(make_tree(tmp_path / "src", size=(72, 72), per_class=6),
+                           tmp_path / "photos.tar.gz")
     cfg = tiny_config()
     cfg["sweep"].update(ranks_per_node=[2], repeats=1, baseline=None)
     nvme = tmp_path / "nvme-$USER"
-    cfg["datasets"]["tiny"]["node_local"] = str(nvme)
+    cfg["datasets"]["tiny"] = {
+        "source": "image-archive", "path": str(archive), "classes": [], "images_per_class": 0,
+        "image_size": 72, "sha256": hashlib.sha256(archive.read_bytes()).hexdigest(),
+        "node_local": str(nvme)}
     cfg["workloads"]["cnn_ddp"]["data_path"] = "files"  # each batch read from the copy
     wd = campaign(cfg)
     point = "results/runs/cnn_ddp/native/n1-g0-r2-t1/rep1/metrics.json"
@@ -140,3 +152,6 @@ def test_node_local_staging_copies_and_verifies_before_training(campaign, tmp_pa
     # read at every step: the batches' reading time per epoch, and no decoding up front
     assert m["data_path"] == "files" and len(m["data_wait_s"]) == 2
     assert all(w > 0 for w in m["data_wait_s"]) and "--data-path files" in m["command"]
+    assert m["dataset"]["archive_sha256"] == cfg["datasets"]["tiny"]["sha256"]
+    assert m["dataset"]["native_sizes"] == ["72x72"] and m["image_size"] == 72
+    assert m["classes"] == ["horse", "zebra"] and m["dataset_images"] == 12

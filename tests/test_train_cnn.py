@@ -1,0 +1,108 @@
+"""The CNN payload's parts on CPU: the held-out split, counted FLOPs, DataParallel's code
+path as far as torch allows without a GPU, and the MPI gradient average over two real
+ranks (mpirun)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import REPO
+
+torch = pytest.importorskip("torch")
+
+
+def payload():
+    spec = importlib.util.spec_from_file_location("train_cnn", REPO / "scripts" / "train_cnn.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_holdout_split_takes_every_kth_image_of_each_class_and_never_trains_on_it():
+    tc = payload()
+    y = torch.tensor([0] * 10 + [1] * 10)
+    train, test = tc.holdout_split(y, 0.2)
+    assert sorted(set(train.tolist()) | set(test.tolist())) == list(range(20))
+    assert not set(train.tolist()) & set(test.tolist())
+    assert test.tolist() == [0, 5, 10, 15]  # every 5th of each class, the same every run
+    assert tc.holdout_split(y, 0.0)[1].numel() == 0
+
+
+def test_flops_are_counted_from_the_model_not_typed_in():
+    """Forward FLOPs of one 64x64 image = 2 x multiply-adds of the six convolutions and
+    the linear layer (the counter's convention); a training step adds the backward."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    tc = payload()
+    model = tc.build_model(2)
+    convs = [(3, 64, 64), (64, 512, 32), (512, 512, 16), (512, 512, 8), (512, 512, 4), (512, 512, 2)]
+    expect = sum(2 * 9 * cin * cout * hw * hw for cin, cout, hw in convs) + 2 * 512 * 2
+    with FlopCounterMode(display=False) as counter:
+        model(torch.zeros(1, 3, 64, 64))
+    assert counter.get_total_flops() == expect
+    step = tc.count_step_flops(model, torch.nn.CrossEntropyLoss(), torch.zeros(2, 3, 64, 64),
+                               torch.tensor([0, 1]))
+    assert 2 * 2 * expect < step <= 3 * 2 * expect  # backward: about twice the forward
+    assert all(p.grad is None for p in model.parameters())  # left clean for training
+
+
+def test_dataparallel_code_path_on_cpu_as_far_as_torch_allows(tmp_path):
+    """Without a GPU nn.DataParallel holds no devices and calls the module itself (torch's
+    documented CPU behaviour): the payload's DP wrapping, step and evaluation of
+    ``model.module`` run; the payload itself refuses DP without a GPU, naming why."""
+    tc = payload()
+    dp = torch.nn.DataParallel(tc.build_model(2))
+    assert dp.device_ids == []
+    x, y = torch.rand(4, 3, 64, 64), torch.tensor([0, 1, 0, 1])
+    loss = torch.nn.CrossEntropyLoss()(dp(x), y)
+    loss.backward()
+    assert all(p.grad is not None for p in dp.module.parameters())
+    dp.module.eval()
+    assert torch.equal(dp(x), dp.module(x))
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "train_cnn.py"), "--data",
+                           str(tmp_path), "--out", str(tmp_path / "m.json"), "--parallel", "dp"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "DataParallel is a GPU mode" in proc.stderr
+
+
+MPI_AVERAGE = textwrap.dedent("""
+    import importlib.util, sys, torch
+    from mpi4py import MPI
+    spec = importlib.util.spec_from_file_location("tc", sys.argv[1])
+    tc = importlib.util.module_from_spec(spec); spec.loader.exec_module(tc)
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    torch.manual_seed(rank)  # different weights per rank: the broadcast makes them rank 0's
+    model = torch.nn.Linear(3, 2)
+    grads = tc.MpiGradients(model, comm)
+    grads.broadcast_state()
+    for p in model.parameters():
+        p.grad = torch.full_like(p, float(rank + 1))  # rank 0: 1, rank 1: 2 -> mean 1.5
+    grads.allreduce()
+    w = comm.allgather(model.weight.detach().clone())
+    assert torch.equal(w[0], w[1]), "parameters differ after the broadcast"
+    assert all(torch.allclose(p.grad, torch.full_like(p, 1.5)) for p in model.parameters())
+    assert grads.bytes_per_step == (3 * 2 + 2) * 4 and grads.calls == 1
+    print("ok", rank, tc.mpi_info(MPI)["library"])
+""")
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
+def test_mpi_gradients_are_averaged_over_two_real_ranks(tmp_path):
+    script = tmp_path / "avg.py"
+    script.write_text(MPI_AVERAGE)
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    proc = subprocess.run(["mpirun", "-n", "2", "--oversubscribe", "--bind-to", "none",
+                           sys.executable, str(script), str(REPO / "scripts" / "train_cnn.py")],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("ok"))
+    assert [line.split()[1] for line in lines] == ["0", "1"]
+    assert all("libmpi" in line.split()[2] for line in lines)
