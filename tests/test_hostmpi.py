@@ -131,3 +131,80 @@ def test_mpi_mode_with_torchrun_is_refused(tmp_path):
     config["workloads"]["cnn_ddp"]["parallel"] = "mpi"
     with pytest.raises(Exception, match=r"parallel 'mpi' .* launch\.launcher 'torchrun'"):
         sweep_points(config)
+
+
+FAKE_CH_RUN = """#!{python}
+# ch-run stand-in: no container; the bound directories' paths mapped back to the host's
+import os, sys
+args, binds = sys.argv[1:], []
+while args[0] != "--":
+    if args[0].startswith("--bind="):
+        src, dst = args[0][len("--bind="):].split(":")
+        binds.append((dst, src))
+    args.pop(0)
+def host(a):
+    for dst, src in binds:
+        if a == dst or a.startswith(dst + "/"):
+            return src + a[len(dst):]
+    return a
+cmd = [host(a) for a in args[1:]]
+os.execv(cmd[0], cmd)
+"""
+
+
+MPI_PAYLOAD = """
+import json, sys
+out = sys.argv[sys.argv.index("--out") + 1]
+lib = sys.argv[sys.argv.index("--lib") + 1]
+json.dump({"workload": "cnn", "payload_wall_s": 0.1, "epoch_s": [1.0], "train_s": 1.0,
+           "final_loss": 0.1, "final_accuracy": 1.0, "parallel": "mpi",
+           "per_rank": [{"rank": 0, "mpi": {"library": lib, "library_version": "Open MPI v4.1.4"}}]},
+          open(out, "w"))
+"""
+
+
+@pytest.mark.parametrize("loaded,fails", [(f"{INJECT_DIR}/libmpi.so.40", False),
+                                           (IMAGE_LIBMPI, True)])
+def test_a_host_mpi_point_whose_ranks_loaded_the_images_mpi_is_a_failed_run(
+        tmp_path, monkeypatch, loaded, fails):
+    """Through the harness: the same host-MPI point succeeds when its rank loaded the
+    injected library and fails, with the reason in failure.json and no metrics.json,
+    when it loaded the image's own (ch-run replaced by a stand-in that runs the command)."""
+    import json
+    import os
+    import sys
+
+    from scalesweep.config import validated
+    from scalesweep.harness import execute
+    from scalesweep.site import load_site
+    from scalesweep.sweep import SweepPoint, run_order
+
+    for var in [v for v in os.environ if v.startswith(("SLURM_", "OMPI_", "PMI"))]:
+        monkeypatch.delenv(var)
+    config = validated(mpi_config(checked=False))
+    point = SweepPoint("cnn_ddp", "charliecloud-hostmpi", 1, 0, 1, 1, 1)
+    code = tmp_path / "code"
+    (code / "scripts").mkdir(parents=True)
+    (code / "scripts" / "fake.py").write_text(MPI_PAYLOAD)
+    ch_run = tmp_path / "ch-run"
+    ch_run.write_text(FAKE_CH_RUN.format(python=sys.executable))
+    ch_run.chmod(0o755)
+    out = tmp_path / "runs" / point.path
+    site = RuntimeSite(image=str(tmp_path), bin=str(ch_run), python=sys.executable,
+                       host_mpi_libs=HOST_LIBS)
+    launch = Launch(runtime="charliecloud-hostmpi", launcher="local", nodes=1, ranks_per_node=1,
+                    threads=1, gpus_per_node=0, payload="scripts/fake.py",
+                    args=("--out", str(out / "payload.json"), "--lib", loaded),
+                    code_root=str(code), data_dir=str(tmp_path), out_dir=str(out), site=site)
+    rc = execute(point, launch, str(out / "metrics.json"), str(out / "run.log"),
+                 measurement=config["measurement"], site=load_site("local"),
+                 order=run_order(point, config))
+    if not fails:
+        assert rc == 0, (out / "run.log").read_text()
+        m = json.loads((out / "metrics.json").read_text())
+        assert m["mpi"]["origin"] == "host" and m["mpi"]["host_mpi_requested"]
+        return
+    assert rc == 70 and not (out / "metrics.json").exists()
+    failure = json.loads((out / "failure.json").read_text())
+    assert "host MPI was requested" in failure["reason"] and IMAGE_LIBMPI in failure["reason"]
+    assert failure["mpi"]["origin"] == "container"

@@ -429,7 +429,8 @@ def _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_
     # instead did not measure what the point says
     mpi, problem = mpi_check(payload, launch.runtime, launch.site)
     if problem:
-        attempt.update(reason=problem, state="failed", exit_code=rc, mpi=mpi)
+        # the payload exited 0; the run is failed by this check (EX_SOFTWARE, as above)
+        attempt.update(reason=problem, state="failed", exit_code=70, mpi=mpi)
         write_failure(out_dir, attempt)
         print(f"point {point.path} failed: {problem}; log: {attempt['log']}", file=sys.stderr)
         return 70
