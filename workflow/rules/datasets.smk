@@ -19,7 +19,7 @@ rule stage_dataset:
         " --classes {params.ds[classes]:q}"
         " --images-per-class {params.ds[images_per_class]:q}"
         " --image-size {params.ds[image_size]:q}"
-        " --sha256 {params.ds[sha256]:q}"
+        " --sha256={params.ds[sha256]:q}"
         " --out {output:q} > {log:q} 2>&1"
 
 
