@@ -1,10 +1,10 @@
 """Faults and bad input, tried on purpose on a real small campaign (issue #16).
 
 One tiny campaign (2 points: 1 rank, and 2 ranks through mpirun; 1 epoch of 16 images:
-conftest's ``small_finished``) is built once for the session and copied for each test. Each test hurts it in one way and
-checks that: the user is told what went wrong (naming the path or the key), the other
-points' files are byte-identical afterwards, and the next run redoes exactly what was hurt
-(the ``rule run_point:`` jobs of Snakemake's job log).
+conftest's ``small_finished``) is built once for the session and copied for each test.
+Each test hurts it in one way and checks that: the user is told what went wrong (naming
+the path or the key), the other points' files are byte-identical afterwards, and the next
+run redoes exactly what was hurt (the ``rule run_point:`` jobs of Snakemake's job log).
 
 Covered elsewhere, not repeated here: shell metacharacters in config *values* (a dataset
 path, names, image references): tests/test_config_fuzz.py
