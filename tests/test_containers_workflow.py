@@ -33,7 +33,8 @@ def campaign_dir(tmp_path_factory):
     # (2 ranks, 1 epoch: the 1-rank singleton and 2 nodes are tests/test_slurm_workflow.py's)
     cfg["workloads"]["cnn_mpi"] = dict(
         cfg["workloads"]["cnn_ddp"], parallel="mpi", epochs=1,
-        sweep={"runtimes": ["native", "charliecloud", "charliecloud-hostmpi"], "ranks_per_node": [2]})
+        sweep={"runtimes": ["native", "charliecloud", "charliecloud-hostmpi"], "ranks_per_node": [2],
+               "baseline": 2})
     cfg["models"] = {"tiny_llama": {"source": "synthetic", "seed": 1}}
     cfg["containers"] = {"startup_repeats": 3}
     wd = tmp_path_factory.mktemp("containers")
