@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from scalesweep.dataset import INFO, DatasetError, stage_copy, verify, write_manifest  # noqa: E402
+from scalesweep.dataset import INFO, DatasetError, sha256_file, stage_copy, verify, write_manifest  # noqa: E402
 from scalesweep.metrics import write_json_atomic  # noqa: E402
 
 FASHION_CLASSES = [
@@ -100,16 +100,6 @@ def from_image_folder(src: Path, out: Path, classes: list[str], per_class: int, 
                 shutil.copy2(f, out / cls / f.name)
 
 
-def sha256_of(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _safe_member(name: str) -> bool:
     parts = Path(name).parts
     return bool(parts) and not Path(name).is_absolute() and ".." not in parts
@@ -163,7 +153,7 @@ def from_archive(archive: Path, out: Path, classes: list[str], per_class: int,
 
     if not archive.is_file():
         raise DatasetError(f"dataset archive {archive} does not exist (datasets.<name>.path)")
-    digest = sha256_of(archive)
+    digest = sha256_file(archive)
     if expect_sha256 and digest != expect_sha256.lower():
         raise DatasetError(f"{archive}: sha256 {digest} is not the configured "
                            f"{expect_sha256} (datasets.<name>.sha256)")

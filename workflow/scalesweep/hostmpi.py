@@ -33,6 +33,7 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
+from scalesweep.dataset import sha256_file
 from scalesweep.hostenv import with_user
 
 COMMAND = "inject-host-mpi"
@@ -42,14 +43,6 @@ CONTAINLIBS_DIR = "/.singularity.d/libs"  # where Apptainer/Singularity put *_CO
 
 class InjectError(RuntimeError):
     """The host libraries could not be injected (names the file or the command)."""
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def fromhost_command(image_dir: str, libs: Iterable[str], dest: str = INJECT_DIR,
