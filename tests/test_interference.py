@@ -190,6 +190,7 @@ def test_cpu_hog_beside_the_run_marks_it_disturbed():
     assert_counted_once(rec, child_cpu)
 
 
+@pytest.mark.quiet
 def test_the_same_run_without_the_hog_is_not_disturbed():
     """Other work may share this machine (other sessions' processes, invisible in this
     pid namespace but counted in /proc/stat): a generous threshold, up to three tries,

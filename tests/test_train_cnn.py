@@ -1,4 +1,4 @@
-"""The CNN payload's parts on CPU: the held-out split, counted FLOPs, DataParallel's code
+"""The CNN payload's parts on CPU: the model layer for layer, the held-out split, counted FLOPs, DataParallel's code
 path as far as torch allows without a GPU, and the MPI gradient average over two real
 ranks (mpirun)."""
 
@@ -33,6 +33,27 @@ def test_holdout_split_takes_every_kth_image_of_each_class_and_never_trains_on_i
     assert not set(train.tolist()) & set(test.tolist())
     assert test.tolist() == [0, 5, 10, 15]  # every 5th of each class, the same every run
     assert tc.holdout_split(y, 0.0)[1].numel() == 0
+
+
+def test_the_model_is_the_olcf_classifier_layer_for_layer():
+    """The OLCF study's image classifier as shared/notes/workloads.md records it: Conv 3->64,
+    64->512, then the 512->512 block four times, each block Conv3x3 + ReLU + BatchNorm +
+    MaxPool2, then Linear(512 -> classes): 9,742,722 parameters for 2 classes (the README's
+    count). Any change to the layers shows here, not as a silent change of every timing."""
+    from torch import nn
+
+    model = payload().build_model(2)
+    kinds = [type(m).__name__ for m in model]
+    assert kinds == ["Conv2d", "ReLU", "BatchNorm2d", "MaxPool2d"] * 6 + [
+        "AdaptiveAvgPool2d", "Flatten", "Linear"]
+    convs = [m for m in model if isinstance(m, nn.Conv2d)]
+    assert [(c.in_channels, c.out_channels) for c in convs] == [
+        (3, 64), (64, 512)] + [(512, 512)] * 4
+    assert all(c.kernel_size == (3, 3) and c.padding == (1, 1) for c in convs)
+    assert (model[-1].in_features, model[-1].out_features) == (512, 2)
+    assert sum(p.numel() for p in model.parameters()) == 9_742_722
+    readme = (REPO / "README.md").read_text()
+    assert "9,742,722 parameters" in readme
 
 
 def test_flops_are_counted_from_the_model_not_typed_in():
