@@ -187,7 +187,7 @@ def partial_campaign(tmp_path_factory):
     stop = wd / "results" / "runs" / TARGET / "failure.json"
     killed: list = []
     watcher = threading.Thread(target=kill_target_payload,
-                               args=(f"runs/{TARGET}/", stop, killed, time.time() + 1500),
+                               args=(f"{wd}/results/runs/{TARGET}/", stop, killed, time.time() + 1500),
                                daemon=True)
     watcher.start()
     first = run_snakemake(wd, "--profile", PROFILE, check=False, timeout=1800)
