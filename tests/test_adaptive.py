@@ -148,6 +148,7 @@ def test_every_local_core_goes_to_a_measurement_without_any_profile(campaign):
 
 
 @pytest.mark.integration
+@pytest.mark.quiet  # default interference thresholds: other work would add repeats
 def test_adaptive_interleaved_isolated_campaign(campaign):
     """A/A (native vs native-aa) on the real workflow, plain `--cores 2`: blocks ABBA,
     decisions after every block from the third, nothing beside any measurement."""

@@ -266,6 +266,7 @@ def real_campaign(root: Path, name: str, images_per_class: int) -> Path:
 
 
 @pytest.mark.integration
+@pytest.mark.quiet  # timings compared across campaigns: nothing may run beside them
 def test_real_slowdown_is_flagged_and_a_rerun_is_not(tmp_path):
     # 8 per class: 12 training images (4 held out), 1 step of 12 per epoch
     a = real_campaign(tmp_path, "a", images_per_class=8)
