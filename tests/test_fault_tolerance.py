@@ -42,7 +42,8 @@ def test_sigkill_mid_run_fails_one_point_and_rerun_redoes_only_it(campaign):
     killed: list = []
     watcher = threading.Thread(
         target=_kill_when_training,
-        args=(wd / "results/runs" / target / "run.log", target, killed, time.time() + 600),
+        args=(wd / "results/runs" / target / "run.log", f"{wd}/results/runs/{target}/", killed,
+              time.time() + 600),
         daemon=True,
     )
     watcher.start()

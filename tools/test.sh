@@ -5,18 +5,23 @@
 #   tools/test.sh -m "not slurm"  # any pytest arguments: one plain pytest run with them
 #
 # Without arguments the suite runs in two lanes side by side, then a third alone:
-#   1. the Slurm tests (-m slurm), in the background: their jobs get the CPU they ask for,
-#      and between jobs they mostly wait for the plugin's status checks (a job is seen
-#      done 18 s after its submission however short it is);
-#   2. beside them, at nice 19 (they take only the CPU the Slurm lane leaves idle), every
-#      other test but those marked quiet: their campaigns use tiny_config, whose runs are
-#      never flagged disturbed and whose assertions hold whatever the timings;
+#   1. the Slurm tests (-m slurm), in the background, in a session of their own: between
+#      jobs they mostly wait for the plugin's status checks (a job is seen done 18 s
+#      after its submission however short it is);
+#   2. beside them, under nice 19, every other test but those marked quiet: their
+#      campaigns use tiny_config, whose runs are never flagged disturbed, and they assert
+#      nothing about timings. (nice holds back pytest, Snakemake and the harness; a
+#      payload starts a session of its own and, with the kernel's autogroup scheduling,
+#      competes with the Slurm jobs at full weight: the Slurm tests accept slower jobs
+#      and runs marked disturbed, as their nodes share these cores anyway);
 #   3. then, alone on the machine, the tests marked quiet: they compare timings
 #      (tests/test_compare.py), decide repeats with the default interference thresholds
 #      (tests/test_adaptive.py) or check that a quiet run is not flagged
 #      (tests/test_interference.py), so nothing of ours may run beside them.
 # Each lane's output is printed whole when it ends; the exit status is the first failing
-# lane's. SCALESWEEP_TEST_LANES=0 runs the whole suite as one pytest run instead.
+# lane's. Ctrl-C (or SIGTERM) interrupts both running lanes (their fixtures tear down:
+# the Slurm cluster's jobs are cancelled) and skips the rest.
+# SCALESWEEP_TEST_LANES=0 runs the whole suite as one pytest run instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install.sh --test
@@ -27,9 +32,32 @@ fi
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/scalesweep-test-lanes.XXXXXX")
 started=$SECONDS
-"${PYTEST[@]}" -m slurm >"$logs/slurm.log" 2>&1 &
+# Its own session (setsid: not a group leader here, so it execs in place): the
+# terminal's Ctrl-C reaches this script and the niced lane only; the trap passes it on
+# to the Slurm lane's whole process group as SIGINT, so pytest tears its fixtures down
+# and Snakemake cancels its jobs. bash starts a background job with SIGINT ignored (no
+# job control), and a Python started so never raises KeyboardInterrupt: the lane is
+# exec'd with SIGINT back to its default.
+setsid .venv/bin/python -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.execv(sys.argv[1], sys.argv[1:])' "${PYTEST[@]}" -m slurm >"$logs/slurm.log" 2>&1 &
 slurm_pid=$!
-trap 'kill "$slurm_pid" 2>/dev/null || true' EXIT
+slurm_running=1
+stop_slurm() {
+    if [[ $slurm_running == 1 ]]; then
+        slurm_running=0
+        kill -INT -- "-$slurm_pid" 2>/dev/null || true
+        for _ in $(seq 120); do  # teardown: cancelled jobs, the cluster's own cleanup
+            kill -0 "$slurm_pid" 2>/dev/null || break
+            sleep 1
+        done
+        kill -KILL -- "-$slurm_pid" 2>/dev/null || true
+        wait "$slurm_pid" 2>/dev/null || true
+        echo "=== lane slurm: interrupted; its output: $logs/slurm.log ==="
+    fi
+}
+trap 'stop_slurm; exit 130' INT TERM
+trap 'stop_slurm' EXIT
 
 lane() {  # name, exit status
     echo "=== lane $1: exit $2, $((SECONDS - started)) s after the suite's start ==="
@@ -40,9 +68,14 @@ nice -n 19 "${PYTEST[@]}" -m "not slurm and not quiet" >"$logs/beside.log" 2>&1
 beside=$?
 cat "$logs/beside.log"
 lane "beside Slurm (nice 19)" "$beside"
+if [[ $beside == 2 ]]; then  # pytest interrupted (Ctrl-C reached it first)
+    stop_slurm
+    exit 2
+fi
 wait "$slurm_pid"
 slurm=$?
-trap - EXIT
+slurm_running=0
+trap - INT TERM EXIT
 cat "$logs/slurm.log"
 lane "slurm" "$slurm"
 "${PYTEST[@]}" -m "quiet and not slurm"

@@ -402,25 +402,10 @@ def _run_payload(argv: list[str], env: dict, log_path: str, record=None) -> int:
                                 env=env, start_new_session=True)
         previous = _forward_termination(proc, record)
         try:
-            rc = proc.wait()
+            return proc.wait()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        if _reap_leftovers(proc.pid):
-            log.write(f"# harness: processes of the payload outlived its launcher "
-                      f"(exit {rc}); killed them (process group {proc.pid})\n")
-        return rc
-
-
-def _reap_leftovers(pgid: int) -> bool:
-    """SIGKILL whatever is left in the payload's process group (its own session) once its
-    launcher has ended: a rank whose mpirun or torchrun died (killed, crashed) would wait
-    in its collective forever, beside every later measurement. True if any was left."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:  # the usual case: the whole group ended with its launcher
-        return False
-    return True
 
 
 def _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_manifest, commit, extra):
