@@ -1,6 +1,6 @@
-"""The CNN payload's parts on CPU: the model layer for layer, the held-out split, counted FLOPs, DataParallel's code
-path as far as torch allows without a GPU, and the MPI gradient average over two real
-ranks (mpirun)."""
+"""The CNN payload's parts on CPU: the model layer for layer, the held-out split, counted
+FLOPs, DataParallel's code path as far as torch allows without a GPU, and the MPI
+gradient average over two real ranks (mpirun)."""
 
 from __future__ import annotations
 

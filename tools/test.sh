@@ -78,12 +78,12 @@ trap - INT TERM EXIT
 cat "$logs/slurm.log"
 lane "slurm" "$slurm"
 "${PYTEST[@]}" -m "(integration or quiet) and not slurm"
-quiet=$?
-lane "integration and quiet (alone)" "$quiet"
+alone=$?
+lane "integration and quiet (alone)" "$alone"
 set -e
 rm -rf "$logs"
 
-for status in "$beside" "$slurm" "$quiet"; do
+for status in "$beside" "$slurm" "$alone"; do
     # 5: nothing collected (e.g. a filtered checkout), not a failure
     if [[ "$status" != 0 && "$status" != 5 ]]; then
         exit "$status"
