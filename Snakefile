@@ -16,6 +16,7 @@ include: "workflow/rules/run.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/fits.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/drift.smk"
 
 
 onstart:
@@ -58,4 +59,6 @@ rule all:
         expand(rules.report_epoch_times.output, workload=report_workloads("cnn")),
         expand(rules.report_memory.output, workload=report_workloads()),
         rules.report_memory_tables.output,
+        rules.report_summary.output,
+        rules.report_drift.output,
         expand(rules.report_memory_timeline.output, workload=report_workloads()),

@@ -123,12 +123,17 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def summarize(values: list[float | None]) -> dict[str, Any]:
+    """n, mean, std (the spread inside the run: sample standard deviation, None for one
+    value), min, percentiles, max."""
     xs = [v for v in values if v is not None]
     if not xs:
         return {"n": 0}
+    mean = sum(xs) / len(xs)
     return {
         "n": len(xs),
-        "mean": sum(xs) / len(xs),
+        "mean": mean,
+        "std": (math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+                if len(xs) > 1 else None),
         "min": min(xs),
         "p50": percentile(xs, 50),
         "p90": percentile(xs, 90),

@@ -38,10 +38,12 @@ def test_blocks_alternate_and_every_measurement_comes_after_preparation():
 
 def test_random_order_is_recorded_by_seed_and_reproducible():
     cfg = _config(runtimes=("native", "native-aa", "charliecloud"), order="random", seed=7)
-    p = SweepPoint("cnn_ddp", "native", 1, 0, 1, 1, 4)
+    p = SweepPoint("cnn_ddp", "native", 1, 0, 1, 1, 4, "native-aa")
     assert block_order(p, cfg) == block_order(p, cfg)
-    assert sorted(block_order(p, cfg)) == ["charliecloud", "native", "native-aa"]
-    orders = {tuple(block_order(SweepPoint("cnn_ddp", "native", 1, 0, 1, 1, k), cfg))
+    # a block holds native and the runtime of its arm
+    assert sorted(block_order(p, cfg)) == ["native", "native-aa"]
+    orders = {tuple(block_order(SweepPoint("cnn_ddp", "native", 1, 0, 1, 1, k,
+                                           "charliecloud"), cfg))
               for k in range(1, 20)}
     assert len(orders) > 1
 
@@ -49,6 +51,7 @@ def test_random_order_is_recorded_by_seed_and_reproducible():
 def test_aa_calibration_adds_a_second_native_runtime():
     cfg = _config(runtimes=("native",), aa_calibration=True)
     assert {p.runtime for p in sweep_points(cfg)} == {"native", "native-aa"}
+    assert {p.arm for p in sweep_points(cfg)} == {"native-aa"}
 
 
 def _runs(native, container, disturbed=()):
@@ -59,7 +62,7 @@ def _runs(native, container, disturbed=()):
     return rows
 
 
-SERIES = Series("cnn_ddp", 1, 0, 1, 1)
+SERIES = Series("cnn_ddp", 1, 0, 1, 1, "charliecloud")
 
 
 def test_a_tight_comparison_is_enough_after_the_minimum():

@@ -28,14 +28,14 @@ def test_merge_copies_missing_points_and_never_overwrites(tmp_path):
     _point(a, 2, 2.0, failed=True)
     _point(b, 2, 2.5)
     _point(b, 1, 9.9)  # same point as a's rep1, different measurement
-    before = (a / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/metrics.json").read_bytes()
+    before = (a / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/native/metrics.json").read_bytes()
     out = subprocess.run([*CLI, "merge", str(b), "--into", str(a)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "1 copied" in out.stdout and "1 conflicts" in out.stdout
-    assert (a / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/metrics.json").read_bytes() == before
-    rep2 = a / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep2"
+    assert (a / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/native/metrics.json").read_bytes() == before
+    rep2 = a / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep2/native"
     assert json.loads((rep2 / "metrics.json").read_text())["train_s"] == 2.5
-    kept = list(rep2.parent.glob("rep2.replaced-*"))
+    kept = list(rep2.parent.glob("native.replaced-*"))
     assert kept and (kept[0] / "failure.json").is_file(), "the failed attempt's record is kept"
     strict = subprocess.run([*CLI, "merge", str(b), "--into", str(a), "--strict"], capture_output=True, text=True)
     assert strict.returncode == 1
@@ -50,7 +50,7 @@ def test_archive_holds_measurements_and_config(tmp_path):
     assert out.returncode == 0 and "1 finished points" in out.stdout
     names = tarfile.open(tmp_path / "a.tar.gz").getnames()
     assert "config/config.yaml" in names
-    assert "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/metrics.json" in names
+    assert "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/native/metrics.json" in names
 
 
 def test_merge_refuses_a_non_campaign(tmp_path):

@@ -102,7 +102,9 @@ def test_change_is_a_ratio_of_means_with_fieller_ci(tmp_path):
     assert row["change_pct"] == pytest.approx(2 / 11 * 100)
     # Welch's t on (12,13,14) vs (10,11,12): t = 2 / sqrt(2/3), df = 4
     assert row["p_value"] == pytest.approx(0.0705, abs=0.001)
-    assert row["verdict"] == "not_significant"
+    # +18% but not significant: its CI reaches past +-5% both ways, so it cannot tell
+    assert row["change_ci95_low_pct"] < 0 and row["change_ci95_high_pct"] > 5
+    assert row["verdict"] == "inconclusive"
 
 
 def test_without_repeats_nothing_is_significant(tmp_path):
@@ -114,17 +116,73 @@ def test_without_repeats_nothing_is_significant(tmp_path):
 
 
 def test_threshold_and_significance_both_needed():
-    assert compare.verdict(30, 0.001, 5, 0.05) == "regression"
-    assert compare.verdict(-30, 0.001, 5, 0.05) == "improvement"
-    assert compare.verdict(4, 0.001, 5, 0.05) == "within_threshold"
-    assert compare.verdict(30, 0.2, 5, 0.05) == "not_significant"
+    assert compare.verdict(30, 0.001, 5, 0.05, 20, 40) == "regression"
+    assert compare.verdict(-30, 0.001, 5, 0.05, -40, -20) == "improvement"
+    assert compare.verdict(4, 0.001, 5, 0.05, 3, 4.9) == "within_threshold"
+    assert compare.verdict(30, 0.2, 5, 0.05, -10, 70) == "inconclusive"
     assert compare.verdict(30, float("nan"), 5, 0.05) == "untested"
-    assert compare.verdict(30, 0.001, 40, 0.05) == "within_threshold"
+    assert compare.verdict(30, 0.001, 40, 0.05, 10, 35) == "within_threshold"
+
+
+def test_within_threshold_needs_the_whole_ci_inside_it():
+    # the case: +1.5% with a 95% CI of -15.7% .. +18.6% is not "within 5%"
+    assert compare.verdict(1.5, 0.85, 5, 0.05, -15.7, 18.6) == "inconclusive"
+    # significant but small, with a CI reaching past +5%: maybe a regression, cannot tell
+    assert compare.verdict(4, 0.01, 5, 0.05, 1, 7) == "inconclusive"
+    assert compare.verdict(-4, 0.01, 5, 0.05, -7, -1) == "inconclusive"
+    # the bounds themselves are inside; an unbounded (NaN) CI never is
+    assert compare.verdict(0, 0.9, 5, 0.05, -5, 5) == "within_threshold"
+    assert compare.verdict(0, 0.9, 5, 0.05, float("nan"), float("nan")) == "inconclusive"
+    # a point estimate inside the threshold without a CI (one repeat a side) is untested
+    assert compare.verdict(1, float("nan"), 5, 0.05) == "untested"
+    # identical repeats: a zero-width CI decides "within", but beyond it there is no test
+    assert compare.verdict(2, float("nan"), 5, 0.05, 2, 2) == "within_threshold"
+    assert compare.verdict(9, float("nan"), 5, 0.05, 9, 9) == "untested"
+
+
+def test_a_noisy_unchanged_point_is_inconclusive_and_strict_fails_on_it(tmp_path):
+    # the same mean, 15% run-to-run noise, 4 repeats: the CI is far wider than +-5%
+    a = make_campaign(tmp_path, "a", {point(): 10.0}, noise=0.15, seed=3)
+    b = make_campaign(tmp_path, "b", {point(): 10.0}, noise=0.15, seed=4)
+    row = compare.compare_runs(compare.campaign_runs(a)[0], compare.campaign_runs(b)[0]).iloc[0]
+    assert row["change_ci95_low_pct"] < -5 or row["change_ci95_high_pct"] > 5
+    assert row["p_value"] >= 0.05 and row["verdict"] == "inconclusive"
+    lenient = scalesweep("compare", a, b, "--fail-on-regression")
+    assert lenient.returncode == 0, lenient.stderr
+    assert "1 points (1 inconclusive)" in lenient.stderr
+    strict = scalesweep("compare", a, b, "--strict")
+    assert strict.returncode == compare.EXIT_UNDECIDED == 3, strict.stderr
+    assert "1 point(s) inconclusive or untested" in strict.stderr
+    assert "exit 3" in strict.stderr
+    # a wider threshold that the CI fits inside passes even when strict
+    wide = scalesweep("compare", a, b, "--strict", "--threshold", "200")
+    assert wide.returncode == 0, wide.stderr
+    assert pd.read_csv(io.StringIO(wide.stdout))["verdict"].tolist() == ["within_threshold"]
+
+
+def test_strict_fails_on_a_regression_first_and_on_untested_points(tmp_path, campaigns):
+    a, b = campaigns
+    strict = scalesweep("compare", a, b, "--strict")  # a regression and only_in rows
+    assert strict.returncode == compare.EXIT_REGRESSION == 1, strict.stderr
+    ok = scalesweep("compare", a, b, "--strict", "--threshold", "50")
+    assert ok.returncode == 0, ok.stdout + ok.stderr  # only_in_a / only_in_b do not count
+    one_a = make_campaign(tmp_path, "one_a", {point(): 10.0}, repeats=1)
+    one_b = make_campaign(tmp_path, "one_b", {point(): 10.1}, repeats=1)
+    assert scalesweep("compare", one_a, one_b, "--fail-on-regression").returncode == 0
+    assert scalesweep("compare", one_a, one_b, "--strict").returncode == 3
+
+
+def test_help_documents_the_exit_codes():
+    out = scalesweep("compare", "--help")
+    assert out.returncode == 0
+    text = " ".join(out.stdout.split())
+    assert "--strict" in text and "1 a regression" in text
+    assert "3 no regression but a matched point inconclusive or untested" in text
 
 
 def test_broken_metrics_are_skipped_and_named(campaigns):
     a, _ = campaigns
-    bad = a / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep9/metrics.json"
+    bad = a / "results/runs" / point(repeat=9).path / "metrics.json"
     bad.parent.mkdir(parents=True)
     bad.write_text("{not json")
     stray = a / "results/runs/somewhere/metrics.json"
@@ -132,7 +190,8 @@ def test_broken_metrics_are_skipped_and_named(campaigns):
     stray.write_text("{}")
     runs, skipped = compare.campaign_runs(a)
     assert len(runs) == 20 and len(skipped) == 2
-    assert any("rep9/metrics.json" in s and "not valid JSON" in s for s in skipped)
+    assert any(f"{point(repeat=9).path}/metrics.json" in s and "not valid JSON" in s
+               for s in skipped)
     assert any("not a sweep point path" in s for s in skipped)
 
 

@@ -228,7 +228,7 @@ def test_config_items_and_profile_agree_with_snakemake(campaign, tmp_path):
     out = scalesweep("status", "-d", wd, *args, "--json")
     assert out.returncode == 0, out.stderr
     listed = {p["path"] for p in json.loads(out.stdout)["points"]}
-    assert planned_points(dry) == listed == {"cnn_ddp/native/n1-g0-r2-t1/rep1"}
+    assert planned_points(dry) == listed == {"cnn_ddp/native/n1-g0-r2-t1/rep1/native"}
 
 
 def test_profile_config_agrees_with_snakemake(campaign, tmp_path):
@@ -240,7 +240,7 @@ def test_profile_config_agrees_with_snakemake(campaign, tmp_path):
     assert out.returncode == 0, out.stderr
     status = json.loads(out.stdout)
     assert planned_points(dry) == {p["path"] for p in status["points"]} == {
-        "cnn_ddp/native/n1-g0-r1-t1/rep1", "cnn_ddp/native/n1-g0-r1-t1/rep2"}
+        "cnn_ddp/native/n1-g0-r1-t1/rep1/native", "cnn_ddp/native/n1-g0-r1-t1/rep2/native"}
     assert status["rerun_command"].startswith(f"snakemake --directory {wd} --profile {prof}")
 
 
@@ -297,19 +297,19 @@ def test_no_selection_is_the_whole_sweep():
 
 def test_selection_narrows_each_axis_and_combines():
     pick = lambda only: paths(selected_points(selection_config(only)))  # noqa: E731
-    assert pick({"workloads": ["cnn_ddp"]}) == ["cnn_ddp/native/n1-g0-r1-t1/rep1",
-                                                "cnn_ddp/native/n1-g0-r2-t1/rep1"]
-    assert pick({"runtimes": ["charliecloud"]}) == ["cnn_b/charliecloud/n1-g0-r1-t1/rep1",
-                                                    "cnn_b/charliecloud/n2-g0-r1-t1/rep1"]
-    assert pick({"nodes": [2]}) == ["cnn_b/charliecloud/n2-g0-r1-t1/rep1",
-                                    "cnn_b/native/n2-g0-r1-t1/rep1"]
+    assert pick({"workloads": ["cnn_ddp"]}) == ["cnn_ddp/native/n1-g0-r1-t1/rep1/native",
+                                                "cnn_ddp/native/n1-g0-r2-t1/rep1/native"]
+    assert pick({"runtimes": ["charliecloud"]}) == ["cnn_b/charliecloud/n1-g0-r1-t1/rep1/charliecloud",
+                                                    "cnn_b/charliecloud/n2-g0-r1-t1/rep1/charliecloud"]
+    assert pick({"nodes": [2]}) == ["cnn_b/charliecloud/n2-g0-r1-t1/rep1/charliecloud",
+                                    "cnn_b/charliecloud/n2-g0-r1-t1/rep1/native"]
     assert pick({"workloads": ["cnn_b"], "runtimes": ["native"], "nodes": [1]}) == \
-        ["cnn_b/native/n1-g0-r1-t1/rep1"]
+        ["cnn_b/charliecloud/n1-g0-r1-t1/rep1/native"]
     assert len(pick({"workloads": ["cnn_ddp", "cnn_b"], "runtimes": ["native"]})) == 4
     selection = Selection.of(selection_config({"nodes": [2], "workloads": ["cnn_b"]}))
     assert selection.describe() == "only={workloads: [cnn_b], nodes: [2]}"
-    assert SweepPoint.from_path("cnn_b/native/n2-g0-r1-t1/rep7") in selection  # any repeat
-    assert SweepPoint.from_path("cnn_b/native/n1-g0-r1-t1/rep1") not in selection
+    assert SweepPoint.from_path("cnn_b/charliecloud/n2-g0-r1-t1/rep7/native") in selection  # any repeat
+    assert SweepPoint.from_path("cnn_b/charliecloud/n1-g0-r1-t1/rep1/native") not in selection
 
 
 @pytest.mark.parametrize("only, message", [
@@ -335,7 +335,7 @@ def test_a_value_of_any_selected_workload_is_valid():
     # charliecloud is cnn_b's only: with both workloads selected it selects cnn_b's points
     only = {"runtimes": ["charliecloud"], "nodes": [1], "workloads": ["cnn_ddp", "cnn_b"]}
     assert paths(selected_points(selection_config(only))) == \
-        ["cnn_b/charliecloud/n1-g0-r1-t1/rep1"]
+        ["cnn_b/charliecloud/n1-g0-r1-t1/rep1/charliecloud"]
 
 
 def test_selection_of_a_switched_off_workload_or_of_nothing():
@@ -357,7 +357,7 @@ def test_selection_is_schema_checked(campaign):
     config = effective_config(wd, config_args=[
         "only={workloads: [cnn_b], runtimes: [native], nodes: [2]}"])
     assert config["only"] == {"workloads": ["cnn_b"], "runtimes": ["native"], "nodes": [2]}
-    assert paths(selected_points(config)) == ["cnn_b/native/n2-g0-r1-t1/rep1"]
+    assert paths(selected_points(config)) == ["cnn_b/charliecloud/n2-g0-r1-t1/rep1/native"]
     assert "only" not in effective_config(wd)  # no default: absent means everything
     for bad, key in [("only={workloads: cnn_b}", "config key only.workloads"),
                      ("only={workload: [cnn_b]}", "config key only"),
@@ -374,8 +374,8 @@ def test_status_and_plan_honour_the_selection(campaign):
     out = scalesweep("status", "-d", wd, "--config", only, "--json")
     assert out.returncode == 0, out.stderr
     status = json.loads(out.stdout)
-    assert {p["path"] for p in status["points"]} == {"cnn_b/native/n2-g0-r1-t1/rep1",
-                                                     "cnn_b/charliecloud/n2-g0-r1-t1/rep1"}
+    assert {p["path"] for p in status["points"]} == {"cnn_b/charliecloud/n2-g0-r1-t1/rep1/native",
+                                                     "cnn_b/charliecloud/n2-g0-r1-t1/rep1/charliecloud"}
     assert status["outside_selection"]["points"] == 4
     assert status["outside_selection"]["selection"] == "only={workloads: [cnn_b], nodes: [2]}"
     assert status["rerun_command"] == f"snakemake --directory {wd} --config '{only}'"
@@ -398,8 +398,8 @@ def test_dry_run_measures_only_the_selection(campaign):
     wd = campaign(two_workloads())
     only = "only={workloads: [cnn_b], runtimes: [native]}"
     dry = run_snakemake(wd, "-n", "--config", only)
-    assert planned_points(dry) == {"cnn_b/native/n1-g0-r1-t1/rep1",
-                                   "cnn_b/native/n2-g0-r1-t1/rep1"}
+    assert planned_points(dry) == {"cnn_b/charliecloud/n1-g0-r1-t1/rep1/native",
+                                   "cnn_b/charliecloud/n2-g0-r1-t1/rep1/native"}
     out = scalesweep("status", "-d", wd, "--config", only, "--json")
     assert planned_points(dry) == {p["path"] for p in json.loads(out.stdout)["points"]}
     bad = run_snakemake(wd, "-n", "--config", "only={workloads: [lm]}", check=False)

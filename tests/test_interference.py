@@ -363,7 +363,8 @@ def test_execute_records_interference_allocation_and_order(tmp_path, monkeypatch
     assert a["cpus_bound"].split(",")[0].split("-")[0] == str(cpus[0])
     # repeat 2 of an alternating block: the order reversed
     assert m["order"] == {"scheme": "alternate", "block": 2, "position": 0,
-                          "sequence": ["charliecloud", "native"]}
+                          "block_id": "cnn_ddp/charliecloud/n1-g0-r1-t1/rep2",
+                          "arm": "charliecloud", "sequence": ["charliecloud", "native"]}
     # the token never appears in the command line
     assert TOKEN_VAR not in m["command"]
     attempt = json.loads((out / "attempts.jsonl").read_text().splitlines()[-1])

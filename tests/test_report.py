@@ -34,9 +34,10 @@ def report_items(container: bool) -> list[str]:
     """Every report() item this campaign must have in report.html."""
     items = [f"results/summary/{t}.csv" for t in (
         "runs", "scaling", "llm", "overhead", "epochs", "provenance", "missing", "startup",
-        "accuracy_parity", "achieved_rate", "mpi", "memory")]
+        "accuracy_parity", "achieved_rate", "mpi", "memory", "made", "significance",
+        "rules", "drift")]
     items += ["results/plots/scaling.png", "results/plots/llm.png",
-              "results/plots/completeness.png"]
+              "results/plots/completeness.png", "results/plots/drift.png"]
     items += [f"results/plots/{kind}/{WORKLOAD}.png"
               for kind in ("efficiency", "overhead", "epoch_times", "memory",
                            "memory_timeline")]
@@ -46,7 +47,8 @@ def report_items(container: bool) -> list[str]:
 
 
 CATEGORIES = ("Scaling efficiency", "Container overhead", "Per-epoch time", "Peak memory",
-              "Provenance", "Sweep completeness", "Container start-up")
+              "Provenance", "Sweep completeness", "Container start-up", "About this report",
+              "Machine drift")
 
 
 # --- helpers -------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ def test_status_lists_a_disturbed_run_and_says_the_same_command_replaces_it(tmp_
     assert main(["status", "-d", str(wd)]) == 0
     out = capsys.readouterr().out
     assert "3 requested points: 2 done, 1 disturbed" in out
-    assert "rep2: vm: outside processes used 48.0%" in out
+    assert "rep2/native: vm: outside processes used 48.0%" in out
     assert "Re-running the same command measures replacement blocks" in out
 
 

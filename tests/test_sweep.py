@@ -9,8 +9,8 @@ from scalesweep.sweep import RUNTIMES, SweepError, SweepPoint, scaling_count, sw
 def test_default_tiny_sweep_lists_every_point():
     points = sweep_points(tiny_config())
     assert [p.path for p in points] == [
-        "cnn_ddp/native/n1-g0-r1-t1/rep1",
-        "cnn_ddp/native/n1-g0-r2-t1/rep1",
+        "cnn_ddp/native/n1-g0-r1-t1/rep1/native",
+        "cnn_ddp/native/n1-g0-r2-t1/rep1/native",
     ]
 
 
@@ -103,4 +103,5 @@ def test_run_rule_output_path_is_the_point_path():
     assert "POINT_METRICS" in run_point and "n{nodes}-g{gpus}" not in run_point
     common = (REPO / "workflow" / "rules" / "common.smk").read_text()
     assert "POINT_DIR" in common and "n{nodes}-g{gpus}" not in common
-    assert POINT_DIR.startswith("{workload}/{runtime}/") and METRICS_JSON == "metrics.json"
+    assert POINT_DIR.startswith("{workload}/{arm}/") and POINT_DIR.endswith("/{runtime}")
+    assert METRICS_JSON == "metrics.json"

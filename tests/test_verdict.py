@@ -22,7 +22,7 @@ from scalesweep.sweep import SweepPoint
 
 KEYS = {"n_native", "n", "paired", "overhead_pct", "ci95_low_pct", "ci95_high_pct",
         "ci_half_width_pp", "p_value", "equivalence_p_value", "verdict", "verdict_text",
-        "repeats_needed", "target_met"}
+        "repeats_needed", "target_met", "ci_method", "normality_p_value"}
 NATIVE = [10.02, 9.97, 10.05, 10.01, 9.95]
 CONTAINER = [10.10, 10.03, 10.08, 10.09, 10.00]
 

@@ -31,6 +31,8 @@ rule aggregate:
             labels={"table": "container overhead"},
         ),
         points="results/summary/points.csv",
+        # the settings the verdicts rest on (scalesweep.collect.campaign_record)
+        campaign="results/summary/campaign.json",
     log:
         "logs/aggregate.log",
     conda:

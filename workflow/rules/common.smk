@@ -351,7 +351,7 @@ def series_point_metrics(series, repeats):
     return [
         point_metrics(series.point(rt, k))
         for k in repeats
-        for rt in workload_runtimes(config, series.workload)
+        for rt in series.runtimes(config)
     ]
 
 
@@ -429,14 +429,17 @@ def measured_on_disk(series, history=False):
     also the repeats being measured again (scalesweep rerun moved their run to history/).
     """
     found = []
-    for runtime in workload_runtimes(config, series.workload):
-        base = Path(RUNS_DIR, series.point(runtime, 1).path).parent
-        for rep in sorted(base.glob("rep*")) if base.is_dir() else []:
-            kept = (rep / METRICS_JSON).is_file() or (
-                history and (rep / HISTORY_DIR).is_dir()
+    base = Path(RUNS_DIR, series.path)
+    for block in sorted(base.glob("rep*")) if base.is_dir() else []:
+        if not block.name[3:].isdigit():
+            continue
+        for runtime in series.runtimes(config):
+            run = block / runtime
+            kept = (run / METRICS_JSON).is_file() or (
+                history and (run / HISTORY_DIR).is_dir()
             )
-            if kept and rep.name[3:].isdigit():
-                found.append(str(rep / METRICS_JSON))
+            if kept:
+                found.append(str(run / METRICS_JSON))
     return found
 
 

@@ -265,3 +265,38 @@ rule report_startup_table:
         "../../envs/scalesweep.yaml"
     script:
         "../scripts/report_startup.py"
+
+
+rule report_summary:
+    input:
+        runs=rules.aggregate.output.runs,
+        scaling=rules.aggregate.output.scaling,
+        llm=rules.aggregate.output.llm,
+        overhead=rules.aggregate.output.overhead,
+        points=rules.aggregate.output.points,
+    output:
+        made=report(
+            "results/summary/made.csv",
+            caption="../report/made.rst",
+            category="About this report",
+            labels={"table": "made from"},
+        ),
+        significance=report(
+            "results/summary/significance.csv",
+            caption="../report/significance.rst",
+            category="About this report",
+            labels={"table": "many comparisons: chance and FDR"},
+        ),
+        rules=report(
+            "results/summary/rules.csv",
+            caption="../report/rules.rst",
+            category="About this report",
+            labels={"table": "benchmarking rules"},
+        ),
+    log:
+        "logs/report/summary.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    script:
+        "../scripts/report_summary.py"

@@ -40,9 +40,9 @@ checkpoint repeats_decision:
     input:
         decision_inputs,
     output:
-        "results/decisions/{workload}/n{nodes}-g{gpus}-r{ranks}-t{threads}/after{round}.json",
+        "results/decisions/{workload}/{arm}/n{nodes}-g{gpus}-r{ranks}-t{threads}/after{round}.json",
     log:
-        "logs/decisions/{workload}/n{nodes}-g{gpus}-r{ranks}-t{threads}/after{round}.log",
+        "logs/decisions/{workload}/{arm}/n{nodes}-g{gpus}-r{ranks}-t{threads}/after{round}.log",
     localrule: True
     conda:
         "../../envs/scalesweep.yaml"
@@ -56,9 +56,9 @@ rule series_done:
     input:
         series_inputs,
     output:
-        "results/decisions/{workload}/n{nodes}-g{gpus}-r{ranks}-t{threads}/final.json",
+        "results/decisions/{workload}/{arm}/n{nodes}-g{gpus}-r{ranks}-t{threads}/final.json",
     log:
-        "logs/decisions/{workload}/n{nodes}-g{gpus}-r{ranks}-t{threads}/final.log",
+        "logs/decisions/{workload}/{arm}/n{nodes}-g{gpus}-r{ranks}-t{threads}/final.log",
     localrule: True
     conda:
         "../../envs/scalesweep.yaml"

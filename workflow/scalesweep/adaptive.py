@@ -1,8 +1,9 @@
 """Adaptive repeats and the order of measurements.
 
-A *series* is one geometry of one workload (workload, nodes, GPUs, ranks, threads): the
-runtimes it compares (native, native-aa, containers) are measured in blocks, one repeat
-of every runtime per block (``scalesweep.sweep.block_order``). After ``sweep.repeats``
+A *series* is one arm of one geometry of one workload (workload, arm, nodes, GPUs, ranks,
+threads): the reference (native) and the runtime the arm compares with it are measured in
+blocks, one run of each per block, one right after the other
+(``scalesweep.sweep.block_order``, ``BLOCK_DIR``). After ``sweep.repeats``
 blocks (the minimum), a decision after each block says whether the series needs another:
 until every container's overhead has a 95% CI half-width of at most
 ``measurement.target_ci_pp`` and every runtime has at least the minimum of undisturbed
@@ -20,18 +21,19 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from scalesweep.sweep import (
+    REFERENCE,
     SweepPoint,
     block_order,
+    block_runtimes,
     is_native,
     workload_axes,
-    workload_runtimes,
 )
 
 # results/decisions/<series>/after<round>.json, final.json
 # a comparison's CI from fewer undisturbed repeats per side is not trusted, whatever
 # sweep.repeats says
 MIN_COMPARED = 3
-SERIES_DIR = "{workload}/n{nodes}-g{gpus}-r{ranks}-t{threads}"
+SERIES_DIR = "{workload}/{arm}/n{nodes}-g{gpus}-r{ranks}-t{threads}"
 
 
 @dataclass(frozen=True, order=True)
@@ -41,6 +43,7 @@ class Series:
     gpus: int
     ranks: int
     threads: int
+    arm: str = REFERENCE
 
     @property
     def path(self) -> str:
@@ -48,17 +51,22 @@ class Series:
 
     @classmethod
     def of(cls, point: SweepPoint) -> "Series":
-        return cls(point.workload, point.nodes, point.gpus, point.ranks, point.threads)
+        return cls(point.workload, point.nodes, point.gpus, point.ranks, point.threads,
+                   point.arm)
 
     @classmethod
     def from_wildcards(cls, wc: Any) -> "Series":
         get = wc.get if hasattr(wc, "get") else lambda k: getattr(wc, k)
         return cls(str(get("workload")), int(get("nodes")), int(get("gpus")),
-                   int(get("ranks")), int(get("threads")))
+                   int(get("ranks")), int(get("threads")), str(get("arm")))
 
     def point(self, runtime: str, repeat: int) -> SweepPoint:
         return SweepPoint(self.workload, runtime, self.nodes, self.gpus, self.ranks,
-                          self.threads, repeat)
+                          self.threads, repeat, self.arm)
+
+    def runtimes(self, config: dict) -> list[str]:
+        """The runtimes of each of its blocks."""
+        return block_runtimes(config, self.workload, self.arm)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -116,7 +124,7 @@ def decide(
     m = config.get("measurement") or {}
     target = float(m.get("target_ci_pp", 2.0))
     margin = float(m.get("equivalence_margin_pct", 2.0))
-    runtimes = workload_runtimes(config, series.workload)
+    runtimes = series.runtimes(config)
     valid: dict[str, dict[int, float]] = {rt: {} for rt in runtimes}
     disturbed: dict[str, list[int]] = {rt: [] for rt in runtimes}
     for row in runs:
@@ -132,11 +140,12 @@ def decide(
         if len(valid[rt]) < low:
             reasons.append(f"{rt}: {len(valid[rt])} undisturbed repeats of at least {low}")
     comparisons = {}
-    if "native" in runtimes:
-        base = valid["native"]
+    if REFERENCE in runtimes:
+        base = valid[REFERENCE]
         for rt in runtimes:
-            if rt == "native":
+            if rt == REFERENCE:
                 continue
+            # the runs of one repeat of a series are one block: measured together
             pairs = sorted(set(base) & set(valid[rt]))
             if len(pairs) >= 2:
                 native = np.array([base[k] for k in pairs])

@@ -7,12 +7,13 @@ rounding is for whoever prints them.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special, stats
 
 # The one overhead definition: positive = the container is slower than native.
 # Published tables differ (HPEC 2019 mixes definitions), so the report quotes this.
@@ -242,11 +243,16 @@ def overhead_table(
 
 
 VERDICT_COLUMNS = [
-    "paired", "n_native", "n", "n_disturbed", "native_s", "time_s", "overhead_pct",
-    "overhead_ci95_low_pct", "overhead_ci95_high_pct", "ci_half_width_pp", "p_value",
-    "significant", "equivalence_p_value", "margin_pct", "verdict", "verdict_text",
-    "repeats_needed", "target_ci_pp", "target_met",
+    "paired", "pairing", "n_native", "n", "n_disturbed", "n_pairs_split",
+    "n_pairs_machine_differs", "native_s", "time_s", "overhead_pct",
+    "overhead_ci95_low_pct", "overhead_ci95_high_pct", "ci_half_width_pp", "ci_method",
+    "normality_p_value", "p_value", "significant", "equivalence_p_value", "margin_pct",
+    "verdict", "verdict_text", "repeats_needed", "target_ci_pp", "target_met",
 ]
+# how a paired comparison's pairs were formed, as every table says it
+SAME_BLOCK = "same-block pairs"
+SAME_REPEAT = "pairs on the repeat number"
+UNPAIRED = "unpaired"
 
 
 def verdict_table(
@@ -260,24 +266,34 @@ def verdict_table(
     margin_pct: float = EQUIVALENCE_MARGIN_PCT,
     target_ci_pp: float = TARGET_CI_PP,
     confidence: float = CONFIDENCE,
+    max_pair_gap_s: float | None = None,
+    probe_tolerance_pct: float | None = None,
 ) -> pd.DataFrame:
     """``overhead_verdict`` of every runtime against ``baseline_runtime``, per group.
 
-    Output columns: group columns, runtime, then ``VERDICT_COLUMNS``: paired, n_native,
-    n (pairs when paired), n_disturbed (runs of either side left out), native_s, time_s,
-    overhead_pct, overhead_ci95_low_pct, overhead_ci95_high_pct, ci_half_width_pp,
-    p_value, significant (p_value < 1 - confidence), equivalence_p_value, margin_pct,
-    verdict, verdict_text, repeats_needed, target_ci_pp, target_met.
+    Output columns: group columns, runtime, then ``VERDICT_COLUMNS``: paired, pairing
+    (SAME_BLOCK, SAME_REPEAT or UNPAIRED), n_native, n (pairs when paired), n_disturbed
+    (runs of either side left out), n_pairs_split (pairs whose runs were not measured
+    together), n_pairs_machine_differs (pairs whose machine-speed probes differ), native_s,
+    time_s, overhead_pct, overhead_ci95_low_pct, overhead_ci95_high_pct,
+    ci_half_width_pp, ci_method, normality_p_value, p_value, significant (p_value < 1 -
+    confidence), equivalence_p_value, margin_pct, verdict, verdict_text, repeats_needed,
+    target_ci_pp, target_met.
 
     Rows where ``exclude_col`` is true (disturbed runs) are counted and left out. The
-    comparison is paired (as the adaptive repeats decide it: scalesweep.adaptive) when
-    each ``pair_col`` value occurs at most once per side and at least two of them are
-    valid on both sides; only those pairs are used (a repeat valid on one side only is
-    left out), and native_s / time_s are then the geometric means over the pairs (so
-    that overhead_pct = (time_s - native_s) / native_s x 100 still holds). Otherwise it
-    is unpaired over the valid runs, with arithmetic means. Where a ``hosts`` column
-    exists, pairs whose two runs ran on the same nodes are preferred (used alone when
-    there are at least two of them).
+    comparison is paired when each ``pair_col`` value (``block_id``: the block the run
+    was measured in, SAME_BLOCK; any other column, e.g. a repeat number, SAME_REPEAT)
+    occurs at most once per side and at least two of them are valid on both sides; only
+    those pairs are used, and native_s / time_s are then the geometric means over the
+    pairs (so that overhead_pct = (time_s - native_s) / native_s x 100 still holds).
+    Otherwise it is unpaired over the valid runs, with arithmetic means. A pair is left
+    out (and counted) where its two runs were not measured together: more than
+    ``max_pair_gap_s`` seconds between the end of the first and the start of the second
+    (columns start, end), as after one of them was measured again; or where their
+    machine-speed probes differ by more than ``probe_tolerance_pct``
+    (``scalesweep.probe.pair_probe_difference_pct``). Where a ``hosts`` column exists,
+    pairs whose two runs ran on the same nodes are preferred (used alone when there are
+    at least two of them).
     """
     group_cols = _as_list(group_cols)
     _require_table(df, [*group_cols, runtime_col, time_col])
@@ -293,39 +309,62 @@ def verdict_table(
         is_base = _baseline_mask(group, runtime_col, baseline_runtime, group_cols, key)
         base = group[is_base]
         for runtime, runs in group[~is_base].groupby(runtime_col, sort=False):
-            pairs = _valid_pairs(base, runs, pair_col, time_col)
-            if pairs is not None:
-                native, container = pairs
+            pairs = _valid_pairs(base, runs, pair_col, time_col, max_pair_gap_s,
+                                 probe_tolerance_pct)
+            if pairs.native is not None:
+                native, container = pairs.native, pairs.container
                 native_s, time_s = np.exp(np.log(native).mean()), np.exp(np.log(container).mean())
             else:
                 native = base.loc[~base["_excluded"], time_col].to_numpy(float)
                 container = runs.loc[~runs["_excluded"], time_col].to_numpy(float)
                 native_s = native.mean() if native.size else np.nan
                 time_s = container.mean() if container.size else np.nan
-            v = overhead_verdict(native, container, paired=pairs is not None,
+            paired = pairs.native is not None
+            v = overhead_verdict(native, container, paired=paired,
                                  margin_pct=margin_pct, target_ci_pp=target_ci_pp,
                                  confidence=confidence)
             p_value = v["p_value"]
             rows.append({
                 **dict(zip(group_cols, key)),
                 runtime_col: runtime,
-                "paired": v["paired"], "n_native": v["n_native"], "n": v["n"],
+                "paired": v["paired"],
+                "pairing": pairs.how if paired else UNPAIRED,
+                "n_native": v["n_native"], "n": v["n"],
                 "n_disturbed": int(base["_excluded"].sum() + runs["_excluded"].sum()),
+                "n_pairs_split": pairs.split,
+                "n_pairs_machine_differs": pairs.machine_differs,
                 "native_s": native_s, "time_s": time_s,
                 "overhead_pct": v["overhead_pct"],
                 "overhead_ci95_low_pct": v["ci95_low_pct"],
                 "overhead_ci95_high_pct": v["ci95_high_pct"],
                 "ci_half_width_pp": v["ci_half_width_pp"],
+                "ci_method": v.get("ci_method", "paired t" if paired else "Fieller/Welch"),
+                "normality_p_value": v.get("normality_p_value", np.nan),
                 "p_value": p_value,
                 "significant": pd.NA if np.isnan(p_value) else bool(p_value < 1 - confidence),
                 "equivalence_p_value": v["equivalence_p_value"],
                 "margin_pct": margin_pct,
-                "verdict": v["verdict"], "verdict_text": v["verdict_text"],
+                "verdict": v["verdict"],
+                "verdict_text": _with_pairing(v["verdict_text"], pairs, paired),
                 "repeats_needed": v["repeats_needed"],
                 "target_ci_pp": target_ci_pp, "target_met": v["target_met"],
             })
     table = pd.DataFrame(rows, columns=[*group_cols, runtime_col, *VERDICT_COLUMNS])
     return table.astype({"significant": "boolean"})
+
+
+def _with_pairing(text: str, pairs: "_Pairs", paired: bool) -> str:
+    """The verdict text, saying which pairs it rests on and which were left out."""
+    if paired and pairs.how == SAME_BLOCK:
+        text = text.replace(" pairs)", " same-block pairs)")
+    left = []
+    if pairs.split:
+        left.append(f"{pairs.split} pair{'s' if pairs.split != 1 else ''} not measured "
+                    "together left out")
+    if pairs.machine_differs:
+        left.append(f"{pairs.machine_differs} pair{'s' if pairs.machine_differs != 1 else ''}"
+                    " on a machine whose speed differed left out")
+    return text + (f"; {', '.join(left)}" if left else "")
 
 
 def truthy(value) -> bool:
@@ -338,33 +377,74 @@ def truthy(value) -> bool:
         return False
 
 
+class _Pairs:
+    """The pairs of one comparison: (native, container) times, or None where unpaired;
+    how they were formed, and how many were left out and why."""
+
+    def __init__(self, native=None, container=None, how=UNPAIRED, split=0,
+                 machine_differs=0):
+        self.native, self.container, self.how = native, container, how
+        self.split, self.machine_differs = split, machine_differs
+
+
 def _valid_pairs(base: pd.DataFrame, runs: pd.DataFrame, pair_col: str | None,
-                 time_col: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """(native, container) times of the valid pairs, matched on ``pair_col`` and in its
-    order; None where the comparison is not paired (see ``verdict_table``)."""
-    if not pair_col or pair_col not in base.columns:
-        return None
-    sides, hosts = [], []
+                 time_col: str, max_gap_s: float | None = None,
+                 probe_tolerance_pct: float | None = None) -> _Pairs:
+    """The valid pairs, matched on ``pair_col`` and in its order (see ``verdict_table``)."""
+    if not pair_col or pair_col not in base.columns or pair_col not in runs.columns:
+        return _Pairs()
+    how = SAME_BLOCK if pair_col == "block_id" else SAME_REPEAT
+    sides, rows = [], []
     for side in (base, runs):
         keys = side[pair_col].to_numpy()
         if pd.isna(keys).any() or len(set(keys.tolist())) != len(keys):
-            return None
+            return _Pairs()
         times = side[time_col].to_numpy(float)
         ok = ~side["_excluded"].to_numpy(bool) & _usable(times)
         sides.append(dict(zip(keys[ok].tolist(), times[ok])))
-        if "hosts" in side.columns:
-            hosts.append(dict(zip(keys.tolist(), side["hosts"].astype(str).tolist())))
-    common = sorted(set(sides[0]) & set(sides[1]))
-    if len(hosts) == 2:
+        rows.append(dict(zip(keys.tolist(), side.to_dict("records"))))
+    common = sorted(set(sides[0]) & set(sides[1]), key=_natural_key)
+    split = machine = 0
+    if max_gap_s is not None:
+        together = [k for k in common if _gap_s(rows[0][k], rows[1][k]) <= max_gap_s]
+        split, common = len(common) - len(together), together
+    if probe_tolerance_pct is not None:
+        from scalesweep.probe import pair_probe_difference_pct
+
+        alike = [k for k in common if not pair_probe_difference_pct(rows[0][k], rows[1][k])
+                 > probe_tolerance_pct]  # NaN (no probe): kept
+        machine, common = len(common) - len(alike), alike
+    if "hosts" in base.columns and "hosts" in runs.columns:
         # Under Slurm the two runs of a block may get different nodes: pairs measured on
         # the same nodes are preferred, where at least two such pairs exist.
-        same = [k for k in common if hosts[0].get(k) == hosts[1].get(k)]
+        same = [k for k in common if str(rows[0][k].get("hosts")) == str(rows[1][k].get("hosts"))]
         if len(same) >= 2:
             common = same
     if len(common) < 2:
-        return None
-    return (np.array([sides[0][k] for k in common], dtype=float),
-            np.array([sides[1][k] for k in common], dtype=float))
+        return _Pairs(how=how, split=split, machine_differs=machine)
+    return _Pairs(np.array([sides[0][k] for k in common], dtype=float),
+                  np.array([sides[1][k] for k in common], dtype=float), how, split, machine)
+
+
+def _natural_key(value):
+    """Sort block ids and repeat numbers as numbers where they are (rep2 before rep10)."""
+    import re
+
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(value))]
+
+
+def _gap_s(a: dict, b: dict) -> float:
+    """Seconds between the end of the earlier run and the start of the later one (0 when
+    they overlap; NaN-safe: 0 when a time is missing, as in tables without times)."""
+    try:
+        starts = pd.to_datetime([a.get("start"), b.get("start")], utc=True)
+        ends = pd.to_datetime([a.get("end"), b.get("end")], utc=True)
+    except (ValueError, TypeError):
+        return 0.0
+    if starts.isna().any() or ends.isna().any():
+        return 0.0
+    first, second = (0, 1) if starts[0] <= starts[1] else (1, 0)
+    return max(0.0, (starts[second] - ends[first]).total_seconds())
 
 
 def _uncertainty(native: np.ndarray, container: np.ndarray, with_ci: bool):
@@ -415,6 +495,19 @@ def _fieller_from_moments(a: float, var_a: float, n_a: int, b: float, var_b: flo
 
 # --- verdicts: a conclusion with its evidence, never a bare percentage ---------------------
 
+# How the CI of a verdict is made (its ``ci_method``; the tables name it).
+PAIRED_T = "paired t"
+RANK_METHOD = "Hodges-Lehmann/Wilcoxon"
+RANK_TOO_FEW = "Hodges-Lehmann (too few pairs for a 95% rank interval)"
+UNPAIRED_METHOD = "Fieller/Welch"
+CI_METHODS = (PAIRED_T, RANK_METHOD, RANK_TOO_FEW, UNPAIRED_METHOD)
+# Shapiro-Wilk of the per-pair log ratios: below this p their normality is rejected and
+# the paired CI is the rank interval instead of the t interval.
+NORMALITY_ALPHA = 0.05
+# The signed-rank statistic's null distribution is exact up to this many pairs (normal
+# with a continuity correction beyond).
+EXACT_SIGNED_RANK_MAX_N = 400
+
 
 def overhead_verdict(native, container, *, paired: bool = False,
                      margin_pct: float = EQUIVALENCE_MARGIN_PCT,
@@ -426,10 +519,24 @@ def overhead_verdict(native, container, *, paired: bool = False,
     the container is slower (``OVERHEAD_DEFINITION``).
 
     Paired (element k of both measured in the same block): on the per-pair log ratios
-    d_k = ln(c_k / n_k), the Student-t CI of their mean, back-transformed:
-    overhead = (exp(mean d) - 1) x 100, the CI likewise (the geometric-mean ratio); p is
-    the one-sample t-test of mean d = 0; equivalence is two one-sided t-tests (TOST) of
-    mean d against ln(1 - margin/100) and ln(1 + margin/100).
+    d_k = ln(c_k / n_k), with 3 pairs or more, their normality is checked first
+    (Shapiro-Wilk, ``normality_p_value``). Where it is not rejected at NORMALITY_ALPHA
+    (and with 2 pairs, where it cannot be checked), ``ci_method`` PAIRED_T: the Student-t
+    CI of mean d, back-transformed: overhead = (exp(mean d) - 1) x 100, the CI likewise
+    (the geometric-mean ratio); p is the one-sample t-test of mean d = 0; equivalence is
+    two one-sided t-tests (TOST) of mean d against ln(1 - margin/100) and
+    ln(1 + margin/100). Where normality is rejected, ``ci_method`` RANK_METHOD: the
+    Hodges-Lehmann estimate of the shift of d (the median of the Walsh averages
+    (d_i + d_j) / 2, i <= j) as the overhead, the exact Wilcoxon signed-rank CI (order
+    statistics of the Walsh averages; conservative, its coverage at least the level)
+    back-transformed, p the exact two-sided signed-rank test of 0, equivalence the two
+    one-sided signed-rank tests against the bounds (dual to: the 90% rank CI lies
+    within them). With 5 pairs or fewer no 95% rank interval exists (every sign pattern
+    has probability 2^-n > 2.5%): ``ci_method`` RANK_TOO_FEW, no CI, no equivalence test,
+    the verdict inconclusive. Repeats needed with the rank method: the paired-t
+    projection from the spread the rank CI implies (the sd a t interval of its width at
+    this n would have), or, with too few pairs, from the sample sd of d, and at least
+    the pairs a 95% rank interval needs.
 
     Unpaired (independent samples): overhead of the means, Fieller's CI for the ratio of
     means with Welch-Satterthwaite degrees of freedom and Welch's t-test, as
@@ -449,6 +556,9 @@ def overhead_verdict(native, container, *, paired: bool = False,
     (or pairs) the verdict is inconclusive and repeats_needed = 3 - n (at least 1).
     Identical values (zero spread) give a zero-width CI and no t-test (p_value NaN); the
     verdict then follows the exact difference.
+    ``ci_method``: one of CI_METHODS (the unpaired path: UNPAIRED_METHOD);
+    ``normality_p_value``: the Shapiro-Wilk p of the log ratios, NaN where not computed
+    (unpaired, fewer than 3 pairs, zero spread).
     """
     native = np.asarray(native, dtype=float).ravel()
     container = np.asarray(container, dtype=float).ravel()
@@ -466,7 +576,8 @@ def overhead_verdict(native, container, *, paired: bool = False,
         "overhead_pct": np.nan, "ci95_low_pct": np.nan, "ci95_high_pct": np.nan,
         "ci_half_width_pp": np.nan, "p_value": np.nan, "equivalence_p_value": np.nan,
         "verdict": "inconclusive", "verdict_text": "", "repeats_needed": 0,
-        "target_met": False,
+        "target_met": False, "ci_method": PAIRED_T if paired else UNPAIRED_METHOD,
+        "normality_p_value": np.nan,
     }
     if paired:
         stats_ = _paired_evidence(native, container, margin_pct, confidence)
@@ -495,7 +606,7 @@ def overhead_verdict(native, container, *, paired: bool = False,
         to_decide = _repeats_for(stats_["decides_at"], n_used, None)
     out["verdict_text"] = _verdict_text(out, margin_pct, to_decide)
     for key in ("overhead_pct", "ci95_low_pct", "ci95_high_pct", "ci_half_width_pp",
-                "p_value", "equivalence_p_value"):
+                "p_value", "equivalence_p_value", "normality_p_value"):
         out[key] = float(out[key])
     out["repeats_needed"] = int(out["repeats_needed"])
     return out
@@ -510,7 +621,7 @@ def _paired_evidence(native, container, margin_pct, confidence):
     d = np.log(container) - np.log(native)
     bounds = (np.log1p(-margin_pct / 100) if margin_pct < 100 else -np.inf,
               np.log1p(margin_pct / 100))
-    evidence = {}
+    evidence = {"ci_method": PAIRED_T, "normality_p_value": np.nan}
     if n == 0:
         return {"evidence": evidence, "half_width_at": None, "decides_at": None}
     mean = float(d.mean())
@@ -518,11 +629,15 @@ def _paired_evidence(native, container, margin_pct, confidence):
     if n < 2:
         return {"evidence": evidence, "half_width_at": None, "decides_at": None}
     sd = 0.0 if np.ptp(d) == 0 else float(d.std(ddof=1))
+    if sd > 0 and n >= 3:
+        evidence["normality_p_value"] = _normality_p(d)
+        if evidence["normality_p_value"] < NORMALITY_ALPHA:
+            return _rank_evidence(d, bounds, confidence, evidence)
 
     def interval(size, level):
         if sd == 0:
             return mean, mean
-        half = stats.t.ppf((1 + level) / 2, size - 1) * sd / np.sqrt(size)
+        half = _t_quantile((1 + level) / 2, size - 1) * sd / np.sqrt(size)
         return mean - half, mean + half
 
     low, high = interval(n, confidence)
@@ -543,6 +658,151 @@ def _paired_evidence(native, container, margin_pct, confidence):
         return (np.expm1(hi) - np.expm1(lo)) * 50, lo, hi
 
     def decides_at(size):
+        lo95, hi95 = interval(size, confidence)
+        lo90, hi90 = interval(size, 2 * confidence - 1)
+        return (bounds[0] < lo90 and hi90 < bounds[1]) or lo95 > 0 or hi95 < 0
+
+    return {"evidence": evidence, "half_width_at": half_width_at, "decides_at": decides_at}
+
+
+@functools.lru_cache(maxsize=8192)
+def _t_quantile(q: float, dof: int) -> float:
+    """Student t quantile (stats.t.ppf), cached: the projections of repeats_needed ask
+    for the same few degrees of freedom again and again."""
+    return float(special.stdtrit(dof, q))
+
+
+def _normality_p(d: np.ndarray) -> float:
+    """Shapiro-Wilk p of the log ratios d (3 values or more, not all equal)."""
+    with warnings.catch_warnings():
+        # near-constant or very long samples: scipy warns, the p value is still given
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(stats.shapiro(d).pvalue)
+
+
+def _walsh_averages(d: np.ndarray) -> np.ndarray:
+    """The n(n+1)/2 Walsh averages (d_i + d_j) / 2, i <= j, sorted."""
+    i, j = np.triu_indices(d.size)
+    return np.sort((d[i] + d[j]) / 2)
+
+
+@functools.lru_cache(maxsize=32)
+def _signed_rank_cdf(n: int) -> np.ndarray:
+    """P(T <= t) for t = 0 .. n(n+1)/2, T the Wilcoxon signed-rank statistic of n pairs
+    under H0 (symmetry about the tested value): exact (each rank's sign a fair coin) up
+    to EXACT_SIGNED_RANK_MAX_N pairs, normal with a continuity correction beyond."""
+    top = n * (n + 1) // 2
+    if n <= EXACT_SIGNED_RANK_MAX_N:
+        p = np.zeros(top + 1)
+        p[0] = 1.0
+        for rank in range(1, n + 1):
+            shifted = p[:top + 1 - rank].copy()
+            p *= 0.5
+            p[rank:] += 0.5 * shifted
+        cdf = np.cumsum(p)
+    else:
+        sd = np.sqrt(n * (n + 1) * (2 * n + 1) / 24)
+        cdf = stats.norm.cdf((np.arange(top + 1) + 0.5 - top / 2) / sd)
+    cdf = np.minimum(cdf, 1.0)
+    cdf.setflags(write=False)
+    return cdf
+
+
+def _signed_rank_le(n: int, t: int) -> float:
+    """P(T <= t) under H0."""
+    t = int(t)
+    if t < 0:
+        return 0.0
+    return float(_signed_rank_cdf(n)[min(t, n * (n + 1) // 2)])
+
+
+def _signed_rank_p(walsh: np.ndarray, n: int, mu: float, alternative: str) -> float:
+    """The signed-rank test of the centre of d against ``mu``, from d's Walsh averages:
+    T = #(averages > mu), the sum of the ranks of |d - mu| over the positive d - mu.
+    alternative "greater": H0 centre <= mu, p = P(T >= #(averages > mu)); "less": H0
+    centre >= mu, p = P(T <= #(averages >= mu)); "two-sided": twice the smaller of the
+    two (at most 1). An average equal to mu (a tie, as where a pair's times are equal)
+    counts against rejecting, so that each test rejects exactly where the closed rank
+    interval of ``_rank_interval`` excludes mu. Exact up to EXACT_SIGNED_RANK_MAX_N
+    pairs."""
+    top = n * (n + 1) // 2
+    # P(T >= t) = P(T <= top - t), by the symmetry of T under H0
+    greater = _signed_rank_le(n, top - np.count_nonzero(walsh > mu))
+    less = _signed_rank_le(n, np.count_nonzero(walsh >= mu))
+    if alternative == "greater":
+        return greater
+    if alternative == "less":
+        return less
+    return float(min(1.0, 2 * min(greater, less)))
+
+
+def _rank_ci_order(n: int, level: float) -> int:
+    """k of the two-sided rank CI [W_(k), W_(N+1-k)] (1-based order statistics of the N
+    sorted Walsh averages) at ``level``: k - 1 is the largest c with P(T <= c) <= (1 -
+    level) / 2, so the coverage is at least ``level``; 0 where no such interval exists."""
+    cdf = _signed_rank_cdf(n)
+    return int(np.searchsorted(cdf, (1 - level) / 2, side="right"))
+
+
+def _rank_min_pairs(level: float) -> int:
+    """The fewest pairs with a two-sided rank CI at ``level``: 2^-n <= (1 - level) / 2."""
+    n = 1
+    while 0.5**n > (1 - level) / 2:
+        n += 1
+    return n
+
+
+def _rank_interval(walsh: np.ndarray, n: int, level: float) -> tuple[float, float]:
+    k = _rank_ci_order(n, level)
+    if k == 0:
+        return np.nan, np.nan
+    return float(walsh[k - 1]), float(walsh[walsh.size - k])
+
+
+def _rank_evidence(d: np.ndarray, bounds: tuple[float, float], confidence: float,
+                   evidence: dict) -> dict:
+    """The paired evidence where the log ratios are not normal: Hodges-Lehmann estimate,
+    exact Wilcoxon signed-rank CI and tests (see ``overhead_verdict``)."""
+    n = d.size
+    walsh = _walsh_averages(d)
+    shift = float(np.median(walsh))
+    evidence["overhead_pct"] = float(np.expm1(shift) * 100)
+    evidence["p_value"] = _signed_rank_p(walsh, n, 0.0, "two-sided")
+    min_pairs = _rank_min_pairs(confidence)
+    low, high = _rank_interval(walsh, n, confidence)
+    if np.isfinite(low):
+        evidence["ci_method"] = RANK_METHOD
+        evidence["ci95_low_pct"] = float(np.expm1(low) * 100)
+        evidence["ci95_high_pct"] = float(np.expm1(high) * 100)
+        evidence["ci_half_width_pp"] = (evidence["ci95_high_pct"]
+                                        - evidence["ci95_low_pct"]) / 2
+        evidence["equivalence_p_value"] = max(
+            _signed_rank_p(walsh, n, bounds[0], "greater"),  # H0: shift <= lower bound
+            _signed_rank_p(walsh, n, bounds[1], "less"))  # H0: shift >= upper bound
+        # the projections: a t interval as wide as the rank CI, at its centre
+        centre = (low + high) / 2
+        spread = (high - low) / 2 * np.sqrt(n) / stats.t.ppf((1 + confidence) / 2, n - 1)
+    else:
+        evidence["ci_method"] = RANK_TOO_FEW
+        centre, spread = shift, float(d.std(ddof=1))
+
+    def interval(size, level):
+        half = _t_quantile((1 + level) / 2, size - 1) * spread / np.sqrt(size)
+        return centre - half, centre + half
+
+    def half_width_at(size):
+        if size <= n:  # what was measured, not a projection
+            half = evidence.get("ci_half_width_pp", np.nan)
+            return (half if np.isfinite(half) else np.inf), low, high
+        if size < min_pairs:
+            return np.inf, np.nan, np.nan
+        lo, hi = interval(size, confidence)
+        return (np.expm1(hi) - np.expm1(lo)) * 50, lo, hi
+
+    def decides_at(size):
+        if size <= n or size < min_pairs:  # undecided as measured
+            return False
         lo95, hi95 = interval(size, confidence)
         lo90, hi90 = interval(size, 2 * confidence - 1)
         return (bounds[0] < lo90 and hi90 < bounds[1]) or lo95 > 0 or hi95 < 0
@@ -651,7 +911,14 @@ def _verdict_text(v: dict, margin_pct: float, more: int) -> str:
     n_text = (f"n={v['n']} pairs" if v["paired"]
               else f"n={v['n_native']} native, {v['n']} container")
     has_ci = np.isfinite(v["ci95_low_pct"]) and np.isfinite(v["ci95_high_pct"])
-    ci = f"95% CI {pct(v['ci95_low_pct'])} .. {pct(v['ci95_high_pct'])}" if has_ci else "no 95% CI"
+    method = v.get("ci_method")
+    # the t and Fieller intervals are the default; a rank interval is named
+    kind = f"{RANK_METHOD} " if method == RANK_METHOD else ""
+    ci = (f"95% {kind}CI {pct(v['ci95_low_pct'])} .. {pct(v['ci95_high_pct'])}" if has_ci
+          else "no 95% CI")
+    if method == RANK_TOO_FEW:
+        ci = ("no 95% CI: normality rejected (Shapiro-Wilk), too few pairs for a rank "
+              "interval")
     overhead = v["overhead_pct"]
     if v["verdict"] == "equivalent":
         return f"equivalent within +-{margin_pct:g}% (overhead {pct(overhead)}, {ci}, {n_text})"
@@ -664,6 +931,43 @@ def _verdict_text(v: dict, margin_pct: float, more: int) -> str:
     if not np.isfinite(overhead):
         return f"inconclusive: {about} (no usable runs on a side; {n_text})"
     return f"inconclusive: {about} (overhead {pct(overhead)}, {ci}, {n_text})"
+
+
+# --- many comparisons in one campaign ------------------------------------------------------
+
+
+def fdr_adjust(p_values) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p values (q values) of ``p_values``, in their order.
+
+    q_(i) = min over j >= i of p_(j) x m / j for the p values sorted ascending (m the
+    number of them that are not NaN), at most 1: a result with q < alpha is a discovery
+    at a false discovery rate of alpha (independent or positively dependent tests).
+    NaN stays NaN and does not count in m. Raises ValueError for a p outside [0, 1].
+    """
+    p = np.asarray(p_values, dtype=float)
+    shape = p.shape
+    p = p.ravel()
+    q = np.full(p.size, np.nan)
+    ok = ~np.isnan(p)
+    if ((p[ok] < 0) | (p[ok] > 1)).any():
+        raise ValueError("p values must lie in [0, 1]")
+    m = int(ok.sum())
+    if m:
+        order = np.argsort(p[ok], kind="stable")
+        scaled = p[ok][order] * m / np.arange(1, m + 1)
+        adjusted = np.minimum(np.minimum.accumulate(scaled[::-1])[::-1], 1.0)
+        values = np.empty(m)
+        values[order] = adjusted
+        q[ok] = values
+    return q.reshape(shape)
+
+
+def expected_false_positives(n_tests: int, alpha: float = 1 - CONFIDENCE) -> float:
+    """How many of ``n_tests`` comparisons would come out "significant" at level
+    ``alpha`` by chance alone if none of them had a real difference: n_tests x alpha."""
+    if n_tests < 0 or not 0 <= alpha <= 1:
+        raise ValueError("n_tests must be >= 0 and alpha in [0, 1]")
+    return float(n_tests * alpha)
 
 
 def _baseline_mask(group: pd.DataFrame, runtime_col: str, baseline_runtime: str,

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scalesweep import analysis
+from scalesweep import analysis, columns
 from scalesweep.cli import UsageError
 
 # Printed decimals per output column; p-values get significant digits instead.
@@ -77,9 +77,13 @@ GROUPING_RULE = (
 
 def is_measurement(column: str) -> bool:
     """Whether ``column`` holds a measurement or provenance (it never groups by default):
-    a name in ``MEASUREMENT_NAMES``, ending in a unit of ``MEASUREMENT_SUFFIXES``,
-    starting with ``MEASUREMENT_PREFIXES`` or containing ``MEASUREMENT_WORDS``
-    (case-insensitive)."""
+    by its declared role where runs.csv declares it (``scalesweep.columns``: measurement,
+    provenance or identity), else a name in ``MEASUREMENT_NAMES``, ending in a unit of
+    ``MEASUREMENT_SUFFIXES``, starting with ``MEASUREMENT_PREFIXES`` or containing
+    ``MEASUREMENT_WORDS`` (case-insensitive)."""
+    declared = columns.role(column)
+    if declared is not None:
+        return declared in (columns.MEASUREMENT, columns.PROVENANCE, columns.IDENTITY)
     name = str(column).strip().lower()
     return (name in MEASUREMENT_NAMES or name.endswith(MEASUREMENT_SUFFIXES)
             or name.startswith(MEASUREMENT_PREFIXES)
@@ -105,10 +109,13 @@ def add_parser(subparsers) -> None:
     )
     scaling.add_argument("file", type=Path, help="CSV with a count column and time_s")
     scaling.add_argument("--baseline", type=int, help="baseline count (default: smallest)")
-    scaling.add_argument("--mode", choices=analysis.SCALING_MODES, default="strong")
-    scaling.add_argument("--count-col", default="nodes", help="default: nodes")
-    scaling.add_argument("--cv-threshold", type=non_negative, default=0.05,
-                         help="flag high_variance above this cv (default: 0.05)")
+    scaling.add_argument("--mode", choices=analysis.SCALING_MODES, default=None,
+                         help="default: strong (a campaign's runs.csv: each workload's own)")
+    scaling.add_argument("--count-col", default=None, help="default: nodes (a campaign's "
+                         "runs.csv: count, as scaling.csv)")
+    scaling.add_argument("--cv-threshold", type=non_negative, default=None,
+                         help="flag high_variance above this cv (default: 0.05, or the "
+                         "campaign's analysis.cv_threshold)")
     _add_common(scaling)
     scaling.set_defaults(func=run_scaling)
 
@@ -129,13 +136,14 @@ def add_parser(subparsers) -> None:
     overhead.add_argument("--statistic", choices=analysis.STATISTICS, default="mean",
                           help="also print the overhead of this statistic of the repeats "
                           "(median, min: extra columns; the verdict is on means)")
-    overhead.add_argument("--margin-pct", type=non_negative,
-                          default=analysis.EQUIVALENCE_MARGIN_PCT,
+    overhead.add_argument("--margin-pct", type=non_negative, default=None,
                           help="equivalence margin: 'equivalent' when the 90%% CI lies "
-                          "within +-this (default: %(default)s)")
-    overhead.add_argument("--target-ci-pp", type=non_negative, default=analysis.TARGET_CI_PP,
+                          "within +-this (default: the campaign's, from campaign.json "
+                          f"beside the file; else {analysis.EQUIVALENCE_MARGIN_PCT:g})")
+    overhead.add_argument("--target-ci-pp", type=non_negative, default=None,
                           help="95%% CI half-width the repeats_needed column aims at "
-                          "(default: %(default)s)")
+                          "(default: the campaign's; else "
+                          f"{analysis.TARGET_CI_PP:g})")
     _add_common(overhead)
     overhead.set_defaults(func=run_overhead)
 
@@ -161,8 +169,73 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     add_format(parser)
 
 
+# --- a campaign's own runs.csv: the campaign's answers, exactly --------------------------
+
+def campaign_of(args, runs: pd.DataFrame, overrides: dict) -> dict | None:
+    """The campaign record (``collect.campaign_record``: results/summary/campaign.json)
+    when ``args.file`` is a campaign's runs.csv with its campaign.json beside it and no
+    option asks for another analysis (``overrides``: option -> value, given when not
+    None/False); None otherwise (the table is analysed with the options' defaults)."""
+    import json
+
+    from scalesweep.collect import CAMPAIGN_JSON
+
+    record_path = Path(args.file).parent / CAMPAIGN_JSON
+    if not record_path.is_file() or not {"block_id", "payload", "arm"} <= set(runs.columns):
+        return None
+    given = [name for name, value in overrides.items() if value not in (None, False)]
+    if given:
+        note(args, f"{', '.join(given)} given: analysing {args.file} with these options, "
+                   f"not as its campaign did ({record_path})")
+        return None
+    try:
+        record = json.loads(record_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{record_path}: unreadable ({exc})") from None
+    if not isinstance(record.get("config"), dict):
+        raise UsageError(f"{record_path}: no campaign config in it")
+    return record
+
+
+def note_campaign(args, record: dict, table_name: str) -> None:
+    s = record.get("settings") or {}
+    note(args, f"the campaign's own analysis, as in {Path(args.file).parent / table_name} "
+               f"(from {Path(args.file).parent / 'campaign.json'}: margin "
+               f"+-{s.get('margin_pct', '?'):g}%, CI target {s.get('target_ci_pp', '?'):g} "
+               f"pp, {analysis.SAME_BLOCK}, pairs more than {s.get('max_pair_gap_s', '?'):g} "
+               "s apart left out); any option of the command analyses the file "
+               "with that option instead")
+
+
+def _campaign_table(args, function, runs, record, table_name):
+    from scalesweep.collect import CAMPAIGN_JSON  # noqa: F401
+
+    logs: list[str] = []
+    try:
+        table = function(runs, record["config"], logs.append)
+    except (analysis.TableError, KeyError, ValueError) as exc:
+        raise UsageError(f"{args.file}: {exc}") from None
+    for line in logs:
+        note(args, line)
+    note_campaign(args, record, table_name)
+    return table
+
+
 def run_scaling(args: argparse.Namespace) -> int:
     runs = read_table(args.file)
+    record = campaign_of(args, runs, {
+        "--baseline": args.baseline, "--mode": args.mode, "--count-col": args.count_col,
+        "--group-by": args.group_by, "--time-col": args.time_col if args.time_col != "time_s" else None,
+        "--cv-threshold": args.cv_threshold})
+    if record is not None:
+        from scalesweep.collect import scaling_summary
+
+        table = _campaign_table(args, scaling_summary, runs, record, "scaling.csv")
+        print_table(table, args.format)
+        return 0
+    args.mode = args.mode or "strong"
+    args.count_col = args.count_col or "nodes"
+    args.cv_threshold = 0.05 if args.cv_threshold is None else args.cv_threshold
     groups, ignored = group_columns(args, runs, key=args.count_col, time_col=args.time_col,
                                     key_role="count")
     runs, disturbed = drop_disturbed(args, runs)
@@ -180,6 +253,27 @@ def run_scaling(args: argparse.Namespace) -> int:
 
 def run_overhead(args: argparse.Namespace) -> int:
     runs = read_table(args.file)
+    record = campaign_of(args, runs, {
+        "--margin-pct": args.margin_pct, "--target-ci-pp": args.target_ci_pp,
+        "--group-by": args.group_by,
+        "--baseline-runtime": (args.baseline_runtime
+                               if args.baseline_runtime != "native" else None),
+        "--time-col": args.time_col if args.time_col != "time_s" else None})
+    if record is not None:
+        from scalesweep.collect import overhead_summary
+        from scalesweep.report_tables import add_q_values
+
+        table = add_q_values(
+            _campaign_table(args, overhead_summary, runs, record, "overhead.csv"))
+        if args.statistic != "mean":
+            note(args, "--statistic is for other tables; a campaign's verdicts are on "
+                       "same-block pairs (geometric means)")
+        print_table(table, args.format)
+        return 0
+    if args.margin_pct is None:
+        args.margin_pct = analysis.EQUIVALENCE_MARGIN_PCT
+    if args.target_ci_pp is None:
+        args.target_ci_pp = analysis.TARGET_CI_PP
     if "runtime" not in runs.columns and f"{args.baseline_runtime}_s" in runs.columns:
         runs = _melt_runtime_columns(runs, args.time_col)
     groups, ignored = group_columns(args, runs, key="runtime", time_col=args.time_col,
@@ -187,7 +281,9 @@ def run_overhead(args: argparse.Namespace) -> int:
     if args.time_col in runs.columns:
         _require_positive(args.file, runs, args.time_col)
     runs = keyed(runs, groups)
-    repeat = repeat_column(runs)
+    # runs of one block were measured together: paired on it where the table has it
+    repeat = ("block_id" if "block_id" in runs.columns and runs["block_id"].notna().all()
+              else repeat_column(runs))
     table = analyse(args.file, analysis.verdict_table, runs, group_cols=groups,
                     runtime_col="runtime", time_col=args.time_col,
                     baseline_runtime=args.baseline_runtime, pair_col=repeat,

@@ -12,12 +12,13 @@ import pandas as pd
 from scalesweep.analysis import truthy, describe_repeats, scaling_table, verdict_table
 from scalesweep.metrics import MetricsError, read_metrics
 from scalesweep.pointdir import FAILURE_JSON, METRICS_JSON
-from scalesweep.sweep import (HISTORY_DIR, SweepError, SweepPoint, scaling_count,
-                              workload_axes)
+from scalesweep.probe import summary as probe_summary
+from scalesweep.sweep import (BLOCK_DIR, HISTORY_DIR, REFERENCE, SweepError, SweepPoint,
+                              scaling_count, workload_axes)
 
 RUN_COLUMNS = [
     "workload", "payload", "runtime", "nodes", "gpus", "ranks", "threads", "repeat",
-    "count", "world_size", "time_s", "epoch_time_first_s", "train_s", "images_per_epoch",
+    "arm", "block_id", "block_start", "block_end", "count", "world_size", "time_s", "epoch_time_first_s", "train_s", "images_per_epoch",
     "images_per_s", "final_loss", "final_accuracy", "test_accuracy", "test_loss",
     "parallel", "mpi_library", "mpi_library_version", "mpi_origin", "allreduce_s",
     "flops_per_step", "achieved_gflops_per_rank", "scaling", "data_path", "data_wait_s",
@@ -27,6 +28,7 @@ RUN_COLUMNS = [
     "peak_rss_mb", "harness_wall_s", "harness_overhead_s",
     "disturbed", "disturbed_reason", "outside_cpu_pct", "steal_pct", "load1_max",
     "exclusive", "shared_cores", "order_position",
+    "probe_gflops", "probe_gbps", "probe_change_pct", "within_run_cv_pct",
     "hosts", "launcher", "image_digest", "slurm_job_id", "git_commit", "torch", "start", "end",
     "path",
 ]
@@ -95,6 +97,9 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
         exclusive=allocation.get("exclusive"),
         shared_cores=bool(allocation.get("shared_cores", False)),
         order_position=order.get("position"),
+        # the machine's speed around the run (scalesweep.probe): None before it existed
+        **probe_summary(metrics.get("probe")),
+        within_run_cv_pct=None,
     )
     if payload_kind == "cnn":
         epochs = metrics["epoch_s"]
@@ -161,9 +166,29 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
                 for lv in metrics["concurrency_levels"]]) if metrics.get("concurrency_levels") else None,
             model=(metrics.get("model") or {}).get("name"),
             synthetic_model=bool((metrics.get("model") or {}).get("synthetic", False)),
+            # the spread inside the run: CV of its requests' decode rates, percent
+            within_run_cv_pct=request_spread_pct(metrics),
         )
         row["model_label"] = model_label(row["model"], row["synthetic_model"])
     return row
+
+
+def request_spread_pct(metrics: dict) -> float | None:
+    """The coefficient of variation (sample std / mean, percent) of an LLM run's
+    per-request decode rates (tokens/s after the first token): from the requests it
+    recorded, else from its ``decode_tokens_per_s`` summary's std (payloads since the
+    summary has one); None with fewer than two rates."""
+    rates = [r.get("decode_tokens_per_s") for r in metrics.get("requests") or []
+             if isinstance(r, dict) and r.get("ok", True)]
+    rates = [float(v) for v in rates if isinstance(v, (int, float)) and np.isfinite(v)]
+    if len(rates) >= 2:
+        mean = float(np.mean(rates))
+        return 100.0 * float(np.std(rates, ddof=1)) / mean if mean > 0 else None
+    summary = metrics.get("decode_tokens_per_s") or {}
+    std, mean = summary.get("std"), summary.get("mean")
+    if isinstance(std, (int, float)) and isinstance(mean, (int, float)) and mean > 0:
+        return 100.0 * std / mean
+    return None
 
 
 
@@ -238,10 +263,32 @@ def collect_runs(metrics_paths: Iterable[str], config: dict, log=None) -> pd.Dat
     df = pd.DataFrame(rows)
     if df.empty:
         return pd.DataFrame(columns=RUN_COLUMNS)
+    df = with_blocks(df)
     cols = [c for c in RUN_COLUMNS if c in df.columns]
     return df[cols + [c for c in df.columns if c not in cols]].sort_values(
         ["workload", "runtime", "count", "threads", "repeat"], ignore_index=True
     )
+
+
+def with_blocks(df: pd.DataFrame) -> pd.DataFrame:
+    """block_id (the block each run was measured in: sweep.BLOCK_DIR), and the block's
+    start and end (its first run's start, its last run's end) on every run."""
+    if "arm" not in df.columns:
+        df = df.assign(arm=df["runtime"])
+    df = df.assign(arm=df["arm"].fillna(df["runtime"]))
+    df["block_id"] = [
+        BLOCK_DIR.format(workload=w, arm=a, nodes=n, gpus=g, ranks=r, threads=t, repeat=k)
+        for w, a, n, g, r, t, k in zip(df["workload"], df["arm"], df["nodes"], df["gpus"],
+                                       df["ranks"], df["threads"], df["repeat"])]
+    if "start" in df.columns and "end" in df.columns:
+        start = pd.to_datetime(df["start"], utc=True, errors="coerce")
+        end = pd.to_datetime(df["end"], utc=True, errors="coerce")
+        times = pd.DataFrame({"block_id": df["block_id"], "s": start, "e": end})
+        span = times.groupby("block_id").agg(s=("s", "min"), e=("e", "max"))
+        fmt = lambda t: None if pd.isna(t) else t.isoformat()  # noqa: E731
+        df["block_start"] = df["block_id"].map(span["s"].map(fmt))
+        df["block_end"] = df["block_id"].map(span["e"].map(fmt))
+    return df
 
 
 def point_states(
@@ -296,24 +343,26 @@ def runs_points(runs: pd.DataFrame) -> list[SweepPoint]:
 
 def extra_repeats(requested: Iterable[SweepPoint], results: str) -> list[SweepPoint]:
     """Repeats beyond the config's that exist on disk (metrics.json or failure.json) for a
-    requested geometry and runtime: those the adaptive repeats added."""
+    requested geometry, arm and runtime: those the adaptive repeats added."""
     requested = list(requested)
     known = set(requested)
-    series = {(p.workload, p.runtime, p.nodes, p.gpus, p.ranks, p.threads) for p in requested}
+    series = {(p.workload, p.arm, p.runtime, p.nodes, p.gpus, p.ranks, p.threads)
+              for p in requested}
     found = []
-    for workload, runtime in {(p.workload, p.runtime) for p in requested}:
-        base = Path(results) / "runs" / workload / runtime
+    runs_dir = Path(results) / "runs"
+    for workload, arm, runtime in {(p.workload, p.arm, p.runtime) for p in requested}:
+        base = runs_dir / workload / arm
         if not base.is_dir():
             continue
-        for rep in base.glob("*/rep*"):
-            if not ((rep / METRICS_JSON).is_file() or (rep / FAILURE_JSON).is_file()):
+        for run in base.glob(f"*/rep*/{runtime}"):
+            if not ((run / METRICS_JSON).is_file() or (run / FAILURE_JSON).is_file()):
                 continue
             try:
-                point = SweepPoint.from_path(str(rep.relative_to(Path(results) / "runs")))
+                point = SweepPoint.from_path(str(run.relative_to(runs_dir)))
             except SweepError:
                 continue
-            key = (point.workload, point.runtime, point.nodes, point.gpus, point.ranks,
-                   point.threads)
+            key = (point.workload, point.arm, point.runtime, point.nodes, point.gpus,
+                   point.ranks, point.threads)
             if key in series and point not in known:
                 found.append(point)
     return sorted(found)
@@ -323,7 +372,7 @@ def extra_repeats(requested: Iterable[SweepPoint], results: str) -> list[SweepPo
 
 SCALING_SERIES = ["workload", "runtime", "threads"]
 LLM_KEYS = ["workload", "model_label", "runtime", "nodes", "gpus", "threads"]
-OVERHEAD_KEYS = ["workload", "nodes", "gpus", "ranks", "threads"]
+OVERHEAD_KEYS = ["workload", "arm", "nodes", "gpus", "ranks", "threads"]
 ROW_NOTES = ["n_disturbed", "shared_cores", "note"]
 
 
@@ -443,23 +492,70 @@ def llm_summary(runs: pd.DataFrame) -> pd.DataFrame:
     return table[first + [c for c in table.columns if c not in first]]
 
 
+def campaign_settings(config: dict) -> dict:
+    """What the campaign's verdicts rest on (measurement.*): the equivalence margin, the
+    CI target, how pairs are formed and when a pair is left out. Written beside runs.csv
+    (results/summary/campaign.json) so that `scalesweep overhead` on a campaign's runs.csv
+    gives exactly the campaign's verdicts."""
+    measurement = config.get("measurement") or {}
+    return {
+        "baseline_runtime": REFERENCE,
+        "pair_col": "block_id",
+        "margin_pct": float(measurement.get("equivalence_margin_pct", 2.0)),
+        "target_ci_pp": float(measurement.get("target_ci_pp", 2.0)),
+        "max_pair_gap_s": float(measurement.get("max_pair_gap_s", 600)),
+        "probe_tolerance_pct": (None if measurement.get("probe_tolerance_pct") is None
+                                else float(measurement["probe_tolerance_pct"])),
+        "confidence": 0.95,
+    }
+
+
+CAMPAIGN_JSON = "campaign.json"  # beside runs.csv (results/summary/)
+
+
+def campaign_record(config: dict, runs: pd.DataFrame) -> dict:
+    """campaign.json: the settings the summary's verdicts rest on (``campaign_settings``),
+    the config they were computed with (private keys left out), and the runs summarised:
+    how many, from when to when, at which commits."""
+    import datetime as _dt
+
+    plain = json.loads(json.dumps({k: v for k, v in config.items() if not k.startswith("_")},
+                                  default=str))
+    start = pd.to_datetime(runs["start"], utc=True, errors="coerce") if len(runs) else None
+    end = pd.to_datetime(runs["end"], utc=True, errors="coerce") if len(runs) else None
+    iso = lambda t: None if t is None or pd.isna(t) else t.isoformat()  # noqa: E731
+    return {
+        "summarised_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "settings": campaign_settings(config),
+        "runs": int(len(runs)),
+        "disturbed": int(_flags(runs, "disturbed").sum()) if len(runs) else 0,
+        "first_start": iso(start.min()) if start is not None else None,
+        "last_end": iso(end.max()) if end is not None else None,
+        "git_commits": (sorted({str(c) for c in runs["git_commit"].dropna()})
+                        if len(runs) and "git_commit" in runs else []),
+        "config": plain,
+    }
+
+
 def overhead_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame:
     """overhead.csv: analysis.verdict_table of every other runtime (containers, and the
     A/A runtime native-aa) against native at the same point (workload, nodes, gpus,
-    ranks, threads, and the model for LLM inference): paired by repeat where both sides
-    have the same repeats, disturbed runs left out and counted; margin and CI target
-    from measurement.equivalence_margin_pct / target_ci_pp. Points with no native run
-    are left out (and logged)."""
+    ranks, threads, and the model for LLM inference), each in its own arm (sweep.BLOCK_DIR):
+    paired on the block the two runs were measured in (same-block pairs), disturbed runs
+    left out and counted, pairs not measured together or on a machine whose speed
+    differed left out and counted; margin, CI target and pairing from
+    ``campaign_settings``. Points with no native run are left out (and logged)."""
     log = log or (lambda text: None)
-    measurement = config.get("measurement") or {}
-    margin = float(measurement.get("equivalence_margin_pct", 2.0))
-    target = float(measurement.get("target_ci_pp", 2.0))
-    columns = ["workload", "model", "model_label", "nodes", "gpus", "ranks", "threads",
+    settings = campaign_settings(config)
+    columns = ["workload", "model", "model_label", "arm", "nodes", "gpus", "ranks", "threads",
                "runtime"]
+    empty = pd.DataFrame(columns=[*columns, "pairing", "n_native", "n", "native_s", "time_s",
+                                  "overhead_pct", "verdict", "verdict_text", *ROW_NOTES])
     if runs.empty:
-        return pd.DataFrame(columns=[*columns, "n_native", "n", "native_s", "time_s",
-                                     "overhead_pct", "verdict", "verdict_text", *ROW_NOTES])
+        return empty
     data = runs.copy()
+    if "arm" not in data.columns or "block_id" not in data.columns:
+        data = with_blocks(data)
     is_llm = data["payload"].eq("llm") if "payload" in data else pd.Series(False, index=data.index)
     labels = [model_label(m, s) if llm else "" for m, s, llm in zip(
         data.get("model", pd.Series(None, index=data.index)),
@@ -469,22 +565,39 @@ def overhead_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame
         data["model"] = None
     data.loc[~is_llm, "model"] = None
     keys = [*OVERHEAD_KEYS, "model_label"]
-    has_native = data.groupby(keys)["runtime"].transform(lambda r: (r == "native").any())
+    # the reference runs measured alone (arm native) compare nothing
+    data = data[data["arm"] != REFERENCE]
+    if data.empty:
+        return empty
+    has_native = data.groupby(keys)["runtime"].transform(lambda r: (r == REFERENCE).any())
     for key in data.loc[~has_native, keys].drop_duplicates().itertuples(index=False):
         log(f"overhead: {dict(zip(keys, key))} has no finished native run; left out")
     data = data[has_native]
     if data.empty or data["runtime"].nunique() < 2:
-        return pd.DataFrame(columns=[*columns, "n_native", "n", "native_s", "time_s",
-                                     "overhead_pct", "verdict", "verdict_text", *ROW_NOTES])
-    table = verdict_table(data, keys, baseline_runtime="native", pair_col="repeat",
-                          exclude_col="disturbed", margin_pct=margin, target_ci_pp=target)
+        return empty
+    table = verdict_table(data, keys, baseline_runtime=settings["baseline_runtime"],
+                          pair_col=settings["pair_col"], exclude_col="disturbed",
+                          margin_pct=settings["margin_pct"],
+                          target_ci_pp=settings["target_ci_pp"],
+                          confidence=settings["confidence"],
+                          max_pair_gap_s=settings["max_pair_gap_s"],
+                          probe_tolerance_pct=_probe_tolerance(data, settings))
     models = data.groupby("model_label")["model"].first()
     table.insert(1, "model", table["model_label"].map(models))
     # n_disturbed is verdict_table's own (both sides); shared cores: either side
     shared = data.assign(_shared=_flags(data, "shared_cores")).groupby(
         [*keys, "runtime"], dropna=False)["_shared"].any().to_dict()
     table["shared_cores"] = [
-        bool(shared.get((*k, "native"), False) or shared.get((*k, rt), False))
+        bool(shared.get((*k, REFERENCE), False) or shared.get((*k, rt), False))
         for k, rt in zip(table[keys].itertuples(index=False, name=None), table["runtime"])]
     table["note"] = np.where(table["shared_cores"], SHARED_CORES_NOTE, "")
     return table[columns + [c for c in table.columns if c not in columns]]
+
+
+def _probe_tolerance(data: pd.DataFrame, settings: dict):
+    """The probe tolerance where the runs carry probe figures (else no probe check)."""
+    if settings["probe_tolerance_pct"] is None:
+        return None
+    if not any(c in data.columns for c in ("probe_gflops", "probe_gbps")):
+        return None
+    return settings["probe_tolerance_pct"]

@@ -7,10 +7,16 @@ runtime, nodes, gpus, ranks and threads (``POINT_KEYS``): only the repeats of on
 pooled, never two models, runtimes or geometries, and a point whose model changed between
 the campaigns is listed as only in A and only in B. For each point found in both:
 change = (mean B - mean A) / mean A x 100 (positive = B slower), its 95% CI (Fieller's
-interval for the ratio of means, as for container overhead: ``analysis.overhead_table``)
-and Welch's p-value. A point is a ``regression`` when B is slower by more than the
-threshold and the difference is significant (p < alpha), an ``improvement`` when faster
-by more than the threshold and significant.
+interval for the ratio of means with Welch-Satterthwaite degrees of freedom, as for
+container overhead: ``analysis.overhead_table``) and Welch's p-value. A point is a
+``regression`` when B is slower by more than the threshold and the difference is
+significant (p < alpha), an ``improvement`` when faster by more than the threshold and
+significant, ``within_threshold`` only when the whole 95% CI lies inside +-threshold, and
+``inconclusive`` when the CI reaches past +-threshold without a significant change beyond
+it (the data cannot tell whether B changed by more than the threshold); ``untested``
+without a CI or a test (fewer than 2 repeats on a side). ``--fail-on-regression`` exits 1
+on a regression; ``--strict`` also exits 3 when a matched point is inconclusive or
+untested (``EXIT_REGRESSION``, ``EXIT_UNDECIDED``).
 
 The payload kind of each workload (which decides what "time" is: steady seconds per
 epoch for CNN training, wall time of the prompt set for LLM inference) is read from the
@@ -40,8 +46,14 @@ from scalesweep.sweep import SweepError, SweepPoint, in_history
 POINT_KEYS = ["workload", "payload", "model_label", "runtime", "nodes", "gpus", "ranks",
               "threads"]
 METRICS = ("time_s", "harness_wall_s", "train_s")  # lower is better for each
-VERDICTS = ("regression", "improvement", "within_threshold", "not_significant", "untested",
+VERDICTS = ("regression", "improvement", "inconclusive", "untested", "within_threshold",
             "only_in_a", "only_in_b")
+# what --strict refuses besides regressions: matched points the data cannot decide
+UNDECIDED = ("inconclusive", "untested")
+EXIT_REGRESSION = 1  # --fail-on-regression (or --strict): a point regressed
+EXIT_UNDECIDED = 3  # --strict: no regression, but a point is inconclusive or untested
+CI_METHOD = "Fieller 95% CI of the ratio of means (Welch-Satterthwaite df)"
+
 COLUMNS = [*POINT_KEYS, "verdict", "n_a", "n_b", "a_s", "b_s", "change_pct",
            "change_ci95_low_pct", "change_ci95_high_pct", "p_value"]
 # what the provenance columns may differ in without a note
@@ -119,7 +131,8 @@ def compare_runs(a: pd.DataFrame, b: pd.DataFrame, threshold: float = 5.0,
         for _, r in change.iterrows():
             rows.append({
                 **{k: r[k] for k in POINT_KEYS},
-                "verdict": verdict(r["overhead_pct"], r["p_value"], threshold, alpha),
+                "verdict": verdict(r["overhead_pct"], r["p_value"], threshold, alpha,
+                                   r["overhead_ci95_low_pct"], r["overhead_ci95_high_pct"]),
                 "n_a": r["n_native"], "n_b": r["n"], "a_s": r["native_s"], "b_s": r["time_s"],
                 "change_pct": r["overhead_pct"],
                 "change_ci95_low_pct": r["overhead_ci95_low_pct"],
@@ -141,17 +154,30 @@ def compare_runs(a: pd.DataFrame, b: pd.DataFrame, threshold: float = 5.0,
     return table
 
 
-def verdict(change_pct: float, p_value: float, threshold: float, alpha: float) -> str:
-    """regression / improvement (beyond the threshold and significant), within_threshold,
-    not_significant (beyond it, p >= alpha), untested (no test: < 2 repeats a side, or
-    identical repeats)."""
-    if abs(change_pct) <= threshold:
+def verdict(change_pct: float, p_value: float, threshold: float, alpha: float,
+            ci_low: float = np.nan, ci_high: float = np.nan) -> str:
+    """One matched point's verdict from its change, Welch's p-value and the 95% CI of the
+    change (``CI_METHOD``), all in percent:
+
+    - regression / improvement: beyond +-threshold and significant (p < alpha);
+    - within_threshold: the whole CI lies inside [-threshold, +threshold] (a point
+      estimate inside it is not enough: a CI of -15% .. +18% cannot say "within 5%");
+    - untested: no CI and no test (< 2 repeats a side), or identical repeats whose
+      difference lies beyond the threshold (a zero-width CI but no test);
+    - inconclusive: everything else: the CI reaches past +-threshold (or is unbounded)
+      and no significant change beyond the threshold was found."""
+    def finite(x) -> bool:
+        return x is not None and not pd.isna(x) and bool(np.isfinite(x))
+
+    tested = finite(p_value)
+    if tested and p_value < alpha and abs(change_pct) > threshold:
+        return "regression" if change_pct > 0 else "improvement"
+    has_ci = finite(ci_low) and finite(ci_high)
+    if has_ci and -threshold <= ci_low and ci_high <= threshold:
         return "within_threshold"
-    if np.isnan(p_value):
+    if not tested and (not has_ci or ci_low == ci_high):
         return "untested"
-    if p_value >= alpha:
-        return "not_significant"
-    return "regression" if change_pct > 0 else "improvement"
+    return "inconclusive"
 
 
 def model_notes(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
@@ -203,7 +229,7 @@ def comparison_figure(table: pd.DataFrame, threshold: float, names=("A", "B")):
             f"{r.workload}{f' ({r.model_label})' if r.model_label else ''} {r.runtime} "
             f"n{r.nodes}-g{r.gpus}-r{r.ranks}-t{r.threads}" for r in matched.itertuples()]
         palette = {"regression": "tab:red", "improvement": "tab:green",
-                   "within_threshold": "tab:grey", "not_significant": "tab:orange",
+                   "within_threshold": "tab:grey", "inconclusive": "tab:orange",
                    "untested": "tab:purple"}
         y = np.arange(len(matched))
         low = (matched["change_pct"] - matched["change_ci95_low_pct"]).clip(lower=0)
@@ -233,8 +259,14 @@ def add_parser(subparsers) -> None:
         description="Prints one CSV row per point (matched on workload, payload, model, "
         "runtime, nodes, gpus, ranks, threads; only the repeats of one point are pooled, "
         "never two models, runtimes or geometries): change_pct = (B - A) / A x 100 with "
-        "its 95% CI (Fieller), Welch's p-value and the verdict. A summary and notes go "
-        "to stderr.",
+        "its 95% CI (Fieller), Welch's p-value and the verdict: regression / improvement "
+        "(beyond the threshold and p < alpha), within_threshold (the whole 95% CI inside "
+        "+-threshold), inconclusive (the CI reaches past +-threshold, no significant "
+        "change beyond it), untested (< 2 repeats a side), only_in_a / only_in_b. A "
+        "summary and notes go to stderr.",
+        epilog=f"Exit status: 0 done; {EXIT_REGRESSION} a regression (with "
+        f"--fail-on-regression or --strict); {EXIT_UNDECIDED} no regression but a matched "
+        "point inconclusive or untested (with --strict); 2 a usage error.",
     )
     p.add_argument("a", type=Path, help="campaign directory A (the reference)")
     p.add_argument("b", type=Path, help="campaign directory B (compared with A)")
@@ -245,7 +277,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--metric", choices=METRICS, default="time_s",
                    help="what is compared (default: time_s, as in scaling.csv)")
     p.add_argument("--fail-on-regression", action="store_true",
-                   help="exit 1 when any point regressed")
+                   help=f"exit {EXIT_REGRESSION} when any point regressed")
+    p.add_argument("--strict", action="store_true",
+                   help=f"as --fail-on-regression, and exit {EXIT_UNDECIDED} when no point "
+                   "regressed but a matched point is inconclusive (its 95%% CI reaches past "
+                   "+-threshold) or untested: passes only a campaign that can tell")
     add_format(p)
     p.add_argument("--csv", type=Path, metavar="OUT", help="also write the table here")
     p.add_argument("--plot", type=Path, metavar="OUT.png", help="write the figure here")
@@ -278,10 +314,18 @@ def run(args: argparse.Namespace) -> int:
         for line in skipped:
             print(f"scalesweep compare: skipped in {side}: {line}", file=sys.stderr)
     regressions = table[table["verdict"] == "regression"]
-    if len(regressions) and args.fail_on_regression:
+    if len(regressions) and (args.fail_on_regression or args.strict):
         print(f"scalesweep compare: {len(regressions)} regression(s); failing as asked",
               file=sys.stderr)
-        return 1
+        return EXIT_REGRESSION
+    undecided = table[table["verdict"].isin(UNDECIDED)]
+    if len(undecided) and args.strict:
+        print(f"scalesweep compare: {len(undecided)} point(s) inconclusive or untested: "
+              f"their 95% CI reaches past +-{args.threshold:g}% (or there is none), so "
+              "these campaigns cannot tell whether they changed by more than the "
+              f"threshold; failing as asked (--strict, exit {EXIT_UNDECIDED}). More "
+              "repeats on both sides narrow the CI.", file=sys.stderr)
+        return EXIT_UNDECIDED
     return 0
 
 

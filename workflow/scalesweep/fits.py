@@ -547,3 +547,34 @@ def _wrap(text: str, width: int = 90) -> str:
     import textwrap
 
     return "\n".join(textwrap.wrap(text, width))
+
+
+# --- a campaign's fits (rule fits: fits.csv), also `scalesweep fit` on its runs.csv -----
+CAMPAIGN_SERIES = ["workload", "runtime", "threads"]  # as scaling.csv groups them
+
+
+def campaign_training_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs scaling.csv is made of (CNN training, disturbed runs left out)."""
+    if "payload" not in runs:
+        return runs.iloc[0:0]
+    runs = runs[runs["payload"] == "cnn"]
+    if "disturbed" in runs:  # kept in runs.csv, left out of every statistic
+        runs = runs[~runs["disturbed"].map(lambda v: str(v).strip().lower() in
+                                           ("true", "1", "yes"))]
+    return runs
+
+
+def campaign_fits(runs: pd.DataFrame, config: dict) -> list[tuple[dict, pd.DataFrame, list]]:
+    """[(series values, its runs, [one fit per model])] of a campaign's training runs,
+    per CAMPAIGN_SERIES, with the sweep's baseline where it was measured."""
+    from scalesweep.sweep import workload_axes
+
+    out = []
+    for key, group in campaign_training_runs(runs).groupby(CAMPAIGN_SERIES, sort=True):
+        baseline = workload_axes(config, key[0]).get("baseline")
+        present = set(group["count"].astype(int))
+        base = baseline if baseline is not None and int(baseline) in present else None
+        found = [fit_series(group, model, "count", "time_s", base) for model in MODELS]
+        out.append((dict(zip(CAMPAIGN_SERIES, key)), group, found))
+    return out
+

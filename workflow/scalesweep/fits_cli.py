@@ -39,7 +39,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--model", choices=[*fits.MODELS, "both"], default="both")
     p.add_argument("--predict", type=_counts, default=[], metavar="N[,N]",
                    help="counts to predict, e.g. 256,512")
-    p.add_argument("--count-col", default="nodes", help="default: nodes")
+    p.add_argument("--count-col", default=None, help="default: nodes (a campaign's "
+                   "runs.csv: count, as fits.csv)")
     p.add_argument("--time-col", default="time_s", help="default: time_s")
     p.add_argument("--baseline", type=int, help="efficiency baseline count (default: smallest)")
     analysis_cli.add_group_by(p)
@@ -52,6 +53,23 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     runs = analysis_cli.read_table(args.file)
+    record = analysis_cli.campaign_of(args, runs, {
+        "--count-col": args.count_col, "--baseline": args.baseline,
+        "--group-by": args.group_by,
+        "--time-col": args.time_col if args.time_col != "time_s" else None,
+        "--model": args.model if args.model != "both" else None,
+        "--bootstrap": args.bootstrap if args.bootstrap != fits.DEFAULT_BOOTSTRAP else None,
+        "--seed": args.seed if args.seed != fits.DEFAULT_SEED else None})
+    args.count_col = args.count_col or "nodes"
+    if record is not None:
+        found = fits.campaign_fits(runs, record["config"])
+        results = [(values, fit) for values, _, fitted in found for fit in fitted]
+        args.count_col = "count"
+        analysis_cli.note_campaign(args, record, "fits.csv")
+    else:
+        results = None
+    if results is not None:
+        return _print_fits(args, results)
     groups, ignored = analysis_cli.group_columns(
         args, runs, key=args.count_col, time_col=args.time_col, key_role="count")
     runs, disturbed = analysis_cli.drop_disturbed(args, runs)
@@ -61,6 +79,10 @@ def run(args: argparse.Namespace) -> int:
         models=models, count_col=args.count_col, time_col=args.time_col,
         baseline=args.baseline, n_boot=args.bootstrap, seed=args.seed)
     analysis_cli.note_ignored(args, runs, ignored, groups, disturbed)
+    return _print_fits(args, results)
+
+
+def _print_fits(args, results) -> int:
     predictions = [fits.predict(fit, args.predict) for _, fit in results]
     if args.csv:
         fits_csv(results, predictions).to_csv(sys.stdout, index=False, float_format="%.6g")

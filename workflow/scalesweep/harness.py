@@ -2,7 +2,8 @@
 
 The payload writes ``payload.json`` into the point's directory; this harness adds what
 only the launcher knows (command line, launcher, wall time, Slurm job, image digest, the
-allocation it got, the interference measured during the run: ``scalesweep.interference``)
+allocation it got, the interference measured during the run: ``scalesweep.interference``,
+the machine's speed just before and just after it on every node: ``scalesweep.probe``)
 and writes ``metrics.json`` atomically. A failed attempt writes ``failure.json`` instead and
 appends to ``attempts.jsonl``; a ``metrics.json`` that exists is never touched.
 
@@ -35,6 +36,7 @@ from scalesweep.hostmpi import mpi_check
 from scalesweep.interference import METHOD, TOKEN_VAR, Monitor, assess, new_token
 from scalesweep.launch import Launch, launch_command, launch_env, shell_line
 from scalesweep.memtimeline import MemoryTimeline
+from scalesweep import probe as machine_probe
 from scalesweep.metrics import (
     MetricsError,
     git_commit,
@@ -218,6 +220,49 @@ class InterferenceProbe:
         return record
 
 
+class MachineProbe:
+    """The machine's speed before and after the payload, on every node of the point
+    (``scalesweep.probe``): a ``python -m scalesweep.probe`` on this host, or one task per
+    node (an overlapping ``srun`` step) for a multi-node point under Slurm. Never beside
+    the payload, and out of the run's wall time (``seconds``). A probe that fails is
+    recorded (``errors``), never a failed run."""
+
+    def __init__(self, launch: Launch, env: dict, log_path: str):
+        python = launch.host_python if launch.launcher == "srun" and launch.nodes > 1 \
+            else (sys.executable or launch.host_python)
+        self.argv, self.note = machine_probe.probe_command(launch.nodes, launch.launcher, python)
+        self.requested = launch.nodes
+        self.nodes = launch.nodes if launch.launcher == "srun" else 1  # those probed
+        self.env, self.log_path = env, log_path
+        self.results: dict[str, list] = {}
+        self.errors: dict[str, str] = {}
+        self.seconds = 0.0
+
+    def run(self, when: str) -> None:
+        nodes, error, seconds = machine_probe.run_on_nodes(self.argv, self.env, self.nodes,
+                                                           wrap=dies_with_harness)
+        self.seconds += seconds
+        self.results[when] = nodes
+        if error:
+            self.errors[when] = error
+        figures = "; ".join(f"{n.get('host')}: {float(n.get('gflops') or 0):.1f} GFLOP/s, "
+                            f"{float(n.get('gbps') or 0):.1f} GB/s" for n in nodes)
+        with open(self.log_path, "a") as log:
+            log.write(f"# machine probe {when} ({seconds:.2f} s): {figures or '-'}"
+                      f"{f' ({error})' if error else ''}\n")
+
+    def record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"before": self.results.get("before", []),
+                               "after": self.results.get("after", []),
+                               "method": machine_probe.method(), "wall_s": self.seconds,
+                               "nodes": {"requested": self.requested, "probed": self.nodes}}
+        if self.note:
+            out["note"] = self.note
+        if self.errors:
+            out["error"] = dict(self.errors)
+        return out
+
+
 def execute(
     point: SweepPoint,
     launch: Launch,
@@ -323,7 +368,12 @@ def _execute(point, launch, metrics_path: Path, log_path, *, image_manifest, ext
                 attempt["reason"] = f"node-local staging failed (exit code {rc})"
         log.write(f"# {attempt['command']}\n")
         log.flush()
+    speed = None
     if rc == 0:  # the measurement window: the payload's run, staging excluded
+        # the machine's speed just before the payload (and just after it, below), on
+        # every node: outside the window, and out of the run's wall time
+        speed = MachineProbe(launch, env, log_path)
+        speed.run("before")
         memory = MemoryTimeline.for_launch(launch, site["node"]["device"],
                                            measurement["sample_interval_s"])
         probe = InterferenceProbe(launch, env, out_dir, token, measurement, log_path,
@@ -341,7 +391,10 @@ def _execute(point, launch, metrics_path: Path, log_path, *, image_manifest, ext
             attempt["interference"] = probe.stop()
             # the ranks' memory over the window: into metrics.json (not attempts.jsonl)
             extra = {**(extra or {}), "memory_timeline": memory.record()}
-    wall = time.perf_counter() - t0
+        if rc == 0:
+            speed.run("after")
+        extra = {**extra, "probe": speed.record()}
+    wall = time.perf_counter() - t0 - (speed.seconds if speed else 0.0)
     attempt.update(end=now_iso(), wall_s=wall, exit_code=rc)
     return _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_manifest, commit, extra)
 

@@ -72,6 +72,26 @@ def _natural(text: str):
     return (0, int(text), "") if text.isdigit() else (1, 0, text)
 
 
+def with_block_partners(table, chosen):
+    """``chosen`` and every other point of ``table`` in the same block (a pair is two runs
+    measured together: re-measuring one run of a block alone would pair it with a run
+    measured long before), and {partner path: the chosen path that brought it}."""
+    blocks = {}
+    for path in chosen["path"]:
+        blocks.setdefault(SweepPoint.from_path(path).block, path)
+    in_block = table["path"].map(lambda p: SweepPoint.from_path(p).block in blocks)
+    extra = table[in_block.astype(bool) & ~table["path"].isin(set(chosen["path"]))]
+    partners = {p: blocks[SweepPoint.from_path(p).block] for p in extra["path"]}
+    return (chosen if extra.empty else
+            pd_concat([chosen, extra]).sort_values("path", kind="stable")), partners
+
+
+def pd_concat(frames):
+    import pandas as pd
+
+    return pd.concat(frames, ignore_index=True)
+
+
 def history_stamp() -> str:
     """UTC to the microsecond, sortable as text: 20261125T061502.123456Z."""
     now = time.time()
@@ -178,11 +198,16 @@ def run(args) -> int:
               + " and ".join([*(f"state {'/'.join(sorted(states))}" for _ in [0] if states),
                               *(f"{k}={','.join(sorted(v))}" for k, v in where.items())]))
         return 0
+    chosen, partners = with_block_partners(table, chosen)
     targets = [f"{RUNS_DIR}/{p}/{METRICS_JSON}" for p in chosen["path"]]
     cmd = snakemake_command(args, targets)
     print(f"Measuring {len(chosen)} point(s) again:")
     for _, row in chosen.iterrows():
-        print(f"  {row['path']}  ({row['state']}{': ' + str(row['reason'])[:100] if row['reason'] else ''})")
+        why = (f"{row['state']}{': ' + str(row['reason'])[:100] if row['reason'] else ''}"
+               if row["path"] not in partners else
+               f"its block partner {partners[row['path']]} is measured again: a pair is "
+               "two runs measured together")
+        print(f"  {row['path']}  ({why})")
     if locked(directory):
         where = directory / ".snakemake" / "locks"
         if stale_lock(directory):

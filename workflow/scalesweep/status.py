@@ -149,9 +149,13 @@ def queued_points() -> set[str] | None:
 
 def _job_key(path: str) -> str:
     """A point as the Slurm executor names it in a job comment: its wildcard values."""
+    import re
+
+    from scalesweep.sweep import POINT_DIR
+
     p = SweepPoint.from_path(path)
-    return "_".join(str(v) for v in (p.workload, p.runtime, p.nodes, p.gpus, p.ranks,
-                                     p.threads, p.repeat))
+    # the wildcards in the order the rule's output names them (sweep.POINT_DIR)
+    return "_".join(str(getattr(p, name)) for name in re.findall(r"\{(\w+)\}", POINT_DIR))
 
 
 def _slurm_job_state(job_id: str) -> str | None:
@@ -262,6 +266,43 @@ def status_table(config: dict, directory: Path):
 
 
 STATES = ["done", "disturbed", "failed", "running", "stale", "missing"]
+REPORT_HTML = "report.html"  # where the README's `snakemake --report report.html` writes it
+SUMMARY_DIR = Path("results", "summary")
+
+
+def report_freshness(directory: Path) -> dict | None:
+    """report.html against the summary it was made from: {"report": its mtime, "summary":
+    the newest file's mtime in results/summary/ (both "YYYY-MM-DD HH:MM:SS UTC"),
+    "newest": that file's name, "stale": the report is older than it}; None without a
+    report.html or a summary."""
+    import datetime
+
+    report = Path(directory) / REPORT_HTML
+    try:
+        made = report.stat().st_mtime
+        files = [(f.stat().st_mtime, f) for f in (Path(directory) / SUMMARY_DIR).iterdir()
+                 if f.is_file()]
+    except OSError:
+        return None
+    if not files:
+        return None
+    newest, path = max(files)
+
+    def utc(t: float) -> str:
+        return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime(
+            "%Y-%m-%d %H:%M:%S UTC")
+
+    return {"report": utc(made), "summary": utc(newest), "newest": str(path.name),
+            "stale": made < newest}
+
+
+def stale_report_line(freshness: dict | None, rerun: str) -> str | None:
+    """The line `scalesweep status` prints when report.html is older than the summary."""
+    if not freshness or not freshness["stale"]:
+        return None
+    return (f"{REPORT_HTML} is older than the summary (made {freshness['report']}, summary "
+            f"{freshness['summary']}, {SUMMARY_DIR}/{freshness['newest']}): run {rerun} "
+            f"--report {REPORT_HTML}")
 
 
 def _replacement_advice(config: dict, directory: Path, disturbed, rerun: str) -> list[str]:
@@ -278,8 +319,9 @@ def _replacement_advice(config: dict, directory: Path, disturbed, rerun: str) ->
         low, high = repeat_bounds(config, point.workload)
         final = directory / "results" / "decisions" / series.path / "final.json"
         decision = (json.loads(final.read_text()).get("last_decision") or {}) if final.is_file() else {}
-        point_dir = directory / RUNS_DIR / Path(path).parent
-        done = max((int(p.name[3:]) for p in point_dir.glob("rep*")), default=0)
+        series_dir = directory / RUNS_DIR / series.path
+        done = max((int(p.name[3:]) for p in series_dir.glob("rep*")
+                    if p.name[3:].isdigit()), default=0)
         if decision.get("enough"):
             kind = "enough"
         elif high > low and done < high:
@@ -328,10 +370,13 @@ def run(args) -> int:
                                                       args.config or [])])
     outside_counts = outside["state"].value_counts().reindex(STATES, fill_value=0)
     locks = stale_lock(directory)  # left by a killed run: the next one refuses to start
+    freshness = report_freshness(directory)
     if args.json:
         json.dump({"counts": counts.to_dict(), "points": table.to_dict(orient="records"),
                    "unlock_command": f"{rerun} --unlock" if locks else None,
                    "rerun_command": rerun, "config": sources.describe(),
+                   "report": freshness and {**freshness, "command": f"{rerun} --report "
+                                                                     f"{REPORT_HTML}"},
                    "outside_selection": {"selection": selection.describe(),
                                          "points": len(outside),
                                          "counts": outside_counts.to_dict()}},
@@ -339,6 +384,9 @@ def run(args) -> int:
         print()
         return 0
     print(f"{len(table)} requested points: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    stale_report = stale_report_line(freshness, rerun)
+    if stale_report:
+        print(stale_report)
     if len(outside):
         print(f"{len(outside)} more point(s) outside the selection {selection.describe()}, "
               "not listed: " + ", ".join(f"{n} {s}" for s, n in outside_counts.items() if n))

@@ -21,8 +21,19 @@ NATIVE_RUNTIMES = _runtimes.native_names()
 CONTAINER_RUNTIMES = _runtimes.container_names()
 AXES = ("runtimes", "nodes", "gpus_per_node", "ranks_per_node", "threads_per_rank", "repeats")
 
-# results/runs/<workload>/<runtime>/n<nodes>-g<gpus>-r<ranks>-t<threads>/rep<repeat>
-POINT_DIR = "{workload}/{runtime}/n{nodes}-g{gpus}-r{ranks}-t{threads}/rep{repeat}"
+# The reference every other runtime is compared with (overhead = other vs reference).
+REFERENCE = "native"
+# A block is one repeat of one *arm* of a geometry: the reference and one compared runtime
+# (the arm is named after it), measured one right after the other (block_order). Every
+# comparison has blocks of its own, so a runtime added to a campaign later (the A/A
+# runtime native-aa, a second container) is measured beside a reference run of its own
+# block, never paired with reference runs measured before it existed. A series with the
+# reference alone has the arm "native"; without the reference each runtime is its own arm.
+# results/runs/<workload>/<arm>/n<nodes>-g<gpus>-r<ranks>-t<threads>/rep<repeat>/<runtime>:
+# the block's directory holds its runs.
+BLOCK_DIR = "{workload}/{arm}/n{nodes}-g{gpus}-r{ranks}-t{threads}/rep{repeat}"
+POINT_DIR = BLOCK_DIR + "/{runtime}"
+POINT_DEPTH = POINT_DIR.count("/") + 1  # path segments of a point directory
 # <point dir>/history/<UTC stamp>/: a point's earlier runs, moved aside by `scalesweep rerun`
 HISTORY_DIR = "history"
 
@@ -32,6 +43,7 @@ def in_history(path: str) -> bool:
     return HISTORY_DIR in path.replace("\\", "/").split("/")
 WILDCARD_CONSTRAINTS = {
     "workload": r"[a-z][a-z0-9_]*",
+    "arm": "|".join(re.escape(r) for r in RUNTIMES),
     "runtime": "|".join(re.escape(r) for r in RUNTIMES),
     "nodes": r"[1-9][0-9]*",
     "gpus": r"[0-9]+",
@@ -58,11 +70,23 @@ class SweepPoint:
     gpus: int  # GPUs per node visible to the point (0 = CPU only)
     ranks: int  # processes per node
     threads: int  # threads per rank
-    repeat: int
+    repeat: int  # the block's number within its arm (one run of each runtime per block)
+    # the runtime compared in this run's block (BLOCK_DIR); by default the run's own
+    # runtime (a compared runtime's run, or the reference measured alone)
+    arm: str = ""
+
+    def __post_init__(self):
+        if not self.arm:
+            object.__setattr__(self, "arm", self.runtime)
 
     @property
     def path(self) -> str:
         return POINT_DIR.format_map(vars(self))  # asdict() deep-copies: 10x slower
+
+    @property
+    def block(self) -> str:
+        """The block's identifier, shared by the runs measured together (its path)."""
+        return BLOCK_DIR.format_map(vars(self))
 
     @property
     def world_size(self) -> int:
@@ -86,12 +110,22 @@ class SweepPoint:
             ranks=int(get("ranks")),
             threads=int(get("threads")),
             repeat=int(get("repeat")),
+            arm=str(get("arm") or "") if _has(wc, "arm") else "",
         )
 
     def as_dict(self) -> dict[str, Any]:
         # not dataclasses.asdict(): it deep-copies field by field, 10x slower, and this is
         # called for every run by collect_runs and point_states
         return dict(vars(self))
+
+
+def _has(wc: Any, key: str) -> bool:
+    if isinstance(wc, dict):
+        return key in wc
+    try:
+        return key in wc.keys()
+    except AttributeError:
+        return hasattr(wc, key)
 
 
 def workload_axes(config: dict, name: str) -> dict[str, Any]:
@@ -181,8 +215,10 @@ def _workload_points(config: dict, name: str) -> Iterable[SweepPoint]:
                     f"exceeds node.cores={cores} of site {site['name']} (oversubscription "
                     "distorts timings)"
                 )
-            for rt, rep in itertools.product(runtimes, range(1, repeats + 1)):
-                yield SweepPoint(name, rt, nodes, gpus, ranks, threads, rep)
+            for arm in arms_of(runtimes):
+                for rt, rep in itertools.product(arm_members(runtimes, arm),
+                                                 range(1, repeats + 1)):
+                    yield SweepPoint(name, rt, nodes, gpus, ranks, threads, rep, arm)
 
 
 def is_native(runtime: str) -> bool:
@@ -200,8 +236,35 @@ def workload_runtimes(config: dict, name: str) -> list[str]:
     return runtimes
 
 
+def arms_of(runtimes: list[str]) -> list[str]:
+    """The arms of a series comparing ``runtimes`` (see BLOCK_DIR): one per runtime
+    compared with the reference; the reference alone, or each runtime alone when the
+    reference is not among them."""
+    others = [rt for rt in runtimes if rt != REFERENCE]
+    if REFERENCE not in runtimes:
+        return others
+    return others or [REFERENCE]
+
+
+def arm_members(runtimes: list[str], arm: str) -> list[str]:
+    """The runtimes measured in each block of ``arm``, in the config's order."""
+    if arm != REFERENCE and REFERENCE in runtimes:
+        return [rt for rt in runtimes if rt in (REFERENCE, arm)]
+    return [arm]
+
+
+def workload_arms(config: dict, name: str) -> list[str]:
+    return arms_of(workload_runtimes(config, name))
+
+
+def block_runtimes(config: dict, workload: str, arm: str) -> list[str]:
+    """The runtimes of one block of ``arm`` (the reference first where it is compared)."""
+    return arm_members(workload_runtimes(config, workload), arm)
+
+
 def block_order(point: SweepPoint, config: dict) -> list[str]:
-    """The order of the runtimes in the block of ``point`` (one repeat of one geometry).
+    """The order of the runtimes in the block of ``point`` (one repeat of one arm of one
+    geometry: the reference and the runtime compared with it).
 
     Comparisons are interleaved, never all of one runtime before another: within a block
     every runtime runs once, one after the other; ``alternate`` reverses the order every
@@ -209,13 +272,13 @@ def block_order(point: SweepPoint, config: dict) -> list[str]:
     with a seed derived from ``measurement.seed`` and the block (reproducible, recorded
     by each run).
     """
-    runtimes = workload_runtimes(config, point.workload)
+    runtimes = block_runtimes(config, point.workload, point.arm)
     m = config.get("measurement") or {}
     if m.get("order", "alternate") == "random":
         import random
 
         key = (f"{m.get('seed', 0)}:{point.workload}:{point.nodes}:{point.gpus}:"
-               f"{point.ranks}:{point.threads}:{point.repeat}")
+               f"{point.ranks}:{point.threads}:{point.repeat}:{point.arm}")
         rng = random.Random(key)
         rng.shuffle(runtimes)
         return runtimes
@@ -229,6 +292,9 @@ def run_order(point: SweepPoint, config: dict) -> dict[str, Any]:
     return {
         "scheme": config["measurement"]["order"],
         "block": point.repeat,
+        # the runs of one block share it (scalesweep.analysis pairs on it)
+        "block_id": point.block,
+        "arm": point.arm,
         "position": sequence.index(point.runtime) if point.runtime in sequence else None,
         "sequence": sequence,
     }

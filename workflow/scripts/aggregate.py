@@ -12,6 +12,7 @@ sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # noqa: F821
 
 from scalesweep.collect import (  # noqa: E402
+    campaign_record,
     collect_runs,
     llm_summary,
     overhead_summary,
@@ -19,6 +20,8 @@ from scalesweep.collect import (  # noqa: E402
     runs_points,
     scaling_summary,
 )
+from scalesweep.metrics import write_json_atomic  # noqa: E402
+from scalesweep.report_tables import add_q_values  # noqa: E402
 from scalesweep.pointdir import METRICS_JSON, RUNS_DIR  # noqa: E402
 from scalesweep.sweep import HISTORY_DIR, sweep_points  # noqa: E402
 
@@ -50,7 +53,12 @@ if not runs.empty and runs["disturbed"].any():
 # report's missing-points table say what is missing.
 scaling_summary(runs, cfg, log).to_csv(sm.output.scaling, index=False, float_format="%.10g")
 llm_summary(runs).to_csv(sm.output.llm, index=False, float_format="%.10g")
-overhead_summary(runs, cfg, log).to_csv(sm.output.overhead, index=False, float_format="%.10g")
+# q values (Benjamini-Hochberg) beside the p values: many comparisons in one campaign
+add_q_values(overhead_summary(runs, cfg, log)).to_csv(
+    sm.output.overhead, index=False, float_format="%.10g")
+# what the verdicts above rest on, beside runs.csv: `scalesweep overhead|scaling|fit` on
+# this runs.csv read it and give the same answers
+write_json_atomic(sm.output.campaign, campaign_record(cfg, runs))
 
 # Every requested point, and every repeat whose metrics came in (adaptive repeats add
 # repeats beyond the config's); metrics already read by collect_runs are not read again.

@@ -10,10 +10,9 @@ sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # no
 import pandas as pd  # noqa: E402
 
 from scalesweep import fits  # noqa: E402
-from scalesweep.sweep import workload_axes  # noqa: E402
 
 sm = snakemake  # noqa: F821
-SERIES = ["workload", "runtime", "threads"]  # as scaling.csv groups them
+SERIES = fits.CAMPAIGN_SERIES  # as scaling.csv groups them
 
 
 def training_runs():
@@ -22,24 +21,12 @@ def training_runs():
         runs = pd.read_csv(sm.input.runs)
     except pd.errors.EmptyDataError:
         return pd.DataFrame(columns=[*SERIES, "count", "time_s"])
-    if "payload" not in runs:
-        return runs.iloc[0:0]
-    runs = runs[runs["payload"] == "cnn"]
-    if "disturbed" in runs:  # kept in runs.csv, left out of every statistic
-        runs = runs[~runs["disturbed"].fillna(False).astype(bool)]
-    return runs
+    return fits.campaign_training_runs(runs)
 
 
 def series_fits(runs):
     """[(series values, its runs, [amdahl fit, usl fit])], with the sweep's baseline."""
-    out = []
-    for key, group in runs.groupby(SERIES, sort=True):
-        baseline = workload_axes(sm.config, key[0]).get("baseline")
-        present = set(group["count"].astype(int))
-        base = baseline if baseline is not None and int(baseline) in present else None
-        found = [fits.fit_series(group, model, "count", "time_s", base) for model in fits.MODELS]
-        out.append((dict(zip(SERIES, key)), group, found))
-    return out
+    return fits.campaign_fits(runs, sm.config)
 
 
 runs = training_runs()

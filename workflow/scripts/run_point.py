@@ -39,13 +39,13 @@ from scalesweep.payloads import image_location, image_manifest_of, payload_invoc
 from scalesweep.pointdir import FAILURE_JSON, PointDirError  # noqa: E402
 from scalesweep.pointlaunch import build_launch  # noqa: E402
 from scalesweep.site import site_of  # noqa: E402
-from scalesweep.sweep import SweepPoint, is_native, run_order  # noqa: E402
+from scalesweep.sweep import POINT_DEPTH, SweepPoint, is_native, run_order  # noqa: E402
 
 # $USER appears in site paths (/mnt/bb/$USER: the payload's arguments) and ch-run needs it
 with_user(os.environ)
 
 metrics = Path(args.metrics)
-point = SweepPoint.from_path("/".join(metrics.parent.parts[-4:]))  # <workload>/.../rep<r>
+point = SweepPoint.from_path("/".join(metrics.parent.parts[-POINT_DEPTH:]))  # <workload>/.../<runtime>
 site = site_of(config)
 if os.environ.get("SLURM_JOB_ID") and site["scheduler"] != "slurm":
     # The point was submitted to Slurm (a bare --executor slurm, or an allocation) without

@@ -1,0 +1,473 @@
+"""What report.html says about itself: made.csv (when and from which results), the
+many-comparisons statement (significance.csv, q values) and the benchmarking rules
+(rules.csv), each computed from small summary tables with known answers; the landing
+page that embeds them, rendered as Snakemake renders it; and `scalesweep status` on a
+report older than its summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import jinja2
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from docutils.core import publish_parts
+from scipy import stats
+
+from conftest import REPO, tiny_config
+from scalesweep import report_tables as rt
+from scalesweep.cli import main
+from scalesweep.status import report_freshness
+
+GEOMETRY = dict(nodes=1, gpus=0, ranks=2, threads=1)
+
+
+# --- summary tables of a small, clean campaign ---------------------------------------------
+
+def runs_table(n: int = 4, **changes) -> pd.DataFrame:
+    """n CNN runs of native and apptainer at 1 and 2 ranks, complete provenance."""
+    rows = []
+    t0 = pd.Timestamp("2025-03-01 01:29:00", tz="UTC")
+    rng = np.random.default_rng(0)
+    for k in range(n):
+        for ranks, seconds in ((1, 10.0), (2, 5.5)):
+            for runtime in ("native", "apptainer"):
+                start = t0 + pd.Timedelta(minutes=len(rows))
+                rows.append({
+                    "workload": "cnn", "payload": "cnn", "runtime": runtime, "nodes": 1,
+                    "gpus": 0, "ranks": ranks, "threads": 1, "repeat": k + 1,
+                    "count": ranks, "time_s": seconds * np.exp(rng.normal(0, 0.01)),
+                    "disturbed": False, "git_commit": "a" * 40, "hosts": "node1",
+                    "launcher": "mpirun", "torch": "2.13.0",
+                    "image_digest": "sha256:beef" if runtime == "apptainer" else None,
+                    "start": start.isoformat(),
+                    "end": (start + pd.Timedelta(seconds=50)).isoformat(),
+                })
+    runs = pd.DataFrame(rows)
+    for col, value in changes.items():
+        runs[col] = value
+    return runs
+
+
+def scaling_table(**changes) -> pd.DataFrame:
+    rows = []
+    for runtime in ("native", "apptainer"):
+        for count, t in ((1, 10.0), (2, 5.5)):
+            rows.append({"workload": "cnn", "runtime": runtime, "threads": 1, "count": count,
+                         "time_s": t, "n": 4, "ci95_low": t * 0.98, "ci95_high": t * 1.02,
+                         "baseline_count": 1, "baseline_time_s": 10.0,
+                         "linear_time_s": 10.0 / count, "speedup": 10.0 / t,
+                         "efficiency_pct": 1000 / t / count,
+                         "efficiency_ci95_low_pct": 1000 / t / count - 2,
+                         "efficiency_ci95_high_pct": 1000 / t / count + 2})
+    table = pd.DataFrame(rows)
+    for col, value in changes.items():
+        table[col] = value
+    return table
+
+
+def overhead_row(ranks=2, runtime="apptainer", verdict="equivalent", p=0.4, eq_p=0.01,
+                 low=-1.0, high=1.0, paired=True, n=4, normality=0.5,
+                 method="paired t", overhead=None) -> dict:
+    return {"workload": "cnn", "model_label": "", "arm": runtime, "nodes": 1, "gpus": 0,
+            "ranks": ranks, "threads": 1, "runtime": runtime, "paired": paired,
+            "pairing": "same-block pairs" if paired else "unpaired", "n_native": n, "n": n,
+            "native_s": 10.0, "time_s": 10.0 * (1 + (low + high) / 200)
+            if overhead is None else 10.0 * (1 + overhead / 100),
+            "overhead_pct": (low + high) / 2 if overhead is None else overhead,
+            "overhead_ci95_low_pct": low,
+            "overhead_ci95_high_pct": high, "ci_method": method,
+            "normality_p_value": normality, "p_value": p, "equivalence_p_value": eq_p,
+            "margin_pct": 5.0, "verdict": verdict}
+
+
+def points_table(states=("done",) * 4, reasons=None) -> pd.DataFrame:
+    reasons = reasons or [""] * len(states)
+    return pd.DataFrame([{"workload": "cnn", "runtime": "native", **GEOMETRY, "repeat": i + 1,
+                          "path": f"cnn/native/n1-g0-r2-t1/rep{i + 1}/native", "state": s,
+                          "reason": r, "log": ""}
+                         for i, (s, r) in enumerate(zip(states, reasons))])
+
+
+def clean_campaign() -> dict:
+    return {"runs": runs_table(), "scaling": scaling_table(), "llm": pd.DataFrame(),
+            "overhead": pd.DataFrame([overhead_row(1), overhead_row(2)]),
+            "points": points_table()}
+
+
+def by_rule(table: pd.DataFrame) -> dict[int, pd.Series]:
+    assert table.columns.tolist() == rt.RULES_COLUMNS
+    assert table["rule"].tolist() == list(rt.RULES)
+    return {i: row for i, row in table.iterrows()}
+
+
+# --- the benchmarking rules ------------------------------------------------------------------
+
+def test_a_clean_campaign_passes_every_rule_with_its_evidence():
+    rules = by_rule(rt.rules_table(**clean_campaign()))
+    assert [r["passed"] for r in rules.values()] == ["yes"] * 8, rules
+    assert "4 of 4 speedup/efficiency rows show baseline_time_s" in rules[0]["evidence"]
+    assert "2 of 2 overheads show native_s and time_s" in rules[0]["evidence"]
+    assert "4 requested, 4 delivered" in rules[1]["evidence"]
+    assert "10 of 10 estimates" in rules[2]["evidence"]  # 4 times, 4 efficiencies, 2 overheads
+    assert "Shapiro-Wilk on the per-pair log ratios of 2 of 2 paired rows" in rules[3]["evidence"]
+    assert "on 4 rows with 3 repeats or more" in rules[3]["evidence"]  # scaling, checked here
+    assert "2 of 2 equivalent verdicts with equivalence_p_value < 0.05" in rules[4]["evidence"]
+    assert "16 of 16 runs record" in rules[5]["evidence"]
+    assert "linear_time_s" in rules[6]["evidence"] and "on 4 of 4 rows" in rules[6]["evidence"]
+    assert "10 of 10 means drawn" in rules[7]["evidence"]
+
+
+def test_an_empty_campaign_is_not_applicable_not_passed():
+    rules = by_rule(rt.rules_table(runs=pd.DataFrame(), scaling=pd.DataFrame(),
+                                   llm=pd.DataFrame(), overhead=pd.DataFrame(),
+                                   points=pd.DataFrame()))
+    assert {r["passed"] for r in rules.values()} == {"not applicable"}
+
+
+def test_each_rule_fails_where_its_tables_break_it_and_names_the_rows():
+    c = clean_campaign()
+    c["scaling"].loc[3, "baseline_time_s"] = np.nan  # apptainer count 2
+    c["points"] = points_table(("done", "failed", "missing", "done"),
+                               ["", "exit code 1", "", ""])
+    c["overhead"] = pd.DataFrame([
+        # no test below 5%, and unpaired (Fieller/Welch without a normality check)
+        overhead_row(1, verdict="faster", p=0.2, low=-9, high=-1, paired=False,
+                     method="Fieller/Welch", normality=np.nan),
+        overhead_row(2, runtime="native-aa", verdict="inconclusive", p=0.5, low=np.nan,
+                     high=np.nan, n=5, method="Hodges-Lehmann (too few pairs)",
+                     normality=0.01, overhead=-2.0),
+    ])
+    c["runs"].loc[0, "git_commit"] = None
+    c["runs"].loc[1, "image_digest"] = None  # the first apptainer run
+    c["scaling"].loc[0, "linear_time_s"] = np.nan
+    rules = by_rule(rt.rules_table(**c))
+    assert [rules[i]["passed"] for i in range(8)] == ["no"] * 8, rules
+    assert "scaling.csv without them: cnn apptainer 1 thr/rank count 2" in rules[0]["evidence"]
+    assert "3 of 4 speedup/efficiency rows" in rules[0]["evidence"]
+    assert ("4 requested, 2 delivered (done); 1 failed, 1 missing; 1 of 2 not delivered have "
+            "a reason (without: cnn/native/n1-g0-r2-t1/rep3/native)") in rules[1]["evidence"]
+    assert "overhead.csv overhead: 1 without a CI" in rules[2]["evidence"]
+    assert "native-aa" in rules[2]["evidence"]
+    # a rejected normality kept its rank method (fine), but the faster row is unpaired
+    assert "rejected in 1 (their ci_method: Hodges-Lehmann" in rules[3]["evidence"]
+    assert "1 unpaired rows use Fieller/Welch without a normality check (cnn apptainer " \
+        "n1-g0-r1-t1)" in rules[3]["evidence"]
+    assert "0 of 1 faster/slower verdicts with p_value < 0.05" in rules[4]["evidence"]
+    assert "cnn apptainer n1-g0-r1-t1" in rules[4]["evidence"]
+    assert "git_commit missing in 1" in rules[5]["evidence"]
+    assert "image_digest missing in 1" in rules[5]["evidence"]
+    assert "14 of 16 runs record" in rules[5]["evidence"]
+    assert "without: cnn native 1 thr/rank count 1" in rules[6]["evidence"]
+    assert "drawn without an error bar" in rules[7]["evidence"]
+
+
+def test_normality_rule_fails_on_a_parametric_ci_where_normality_is_rejected():
+    c = clean_campaign()
+    c["overhead"] = pd.DataFrame([overhead_row(1, normality=0.001, method="paired t"),
+                                  overhead_row(2)])
+    rule = by_rule(rt.rules_table(**c))[3]
+    assert rule["passed"] == "no"
+    assert "a parametric CI where normality was rejected (cnn apptainer n1-g0-r1-t1)" \
+        in rule["evidence"]
+    # without the column, the paired rows were not checked at all
+    c["overhead"] = c["overhead"].drop(columns=["normality_p_value"])
+    rule = by_rule(rt.rules_table(**c))[3]
+    assert rule["passed"] == "no" and "has no normality_p_value" in rule["evidence"]
+    # unpaired rows use Fieller/Welch unchecked
+    c["overhead"] = pd.DataFrame([overhead_row(1, paired=False, method="Fieller/Welch",
+                                               normality=np.nan)])
+    rule = by_rule(rt.rules_table(**c))[3]
+    assert rule["passed"] == "no" and "1 unpaired rows use Fieller/Welch" in rule["evidence"]
+
+
+def test_normality_of_scaling_repeats_is_checked_on_the_runs():
+    c = clean_campaign()
+    runs = c["runs"]
+    # one wild repeat among 7 tight ones of native at count 1: Shapiro-Wilk rejects
+    extra = runs[(runs["runtime"] == "native") & (runs["count"] == 1)].iloc[[0] * 4].copy()
+    extra["repeat"] = [5, 6, 7, 8]
+    extra["time_s"] = [9.85, 10.08, 9.95, 30.0]
+    c["runs"] = pd.concat([runs, extra], ignore_index=True)
+    rule = by_rule(rt.rules_table(**c))[3]
+    assert rule["passed"] == "no"
+    assert "scaling.csv: a Student t CI where normality is rejected (cnn native 1 thr/rank " \
+           "count 1 (p " in rule["evidence"]
+    # disturbed repeats are not in the statistics, so not in the check either
+    c["runs"].loc[c["runs"]["time_s"] == 30.0, "disturbed"] = True
+    assert by_rule(rt.rules_table(**c))[3]["passed"] == "yes"
+
+
+def test_provenance_requires_block_and_probe_where_runs_csv_has_them():
+    c = clean_campaign()
+    c["runs"]["block_id"] = "b"
+    c["runs"]["probe_gflops"] = 1.0
+    assert by_rule(rt.rules_table(**c))[5]["passed"] == "yes"
+    c["runs"].loc[2, "probe_gflops"] = np.nan
+    rule = by_rule(rt.rules_table(**c))[5]
+    assert rule["passed"] == "no" and "probe_gflops missing in 1" in rule["evidence"]
+
+
+def test_rules_and_significance_on_the_aggregation_s_own_tables():
+    """The tables as scalesweep.collect makes them for aggregate (same-block pairs)."""
+    from scalesweep import collect
+
+    cfg = tiny_config()
+    cfg["workloads"] = {"cnn": cfg["workloads"]["cnn_ddp"]}
+    cfg["sweep"]["runtimes"] = ["native", "apptainer"]
+    cfg["measurement"]["equivalence_margin_pct"] = 5
+    runs = runs_table(n=5).assign(arm="apptainer")
+    if hasattr(collect, "with_blocks"):
+        runs = collect.with_blocks(runs)
+    tables = {"runs": runs, "scaling": collect.scaling_summary(runs, cfg),
+              "llm": collect.llm_summary(runs), "overhead": collect.overhead_summary(runs, cfg),
+              "points": points_table()}
+    assert len(tables["overhead"]) == 2 and len(tables["scaling"]) == 4
+    rules = by_rule(rt.rules_table(**tables))
+    assert [r["passed"] for r in rules.values()] == ["yes"] * 8, rules
+    significance = rt.significance_table(tables["overhead"]).set_index("column")
+    assert significance.loc["equivalence_p_value", "claims"] == 2
+    assert significance.loc["p_value", "statement"].endswith("no faster/slower verdict.")
+
+
+def test_rules_from_a_csv_round_trip(tmp_path):
+    c = clean_campaign()
+    for name, table in c.items():
+        table.to_csv(tmp_path / f"{name}.csv", index=False)
+    read = {}
+    for name in c:
+        try:
+            read[name] = pd.read_csv(tmp_path / f"{name}.csv", dtype={"reason": str, "log": str})
+        except pd.errors.EmptyDataError:
+            read[name] = pd.DataFrame()
+    assert rt.rules_table(**read)["passed"].tolist() == ["yes"] * 8
+
+
+# --- many comparisons --------------------------------------------------------------------------
+
+def test_significance_counts_chance_and_benjamini_hochberg():
+    p = [0.001, 0.02, 0.03, 0.04, 0.30, 0.50, 0.70, 0.90, np.nan, 0.045]
+    rows = []
+    for i, value in enumerate(p):
+        verdict = "slower" if value < 0.05 else "inconclusive"
+        rows.append(overhead_row(ranks=i + 1, verdict=verdict, p=value, eq_p=0.5))
+    overhead = pd.DataFrame(rows)
+    table = rt.significance_table(overhead, alpha=0.05)
+    assert table.columns.tolist() == rt.SIGNIFICANCE_COLUMNS
+    diff = table.set_index("column").loc["p_value"]
+    finite = np.array([x for x in p if not np.isnan(x)])
+    q = stats.false_discovery_control(finite)
+    assert diff["tests"] == 9 and diff["significant"] == 5
+    assert diff["expected_by_chance"] == pytest.approx(9 * 0.05)
+    assert diff["bh_significant"] == int((q < 0.05).sum()) == 1
+    assert diff["claims"] == 5
+    assert diff["claims_not_bh_significant"].startswith("cnn apptainer n1-g0-r2-t1")
+    assert diff["claims_not_bh_significant"].endswith("; and 1 more")
+    statement = diff["statement"]
+    assert statement.startswith("5 of 9 comparisons significant at 5% (p_value < 0.05); if no "
+                                "runtime differed from native, chance alone would give about "
+                                "0.5. Benjamini-Hochberg at a false discovery rate of 5% over "
+                                "these 9: 1 remain (q_value < 0.05).")
+    assert "5 faster/slower verdicts, 4 of them not significant after the adjustment" in statement
+    equiv = table.set_index("column").loc["equivalence_p_value"]
+    assert equiv["tests"] == 10 and equiv["significant"] == 0 and equiv["claims"] == 0
+
+
+def test_significance_without_overhead_says_so():
+    table = rt.significance_table(pd.DataFrame(), alpha=0.05)
+    assert table["tests"].tolist() == [0, 0]
+    assert table["statement"].str.startswith("no ").all()
+
+
+def test_q_values_are_benjamini_hochberg_and_leave_the_rest_alone():
+    overhead = pd.DataFrame([overhead_row(i, p=p, eq_p=e) for i, (p, e) in
+                             enumerate([(0.01, 0.2), (0.04, np.nan), (np.nan, 0.01),
+                                        (0.03, 0.03)], 1)])
+    out = rt.add_q_values(overhead)
+    cols = out.columns.tolist()
+    assert cols.index("q_value") == cols.index("p_value") + 1
+    assert cols.index("equivalence_q_value") == cols.index("equivalence_p_value") + 1
+    expected = stats.false_discovery_control([0.01, 0.04, 0.03])
+    assert out["q_value"].tolist()[:2] == pytest.approx(expected[:2].tolist())
+    assert np.isnan(out["q_value"].iloc[2]) and out["q_value"].iloc[3] == pytest.approx(expected[2])
+    pd.testing.assert_frame_equal(out.drop(columns=["q_value", "equivalence_q_value"]), overhead)
+    assert rt.add_q_values(out).columns.tolist() == cols  # idempotent
+
+
+# --- made ---------------------------------------------------------------------------------------
+
+def test_made_table_time_range_runs_and_commits():
+    runs = runs_table(n=2)
+    runs.loc[0, "disturbed"] = True
+    runs.loc[1:2, "git_commit"] = "b" * 40
+    runs.loc[3, "git_commit"] = None
+    made = rt.made_table(runs, points_table(("done", "failed")),
+                         pd.Timestamp("2025-03-01 01:45:10", tz="UTC"),
+                         "c" * 40 + " + uncommitted changes",
+                         ["runs.csv", "overhead.csv"])
+    assert made.columns.tolist() == rt.MADE_COLUMNS
+    items = dict(zip(made["item"], made["value"]))
+    assert items["summarised (UTC)"] == "2025-03-01 01:45:10 UTC"
+    assert items["campaign ran (first run's start .. last run's end)"] == \
+        "2025-03-01 01:29:00 UTC .. 2025-03-01 01:36:50 UTC"
+    assert items["runs"].startswith("8 (1 disturbed")
+    assert items["requested points"] == "2: 1 done, 1 failed"
+    assert items["git commit of the runs"] == ("aaaaaaaaaaaa (5 runs); bbbbbbbbbbbb (2 runs); "
+                                               "not recorded (1 run)")
+    assert items["git commit of the workflow (at summary time)"].endswith("uncommitted changes")
+    assert items["made from"] == "runs.csv, overhead.csv"
+
+
+def test_made_table_of_no_runs_and_the_workflow_commit(tmp_path):
+    made = dict(rt.made_table(pd.DataFrame(), None, time.time() * 1e9, "unknown").values)
+    assert made["runs"].startswith("0 (0 disturbed") and "no runs" in made.values()
+    assert rt.workflow_commit(tmp_path) == "unknown (not a git checkout)"
+    commit = rt.workflow_commit(REPO)
+    assert len(commit.split()[0]) == 40
+
+
+# --- the landing page, rendered as Snakemake's report renders a caption ------------------------
+
+class _File:
+    """What Snakemake's report hands a caption as ``files``: records with a ``path``."""
+
+    def __init__(self, path: str):
+        self.path = Path(path)
+        self.target = self.path.name
+
+
+def render_landing_page(cwd: Path, files: list[str]) -> str:
+    """workflow/report/workflow.rst through Jinja (trim_blocks, lstrip_blocks) and docutils
+    in the campaign directory, as snakemake.report.auto_report does for the report's text."""
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    text = (REPO / "workflow/report/workflow.rst").read_text()
+    rst = env.from_string(text).render(snakemake=None, categories={},
+                                       files=[_File(f) for f in files])
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return publish_parts(rst, writer="html",
+                             settings_overrides={"halt_level": 2})["html_body"]
+    finally:
+        os.chdir(here)
+
+
+def test_landing_page_embeds_made_significance_and_rules(tmp_path):
+    summary = tmp_path / "results/summary"
+    summary.mkdir(parents=True)
+    c = clean_campaign()
+    rt.made_table(c["runs"], c["points"], pd.Timestamp("2025-03-01 01:45:10", tz="UTC"),
+                  "c" * 40, ["runs.csv"]).to_csv(summary / "made.csv", index=False)
+    rt.significance_table(c["overhead"]).to_csv(summary / "significance.csv", index=False)
+    c["runs"].loc[0, "git_commit"] = None
+    rt.rules_table(**c).to_csv(summary / "rules.csv", index=False)
+    names = [f"results/summary/{n}.csv" for n in ("made", "significance", "rules")]
+    # halt_level 2: any docutils warning (bad markup in a cell) fails here
+    html = render_landing_page(tmp_path, names)
+    assert "2025-03-01 01:45:10 UTC" in html and "2025-03-01 01:29:00 UTC" in html
+    assert "Benchmarking rules" in html and "git_commit missing in 1" in html
+    assert "chance alone would give about" in html
+    assert "System Message" not in html
+    # a report made without them (another target) renders without the tables, no error
+    bare = render_landing_page(tmp_path / "results", [])
+    assert "scalesweep measured every sweep point" in bare and "<table" not in bare
+
+
+# --- scalesweep status: a report older than its summary ----------------------------------------
+
+def _campaign(tmp_path: Path) -> Path:
+    cfg = tiny_config()
+    cfg.pop("_site", None)
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (tmp_path / "results/summary").mkdir(parents=True)
+    (tmp_path / "results/summary/runs.csv").write_text("workload\n")
+    (tmp_path / "results/summary/overhead.csv").write_text("workload\n")
+    return tmp_path
+
+
+def _age(path: Path, seconds_ago: float) -> None:
+    t = time.time() - seconds_ago
+    os.utime(path, (t, t))
+
+
+def test_status_says_when_the_report_is_older_than_the_summary(tmp_path, capsys):
+    wd = _campaign(tmp_path)
+    assert main(["status", "-d", str(wd)]) == 0
+    assert "report.html" not in capsys.readouterr().out  # no report: nothing to say
+    report = wd / "report.html"
+    report.write_text("<html></html>")
+    _age(report, 600)
+    _age(wd / "results/summary/runs.csv", 900)  # overhead.csv is the newest
+    assert main(["status", "-d", str(wd)]) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("report.html"))
+    assert line.startswith("report.html is older than the summary (made ")
+    assert "results/summary/overhead.csv)" in line
+    assert line.endswith(f"run snakemake --directory {wd} --report report.html")
+    assert main(["status", "-d", str(wd), "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)["report"]
+    assert record["stale"] is True and record["newest"] == "overhead.csv"
+    assert record["command"] == f"snakemake --directory {wd} --report report.html"
+    # made again after the summary: not stale
+    report.write_text("<html>again</html>")
+    assert main(["status", "-d", str(wd)]) == 0
+    assert "older than the summary" not in capsys.readouterr().out
+    assert main(["status", "-d", str(wd), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["report"]["stale"] is False
+
+
+def test_report_freshness_times_are_utc(tmp_path):
+    wd = _campaign(tmp_path)
+    report = wd / "report.html"
+    report.write_text("x")
+    os.utime(report, (0, 0))
+    fresh = report_freshness(wd)
+    assert fresh["report"] == "1970-01-01 00:00:00 UTC" and fresh["stale"] is True
+
+
+# --- the rule's script, with a stand-in for Snakemake's `snakemake` object -----------------------
+
+class _Files(list):
+    def __init__(self, **named):
+        super().__init__(named.values())
+        self.__dict__.update(named)
+
+
+def test_report_summary_script_writes_the_three_tables(tmp_path):
+    summary = tmp_path / "results/summary"
+    summary.mkdir(parents=True)
+    c = clean_campaign()
+    inputs = {}
+    for name, table in c.items():
+        inputs[name] = str(summary / f"{name}.csv")
+        table.to_csv(inputs[name], index=False)
+    (summary / "llm.csv").write_text("")  # an empty table, as aggregate may write one
+    os.utime(summary / "overhead.csv", (1_700_000_000, 1_700_000_000))
+    for name in ("runs", "scaling", "llm", "points"):
+        os.utime(summary / f"{name}.csv", (1_600_000_000, 1_600_000_000))
+    outputs = {n: str(summary / f"{n}.csv") for n in ("made", "significance", "rules")}
+    snakemake = type("Snakemake", (), {})()
+    snakemake.input = _Files(**inputs)
+    snakemake.output = _Files(**outputs)
+    snakemake.log = [str(tmp_path / "summary.log")]
+    snakemake.config = {"_code_root": str(REPO), "measurement": {}}
+    script = REPO / "workflow/scripts/report_summary.py"
+    stderr = sys.stderr
+    try:
+        exec(compile(script.read_text(), str(script), "exec"), {"snakemake": snakemake})
+    finally:
+        sys.stderr.close()
+        sys.stderr = stderr
+    made = dict(pd.read_csv(outputs["made"]).values)
+    assert made["summarised (UTC)"] == "2023-11-14 22:13:20 UTC"  # overhead.csv's mtime
+    assert made["made from"] == "runs.csv, scaling.csv, llm.csv, overhead.csv, points.csv"
+    assert pd.read_csv(outputs["rules"])["passed"].tolist() == ["yes"] * 8
+    assert len(pd.read_csv(outputs["significance"])) == 2
+    assert "rules.csv: 8 rows" in (tmp_path / "summary.log").read_text()

@@ -1,0 +1,27 @@
+# The machine's drift over the campaign (the probe before and after every run) and what it
+# does to the run-to-run spread: a table and a figure for the report.
+
+
+rule report_drift:
+    input:
+        runs=rules.aggregate.output.runs,
+    output:
+        table=report(
+            "results/summary/drift.csv",
+            caption="../report/drift_table.rst",
+            category="Tables",
+            labels={"table": "machine drift and run-to-run spread"},
+        ),
+        figure=report(
+            "results/plots/drift.png",
+            caption="../report/drift.rst",
+            category="Machine drift",
+            labels={"figure": "probe over the campaign"},
+        ),
+    log:
+        "logs/report/drift.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    script:
+        "../scripts/report_drift.py"
