@@ -2,7 +2,7 @@
 
     python benchmarks/aggregation.py [--full|--smoke] [--runs N] [--profile] [--keep DIR]
 
---full: 100,000 runs (5 workloads: 3 CNN + 2 LLM, x 4 runtimes x 10 node counts x 5 GPU
+--full: 100,000 runs (5 workloads: 3 CNN + 2 LLM, x 4 runs per block set (native twice: beside charliecloud and beside apptainer) x 10 node counts x 5 GPU
 counts x 4 thread counts x 25 repeats); --smoke: 1,000 runs.
 
 The metrics.json files are realistic: copies of a real CNN and a real LLM run of this
@@ -52,7 +52,7 @@ def sweep_config(runs: int) -> dict:
                                  "sweep": {"baseline": None}}
     return {
         "site": "benchmarks/configs/gpu-cluster.site.yaml",  # relative to the repository
-        "sweep": {"runtimes": ["native", "charliecloud", "apptainer", "apptainer-hostmpi"],
+        "sweep": {"runtimes": ["native", "charliecloud", "apptainer"],
                   "nodes": nodes, "gpus_per_node": gpus, "threads_per_rank": threads,
                   "repeats": repeats, "baseline": None},
         "datasets": {"bench": {"source": "synthetic"}},

@@ -4,7 +4,7 @@
                                   [--ablation]
                                   [--snakefile PATH] [--keep DIR]
 
---full:  ~10,000 points (10 node counts x 4 GPU counts x 4 runtimes x 4 workloads x 15
+--full:  ~10,000 points (10 node counts x 4 GPU counts x 4 runs per block set (native beside charliecloud, beside apptainer) x 4 workloads x 15
          repeats = 9,600 run_point jobs) on a ROCm machine with 8 GPUs per node.
 --smoke: 200 points, 1 repeat, no profile (CI).
 
@@ -65,7 +65,7 @@ from _common import (  # noqa: E402
 SIZES = {
     # nodes x gpus x runtimes x (cnn, llm workloads) x repeats
     "full": dict(nodes=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512], gpus=[1, 2, 4, 8],
-                 runtimes=["native", "charliecloud", "apptainer", "apptainer-hostmpi"],
+                 runtimes=["native", "charliecloud", "apptainer"],
                  cnn=2, llm=2, repeats=15),
     "smoke": dict(nodes=[1, 2, 4, 8, 16], gpus=[1, 2],
                   runtimes=["native", "apptainer"], cnn=1, llm=1, repeats=5),

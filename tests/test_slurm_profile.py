@@ -310,7 +310,8 @@ def test_dry_run_lists_every_point_with_its_resources(tmp_path, monkeypatch, sit
     config = load_config(configs)
     points = sweep_points(config)
     planned = _planned_resources(proc.stdout)
-    assert len(points) == 186
+    # native is measured in the blocks of each container runtime (sweep.BLOCK_DIR)
+    assert len(points) == 204
     assert set(planned) == {f"results/runs/{p.path}/metrics.json" for p in points}
     for p in points:
         got = planned[f"results/runs/{p.path}/metrics.json"]
@@ -542,28 +543,29 @@ def test_dry_run_prints_each_points_sbatch_and_srun(tmp_path, monkeypatch):
         m = re.search(r"--metrics (results/runs/\S+)/metrics\.json .*", line)
         if m and "run_point.py" in line:
             commands[m[1]] = line
-    assert set(commands) == {f"results/runs/cnn_ddp/{rt}/n2-g8-r8-t7/rep{k}"
-                             for rt in ("native", "apptainer", "apptainer-hostmpi") for k in (1, 2, 3)}
+    assert set(commands) == {f"results/runs/cnn_ddp/{arm}/n2-g8-r8-t7/rep{k}/{rt}"
+                             for arm in ("apptainer", "apptainer-hostmpi")
+                             for rt in ("native", arm) for k in (1, 2, 3)}
     for path, line in commands.items():
         command, _, comment = line.partition("  # ")
         assert command.endswith(f"--log {path}/run.log"), line
         sbatch, _, srun = comment.partition(" ; ")
         assert sbatch == f"sbatch {FRONTIER_2_NODES} [--qos=Q with --slurm-qos Q]", line
-        assert f"{tmp_path}/{path}:/mnt/out" in srun or path.split("/")[3] == "native", line
+        assert f"{tmp_path}/{path}:/mnt/out" in srun or path.endswith("/native"), line
         assert "OMP_NUM_THREADS=7 srun --nodes=2 --ntasks=16 " in srun, line
-    app = commands["results/runs/cnn_ddp/apptainer/n2-g8-r8-t7/rep1"]
+    app = commands["results/runs/cnn_ddp/apptainer/n2-g8-r8-t7/rep1/apptainer"]
     assert f"# sbatch {FRONTIER_2_NODES} " in app
     assert SRUN_2_NODES in app
     # the image as run_point gives it: absolute, in the campaign directory
     assert "/mnt/bb/" in app and app.endswith(f" {tmp_path}/resources/images/pytorch.sif /opt/venv/bin/python "
                                               "/mnt/code/scripts/train_cnn.py ...")
-    hostmpi = commands["results/runs/cnn_ddp/apptainer-hostmpi/n2-g8-r8-t7/rep1"]
+    hostmpi = commands["results/runs/cnn_ddp/apptainer-hostmpi/n2-g8-r8-t7/rep1/apptainer-hostmpi"]
     env = hostmpi.partition(" ; ")[2].partition(" srun ")[0]
     for var in ("APPTAINERENV_LD_LIBRARY_PATH", "APPTAINERENV_LD_PRELOAD", "APPTAINER_CONTAINLIBS"):
         assert f"{var}=" in env, hostmpi
     assert SRUN_2_NODES in hostmpi
-    native = commands["results/runs/cnn_ddp/native/n2-g8-r8-t7/rep1"]
-    assert "--gpu-bind=closest /" in native and "apptainer" not in native
+    native = commands["results/runs/cnn_ddp/apptainer/n2-g8-r8-t7/rep1/native"]
+    assert "--gpu-bind=closest /" in native and "apptainer" not in native.partition(" ; ")[2]
     # the resources the plugin gets are unchanged (the existing checks read these lines)
     planned = _planned_resources(proc.stdout)
     assert len(planned) == 9

@@ -1,0 +1,246 @@
+"""The whole verdict procedure, adaptive stopping included, under A/A noise fitted to the
+LLM runs of issue 25: how often does it call two identical runtimes "faster" or
+"slower"? At most the stated 5% (and the same harness does find a real 10% slowdown).
+
+The noise. Eight identical native LLM runs in a row gave 148, 205, 226, 217, 207, 169,
+149, 127 tokens/s; a run's time goes as 1 / rate, so its log time is
+x_t = drift_t + e_t over the run index t, with drift_t = phi drift_(t-1) + step_t
+(phi = 1: a random walk) and e_t the between-run noise. Inside one run the per-request
+rate varied by only +-3% and is averaged over the run's requests: it is not a term of
+its own. Fitted to the 8 log times by Gaussian maximum likelihood:
+- random walk (phi = 1): steps of sd 0.17 per run and no between-run noise (the
+  likelihood's maximum), or, with the most between-run noise the 8 runs allow (the upper
+  end of its 95% profile-likelihood interval), the step sd refitted beside it;
+- AR(1): phi 0.69, steps of sd 0.15, no between-run noise. A short series biases this
+  phi down: the runs' lag-1 autocorrelation (0.46) is above what even a random walk of 8
+  runs gives on average (0.32), so the random walk is the better-supported drift; the
+  AR(1) fit is the stress case of a drift that reverts from run to run.
+
+The procedure, as the workflow runs it: blocks of two runs (native, native-aa) one
+right after the other, in ``scalesweep.sweep.block_order``'s order; after the
+minimum of blocks (sweep.repeats 3) ``scalesweep.adaptive.decide`` and ``wants_more``
+after every block, up to measurement.max_repeats 8, with config/config.yaml's target
+(3 pp) and margin (5%); then ``overhead_verdict`` on the same-block pairs.
+
+The bound: a false rate at most ALPHA, read as: the observed rate of CAMPAIGNS seeded
+campaigns is at most the 99% one-sided binomial quantile of ALPHA (LIMIT, 6.1% at 2000
+campaigns): a procedure at 5% exceeds it with a probability under 1%, one at 7% (the
+ABBA order under the AR(1) drift, measured over 10 000 campaigns) nearly always.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+from scipy import optimize, stats
+
+from scalesweep.adaptive import Series, decide, repeat_bounds, wants_more
+from scalesweep.analysis import overhead_verdict
+from scalesweep.sweep import block_order
+
+LLM_RATES = np.array([148, 205, 226, 217, 207, 169, 149, 127], dtype=float)  # tokens/s
+ALPHA = 0.05
+CAMPAIGNS = 2000
+LIMIT = stats.binom.ppf(0.99, CAMPAIGNS, ALPHA) / CAMPAIGNS
+BASE_S = 60.0  # a run's time before the noise (the rates only fix its spread)
+
+# config/config.yaml's adaptive repeats, on one LLM geometry with the A/A runtime
+CONFIG = {
+    "sweep": {"runtimes": ["native", "native-aa"], "repeats": 3},
+    "measurement": {"max_repeats": 8, "target_ci_pp": 3.0, "equivalence_margin_pct": 5.0},
+    "workloads": {"llm": {"payload": "llm"}},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Noise:
+    phi: float  # drift_t = phi drift_(t-1) + step_t; 1: a random walk
+    step_sd: float  # the drift's step from one run to the next (log time)
+    run_sd: float  # between-run noise (log time)
+
+
+def _log_times() -> np.ndarray:
+    return -np.log(LLM_RATES)
+
+
+def _random_walk_nll(step_sd: float, run_sd: float, dx: np.ndarray) -> float:
+    """-log likelihood of the runs' first differences under a random-walk drift plus
+    between-run noise: dx_t = step_t + e_t - e_(t-1), an MA(1)."""
+    n = dx.size
+    cov = (np.eye(n) * (step_sd**2 + 2 * run_sd**2)
+           - run_sd**2 * (np.eye(n, k=1) + np.eye(n, k=-1)))
+    return -stats.multivariate_normal(np.zeros(n), cov).logpdf(dx)
+
+
+def fit_random_walk(run_sd: float | None = None) -> Noise:
+    """Maximum likelihood step sd, given ``run_sd`` (None: fitted too)."""
+    dx = np.diff(_log_times())
+
+    def profile(run: float) -> tuple[float, float]:
+        res = optimize.minimize_scalar(lambda log_step: _random_walk_nll(
+            math.exp(log_step), run, dx), bounds=(-6, 0), method="bounded")
+        return math.exp(res.x), res.fun
+
+    if run_sd is None:
+        res = optimize.minimize_scalar(lambda log_run: profile(math.exp(log_run))[1],
+                                       bounds=(-12, -0.5), method="bounded")
+        run_sd = math.exp(res.x)
+    return Noise(1.0, profile(run_sd)[0], run_sd)
+
+
+def most_between_run_noise() -> Noise:
+    """The random walk with the largest between-run noise the runs allow: the upper end
+    of run_sd's 95% profile-likelihood interval (-log likelihood 1.92 above its
+    minimum), the step sd refitted beside it."""
+    dx = np.diff(_log_times())
+    best = fit_random_walk()
+    floor = _random_walk_nll(best.step_sd, best.run_sd, dx)
+
+    def excess(run: float) -> float:
+        return _random_walk_nll(fit_random_walk(run).step_sd, run, dx) - floor - 1.92
+
+    run_sd = optimize.brentq(excess, max(best.run_sd, 1e-6), 0.3)
+    return fit_random_walk(run_sd)
+
+
+def fit_ar1() -> Noise:
+    """Maximum likelihood stationary AR(1) drift plus between-run noise."""
+    x = _log_times()
+    lag = np.abs(np.subtract.outer(np.arange(x.size), np.arange(x.size)))
+
+    def nll(p):
+        mean, log_step, log_run, z = p
+        phi = math.tanh(z)
+        cov = (math.exp(2 * log_step) / (1 - phi**2) * phi**lag
+               + math.exp(2 * log_run) * np.eye(x.size))
+        return -stats.multivariate_normal(np.full(x.size, mean), cov).logpdf(x)
+
+    fits = [optimize.minimize(nll, [x.mean(), -2.0, log_run, z], method="Nelder-Mead",
+                              options={"maxiter": 4000, "xatol": 1e-8, "fatol": 1e-10})
+            for z in (0.5, 1.0, 2.0) for log_run in (-4.0, -2.0)]
+    _, log_step, log_run, z = min(fits, key=lambda r: r.fun).x
+    return Noise(math.tanh(z), math.exp(log_step), math.exp(log_run))
+
+
+# compute-bound CNN runs: 2-5% from run to run (issue 25, BENCHMARKS.md's A/A)
+CNN_NOISE = Noise(1.0, 0.02, 0.015)
+
+
+def _series() -> Series:
+    fields = {f.name for f in dataclasses.fields(Series)}
+    extra = {"arm": "native-aa"} if "arm" in fields else {}
+    return Series("llm", 1, 0, 1, 1, **extra)
+
+
+def simulate(noise: Noise, campaigns: int, seed: int, effect: float = 0.0,
+             order: str | None = None) -> dict:
+    """``campaigns`` A/A campaigns of one series (native-aa slower by ``effect``, a
+    fraction): the final verdicts, the blocks each measured, the CI methods."""
+    config = copy.deepcopy(CONFIG)
+    if order:
+        config["measurement"]["order"] = order
+    series = _series()
+    low, high = repeat_bounds(config, series.workload)
+    rng = np.random.default_rng(seed)
+    runs = 2 * high
+    drift = np.empty((campaigns, runs))
+    start_sd = noise.step_sd / math.sqrt(1 - noise.phi**2) if noise.phi < 1 else 0.0
+    drift[:, 0] = rng.normal(0, start_sd, campaigns)
+    steps = rng.normal(0, noise.step_sd, (campaigns, runs))
+    for t in range(1, runs):
+        drift[:, t] = noise.phi * drift[:, t - 1] + steps[:, t]
+    log_time = drift + rng.normal(0, noise.run_sd, (campaigns, runs))
+    verdicts, blocks, methods = Counter(), Counter(), Counter()
+    for c in range(campaigns):
+        if order == "random":
+            config["measurement"]["seed"] = c
+        rows = []
+        for block in range(1, high + 1):
+            for position, runtime in enumerate(block_order(series.point("native", block),
+                                                           config)):
+                point = series.point(runtime, block)
+                factor = 1.0 if runtime == "native" else 1.0 + effect
+                rows.append({
+                    "runtime": runtime, "repeat": block, "disturbed": False,
+                    "block_id": getattr(point, "block", block),
+                    "time_s": BASE_S * factor * math.exp(log_time[c, 2 * (block - 1) + position]),
+                })
+            if block >= low and not wants_more(decide(series, block, rows, config), config):
+                break
+        times = {(r["runtime"], r["repeat"]): r["time_s"] for r in rows}
+        native = [times["native", k] for k in range(1, block + 1)]
+        other = [times["native-aa", k] for k in range(1, block + 1)]
+        v = overhead_verdict(native, other, paired=True, margin_pct=5, target_ci_pp=3)
+        verdicts[v["verdict"]] += 1
+        blocks[block] += 1
+        methods[v["ci_method"]] += 1
+    rates = {k: verdicts[k] / campaigns for k in ("faster", "slower", "equivalent",
+                                                   "inconclusive")}
+    out = {**rates, "false": rates["faster"] + rates["slower"], "blocks": dict(blocks),
+           "methods": dict(methods)}
+    print(noise, order or "alternate", f"effect {effect:.0%}:", out)
+    return out
+
+
+def test_the_fits_reproduce_the_llm_runs():
+    x = _log_times()
+    walk, wide, ar1 = fit_random_walk(), most_between_run_noise(), fit_ar1()
+    # the 8 runs' run-to-run changes: sd 0.18 (rates 127-226 tokens/s)
+    assert walk.run_sd < 1e-3 and walk.step_sd == pytest.approx(
+        math.sqrt(np.mean(np.diff(x) ** 2)), rel=1e-3)
+    assert 0.1 < wide.run_sd < 0.2 and 0.1 < wide.step_sd < walk.step_sd
+    assert 0.6 < ar1.phi < 0.8 and 0.13 < ar1.step_sd < 0.17 and ar1.run_sd < 0.01
+    # the stationary AR(1) spread is the runs' own (sd of log time 0.21)
+    assert ar1.step_sd / math.sqrt(1 - ar1.phi**2) == pytest.approx(np.std(x), rel=0.02)
+
+
+@pytest.mark.parametrize("fit", [fit_random_walk, most_between_run_noise],
+                         ids=["random-walk", "random-walk+between-run"])
+def test_aa_false_faster_slower_rate_is_at_most_5_percent_under_llm_drift(fit):
+    result = simulate(fit(), CAMPAIGNS, seed=25)
+    assert result["false"] <= LIMIT, result
+    # The LLM's runs vary too much for the 3 pp target in 8 blocks: almost every
+    # campaign measures all 8 and ends honestly inconclusive, not "equivalent".
+    assert result["blocks"].get(8, 0) >= 0.98 * CAMPAIGNS
+    assert result["inconclusive"] >= 0.9 and result["equivalent"] < 0.02
+
+
+def test_aa_false_rate_under_a_mean_reverting_drift_with_random_order():
+    """The AR(1) fit, blocks in random order (measurement.order: random): each pair's
+    sign is independent of the drift, so the pairs' log ratios are uncorrelated."""
+    result = simulate(fit_ar1(), CAMPAIGNS, seed=26, order="random")
+    assert result["false"] <= LIMIT, result
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "ABBA under a drift that reverts from run to run: 6.96% false verdicts over 10 000 "
+    "campaigns. Consecutive blocks in opposite order see opposite halves of the same "
+    "reversion, so their log ratios correlate (lag-1 about +0.11) and the t interval is "
+    "too narrow; random order (measurement.order: random) gives 5.3% (test above)."))
+def test_aa_false_rate_under_a_mean_reverting_drift_with_abba_order():
+    result = simulate(fit_ar1(), CAMPAIGNS, seed=26)
+    assert result["false"] <= LIMIT, result
+
+
+def test_aa_under_cnn_noise_stops_early_and_calls_it_equivalent():
+    """Where the target is within reach, the adaptive stopping really stops (from
+    MIN_TARGET_N blocks on): still at most 5% false, and "equivalent" nearly always."""
+    result = simulate(CNN_NOISE, CAMPAIGNS // 2, seed=27)
+    assert result["false"] <= stats.binom.ppf(0.99, CAMPAIGNS // 2, ALPHA) / (CAMPAIGNS // 2)
+    assert result["equivalent"] >= 0.9
+    assert sum(n for k, n in result["blocks"].items() if k < 8) >= 0.3 * CAMPAIGNS // 2
+
+
+def test_the_harness_finds_a_real_10_percent_slowdown():
+    """The same harness, native-aa made 10% slower: under CNN noise "slower" nearly
+    always; under the LLM's drift (d sd 0.17 per pair) 8 blocks only sometimes resolve
+    it, yet far more often than the A/A false rate, and never as "faster"."""
+    cnn = simulate(CNN_NOISE, 300, seed=28, effect=0.10)
+    assert cnn["slower"] >= 0.95
+    llm = simulate(fit_random_walk(), 500, seed=29, effect=0.10)
+    assert llm["slower"] > 3 * ALPHA and llm["faster"] < 0.01
