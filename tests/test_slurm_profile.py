@@ -568,4 +568,4 @@ def test_dry_run_prints_each_points_sbatch_and_srun(tmp_path, monkeypatch):
     assert "--gpu-bind=closest /" in native and "apptainer" not in native.partition(" ; ")[2]
     # the resources the plugin gets are unchanged (the existing checks read these lines)
     planned = _planned_resources(proc.stdout)
-    assert len(planned) == 9
+    assert len(planned) == 12  # 2 arms x (native, container) x 3 repeats
