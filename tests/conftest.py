@@ -105,7 +105,7 @@ def small_finished(tmp_path_factory) -> Path:
     (workdir / "config" / "config.yaml").write_text(config_text(config))
     run_snakemake(workdir, "--profile", str(REPO / "profiles" / "local"))
     for ranks in (1, 2):
-        assert (workdir / f"results/runs/cnn_ddp/native/n1-g0-r{ranks}-t1/rep1/metrics.json").is_file()
+        assert (workdir / f"results/runs/cnn_ddp/native/n1-g0-r{ranks}-t1/rep1/native/metrics.json").is_file()
     return workdir
 
 
@@ -140,7 +140,7 @@ def have(binary: str) -> bool:
 
 def run_files_digest(workdir: Path, skip: Iterable[str] = ()) -> dict[str, str]:
     """sha256 of every file under results/runs/ except below the point paths in ``skip``
-    (e.g. 'cnn_ddp/native/n1-g0-r1-t1/rep1'): what must stay byte-identical when only
+    (e.g. 'cnn_ddp/native/n1-g0-r1-t1/rep1/native'): what must stay byte-identical when only
     those points are measured again."""
     import hashlib
 

@@ -67,8 +67,11 @@ SERIES = Series("cnn_ddp", 1, 0, 1, 1, "charliecloud")
 
 def test_a_tight_comparison_is_enough_after_the_minimum():
     cfg = _config()
-    d = decide(SERIES, 3, _runs([10.0, 10.1, 9.9], [10.05, 10.12, 9.97]), cfg)
+    d = decide(SERIES, 5, _runs([10.0, 10.1, 9.9, 10.0, 10.05],
+                                [10.05, 10.12, 9.97, 10.04, 10.08]), cfg)
     assert d["enough"] and not d["more"], d["reasons"]
+    # the same tight pairs after 3 blocks: too few to trust (MIN_COMPARED)
+    assert not decide(SERIES, 3, _runs([10.0, 10.1, 9.9], [10.05, 10.12, 9.97]), cfg)["enough"]
     assert d["comparisons"]["charliecloud"]["target_met"]
 
 
@@ -76,7 +79,7 @@ def test_a_noisy_comparison_asks_for_more_until_the_maximum():
     cfg = _config()
     rng = np.random.default_rng(0)
     native, cont = 10 + rng.normal(0, 1, 6), 10 + rng.normal(0, 1, 6)
-    d = decide(SERIES, 3, _runs(native, cont), cfg)
+    d = decide(SERIES, 5, _runs(native, cont), cfg)
     assert not d["enough"] and d["more"]
     assert "half-width" in d["reasons"][0]
     assert not decide(SERIES, 6, _runs(native, cont), cfg)["more"]  # max_repeats = 6
@@ -170,13 +173,13 @@ def test_adaptive_interleaved_isolated_campaign(campaign):
     seq = [re.search(r"runtime=([\w-]+)", j.wildcards)[1] for j in runs]
     assert seq == ["native", "native-aa", "native-aa", "native",
                    "native", "native-aa", "native-aa", "native"]
-    series = wd / "results/decisions/cnn_ddp/n1-g0-r1-t1"
+    series = wd / "results/decisions/cnn_ddp/native-aa/n1-g0-r1-t1"  # the A/A arm
     assert json.loads((series / "after3.json").read_text())["more"] is True
     assert not (series / "after4.json").exists()  # the maximum: no decision needed
     final = json.loads((series / "final.json").read_text())
     assert final["repeats"] == 4 and len(final["metrics"]) == 8
     # every run records its place in its block
-    m = json.loads((wd / "results/runs/cnn_ddp/native-aa/n1-g0-r1-t1/rep2/metrics.json").read_text())
+    m = json.loads((wd / "results/runs/cnn_ddp/native-aa/n1-g0-r1-t1/rep2/native-aa/metrics.json").read_text())
     if "order" in m:
         assert m["order"]["position"] == 0 and m["order"]["sequence"] == ["native-aa", "native"]
     # re-running finds nothing to do: the decisions are kept

@@ -60,11 +60,11 @@ def test_image_manifest_has_provenance(campaign_dir):
 def test_container_points_ran_in_the_image_and_carry_its_digest(campaign_dir):
     digest = json.loads((campaign_dir / "resources/images/default.manifest.json").read_text())["content_digest"]
     for ranks in (1, 2):
-        m = read_metrics(campaign_dir / f"results/runs/cnn_ddp/charliecloud/n1-g0-r{ranks}-t1/rep1/metrics.json")
+        m = read_metrics(campaign_dir / f"results/runs/cnn_ddp/charliecloud/n1-g0-r{ranks}-t1/rep1/charliecloud/metrics.json")
         assert m["image"]["content_digest"] == digest
         assert "ch-run" in m["command"] and "/mnt/code/scripts/train_cnn.py" in m["command"]
         assert m["ranks"] == ranks and m["final_accuracy"] >= 0
-        native = read_metrics(campaign_dir / f"results/runs/cnn_ddp/native/n1-g0-r{ranks}-t1/rep1/metrics.json")
+        native = read_metrics(campaign_dir / f"results/runs/cnn_ddp/charliecloud/n1-g0-r{ranks}-t1/rep1/native/metrics.json")
         assert native["image"] is None and "ch-run" not in native["command"]
 
 
@@ -76,16 +76,20 @@ def test_mpi_points_loaded_the_mpi_library_their_runtime_says(campaign_dir):
     want = {"native": ("host", "/usr/lib/x86_64-linux-gnu/libmpi.so.40"),
             "charliecloud": ("container", "/usr/lib/x86_64-linux-gnu/libmpi.so.40"),
             "charliecloud-hostmpi": ("host", "/opt/host-mpi/lib/libmpi.so.40")}
-    for runtime, (origin, library) in want.items():
+    # native is measured in each container runtime's blocks (its arms): the same library
+    runs = [(arm, runtime) for arm in ("charliecloud", "charliecloud-hostmpi")
+            for runtime in ("native", arm)]
+    for arm, runtime in runs:
+        origin, library = want[runtime]
         for ranks in (2,):
-            m = read_metrics(campaign_dir / f"results/runs/cnn_mpi/{runtime}/n1-g0-r{ranks}-t1/rep1/metrics.json")
+            m = read_metrics(campaign_dir / f"results/runs/cnn_mpi/{arm}/n1-g0-r{ranks}-t1/rep1/{runtime}/metrics.json")
             assert m["parallel"] == "mpi" and m["ranks"] == ranks
             assert m["mpi"]["origin"] == origin, (runtime, m["mpi"])
             assert [r["library"].startswith(library) for r in m["mpi"]["ranks"]] == [True] * ranks
             assert m["allreduce_bytes_per_step"] > 4 * 9_000_000  # every parameter, float32
             assert 0 <= m["test_accuracy"] <= 1 and m["test_images"] > 0
             assert m["flops_per_step"] > 0
-    hostmpi = read_metrics(campaign_dir / "results/runs/cnn_mpi/charliecloud-hostmpi/n1-g0-r2-t1/rep1/metrics.json")
+    hostmpi = read_metrics(campaign_dir / "results/runs/cnn_mpi/charliecloud-hostmpi/n1-g0-r2-t1/rep1/charliecloud-hostmpi/metrics.json")
     assert hostmpi["container_env"]["LD_LIBRARY_PATH"].startswith("/opt/host-mpi/lib")
     assert "default+hostmpi" in hostmpi["command"]
     copy = json.loads((campaign_dir / "resources/images/default+hostmpi.manifest.json").read_text())
@@ -97,17 +101,18 @@ def test_mpi_points_loaded_the_mpi_library_their_runtime_says(campaign_dir):
     runs = pd.read_csv(campaign_dir / "results/summary/runs.csv")
     mpi = runs[runs["workload"] == "cnn_mpi"]
     assert dict(zip(mpi["runtime"], mpi["mpi_origin"])) == {rt: o for rt, (o, _) in want.items()}
+    assert len(mpi) == 4  # native twice: once per arm
 
 
 def test_llm_greedy_outputs_match_native_and_container(campaign_dir):
     def texts(runtime):
-        path = campaign_dir / f"results/runs/llm/{runtime}/n1-g0-r1-t1/rep1/outputs.jsonl"
+        path = campaign_dir / f"results/runs/llm/charliecloud/n1-g0-r1-t1/rep1/{runtime}/outputs.jsonl"
         return [json.loads(line)["text"] for line in path.read_text().splitlines()]
 
     native, container = texts("native"), texts("charliecloud")
     assert len(native) == 4 and all(native)
     assert native == container
-    m = read_metrics(campaign_dir / "results/runs/llm/charliecloud/n1-g0-r1-t1/rep1/metrics.json")
+    m = read_metrics(campaign_dir / "results/runs/llm/charliecloud/n1-g0-r1-t1/rep1/charliecloud/metrics.json")
     assert m["model"]["synthetic"] is True
     assert m["tokens_per_s"] > 0 and m["ttft_s"]["p50"] > 0
 
@@ -138,8 +143,8 @@ def test_payload_failing_inside_the_container_fails_only_that_point(campaign, tm
     wd = campaign(cfg)
     proc = run_snakemake(wd, "--profile", str(REPO / "profiles" / "local"), check=False, timeout=1800)
     assert proc.returncode != 0
-    assert (wd / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/metrics.json").is_file()
-    bad = wd / "results/runs/cnn_ddp/charliecloud/n1-g0-r1-t1/rep1"
+    assert (wd / "results/runs/cnn_ddp/charliecloud/n1-g0-r1-t1/rep1/native/metrics.json").is_file()
+    bad = wd / "results/runs/cnn_ddp/charliecloud/n1-g0-r1-t1/rep1/charliecloud"
     assert not (bad / "metrics.json").exists()
     failure = json.loads((bad / "failure.json").read_text())
     assert failure["exit_code"] != 0 and "python-missing" in failure["command"]

@@ -38,7 +38,7 @@ def test_sigkill_mid_run_fails_one_point_and_rerun_redoes_only_it(campaign):
     cfg["datasets"]["tiny"]["images_per_class"] = 16
     cfg["workloads"]["cnn_ddp"]["epochs"] = 4
     wd = campaign(cfg)
-    target = "cnn_ddp/native/n1-g0-r2-t1/rep1"
+    target = "cnn_ddp/native/n1-g0-r2-t1/rep1/native"
     killed: list = []
     watcher = threading.Thread(
         target=_kill_when_training,
@@ -52,7 +52,7 @@ def test_sigkill_mid_run_fails_one_point_and_rerun_redoes_only_it(campaign):
     assert killed, "the watcher never saw the target point training"
     assert first.returncode != 0
 
-    other = wd / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/metrics.json"
+    other = wd / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/native/metrics.json"
     assert other.is_file(), "the independent point must finish despite the failure"
     failed_dir = wd / "results/runs" / target
     assert not (failed_dir / "metrics.json").exists()
@@ -63,7 +63,7 @@ def test_sigkill_mid_run_fails_one_point_and_rerun_redoes_only_it(campaign):
     status = subprocess.run([str(Path(SNAKEMAKE).parent / "scalesweep"), "status", "-d", str(wd),
                              "--json"], capture_output=True, text=True, check=True)
     states = {p["path"]: p["state"] for p in json.loads(status.stdout)["points"]}
-    assert states == {target: "failed", "cnn_ddp/native/n1-g0-r1-t1/rep1": "done"}
+    assert states == {target: "failed", "cnn_ddp/native/n1-g0-r1-t1/rep1/native": "done"}
 
     before = other.read_bytes()
     second = run_snakemake(wd, "--profile", PROFILE)
@@ -80,12 +80,12 @@ def test_adding_a_repeat_runs_only_the_new_points(small_finished, tmp_path):
     """A copy of conftest's finished campaign (1 repeat), 1 rank of it asked for twice."""
     wd = tmp_path / "campaign"
     shutil.copytree(small_finished, wd, symlinks=True)
-    first = (wd / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/metrics.json").read_bytes()
+    first = (wd / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/native/metrics.json").read_bytes()
     out = run_snakemake(wd, "--profile", PROFILE, "--config",
                         "sweep={ranks_per_node: [1], repeats: 2}", "-n").stdout
     assert out.count("rule run_point:") == 1
-    assert "n1-g0-r1-t1/rep2/metrics.json" in out
-    assert (wd / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/metrics.json").read_bytes() == first
+    assert "cnn_ddp/native/n1-g0-r1-t1/rep2/native/metrics.json" in out
+    assert (wd / "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/native/metrics.json").read_bytes() == first
 
 
 def test_code_change_does_not_rerun_finished_measurements(small_finished, tmp_path):
@@ -128,8 +128,8 @@ def test_partial_aggregation_leaves_out_series_without_baseline_or_native(campai
     cfg["sweep"].update(runtimes=["native", "charliecloud"], repeats=1)
     wd = campaign(cfg)
 
-    def fake(runtime, ranks):
-        p = SweepPoint("cnn_ddp", runtime, 1, 0, ranks, 1, 1)
+    def fake(runtime, ranks):  # native is measured in charliecloud's blocks (its arm)
+        p = SweepPoint("cnn_ddp", runtime, 1, 0, ranks, 1, 1, "charliecloud")
         write_metrics(wd / "results/runs" / p.path / "metrics.json", {
             "point": p.as_dict(), "epoch_s": [2.0, 1.0], "train_s": 3.0, "images_per_s": 10.0,
             "final_loss": 0.5, "final_accuracy": 0.8, "hosts": ["h"], "peak_rss_mb": 100.0})

@@ -37,8 +37,8 @@ pytestmark = [pytest.mark.integration,
 
 PROFILE = str(REPO / "profiles" / "local")
 SCALESWEEP = str(Path(SNAKEMAKE).parent / "scalesweep")
-ONE = "cnn_ddp/native/n1-g0-r1-t1/rep1"  # the 1-rank point (launcher: local)
-TWO = "cnn_ddp/native/n1-g0-r2-t1/rep1"  # the 2-rank point (launcher: mpirun)
+ONE = "cnn_ddp/native/n1-g0-r1-t1/rep1/native"  # the 1-rank point (launcher: local)
+TWO = "cnn_ddp/native/n1-g0-r2-t1/rep1/native"  # the 2-rank point (launcher: mpirun)
 LONG = ("workloads={cnn_ddp: {payload: cnn, parallel: ddp, dataset: tiny, epochs: 200, "
         "batch_size: 16}}")
 

@@ -4,7 +4,9 @@ point directory or metrics.json (plain re-run), and `scalesweep rerun` (--where,
 
 Each workflow test copies one finished tiny campaign (two native CNN points, 1 and 2
 ranks: conftest's session-wide ``small_finished``), hurts it, runs, and checks from Snakemake's own output that exactly the intended
-points ran again and that every other file under results/runs/ is byte-identical.
+points ran again and that every other file under results/runs/ is byte-identical
+(`scalesweep rerun` measures a chosen run's whole block again: here each block holds
+native's run alone).
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from scalesweep.rerun import move_aside, parse_where, select
 
 PROFILE = str(REPO / "profiles" / "local")
 SCALESWEEP = str(Path(SNAKEMAKE).parent / "scalesweep")
-R1 = "cnn_ddp/native/n1-g0-r1-t1/rep1"
-R2 = "cnn_ddp/native/n1-g0-r2-t1/rep1"
+# native's runs (runtimes [native]: native is its own arm, one run per block)
+R1 = "cnn_ddp/native/n1-g0-r1-t1/rep1/native"
+R2 = "cnn_ddp/native/n1-g0-r2-t1/rep1/native"
 
 pytestmark = pytest.mark.integration
 
@@ -163,12 +166,14 @@ def test_rerun_with_nothing_chosen_or_an_unknown_value(copy):
 
 
 def test_only_measures_the_selection_and_keeps_the_rest_in_the_summary(copy):
-    """`--config only=...`: with an A/A runtime added and one native point deleted, only
-    the selected runtime's points are measured; the deleted native point stays missing,
-    the other native one untouched and in the summary."""
+    """`--config only=...`: with an A/A runtime added, native is compared with it in the
+    native-aa arm (cnn_ddp/native-aa/<geometry>/rep<k>/{native,native-aa}); only the
+    selected runtime's runs are measured, native's runs of that arm stay missing, and
+    the native arm's earlier runs (no longer in the sweep) are untouched."""
     shutil.rmtree(copy / "results" / "runs" / R2)
     before = run_files_digest(copy)
-    aa = [R1.replace("/native/", "/native-aa/"), R2.replace("/native/", "/native-aa/")]
+    aa = ["cnn_ddp/native-aa/n1-g0-r1-t1/rep1/native-aa",
+          "cnn_ddp/native-aa/n1-g0-r2-t1/rep1/native-aa"]
     args = ("--profile", PROFILE, "--config", "sweep={runtimes: [native, native-aa]}")
     bad = run_snakemake(copy, *args, "only={workloads: [cnn]}", check=False)
     assert bad.returncode != 0 and "'cnn' is not a workload" in bad.stdout + bad.stderr
@@ -176,9 +181,10 @@ def test_only_measures_the_selection_and_keeps_the_rest_in_the_summary(copy):
     assert measured_by(proc.stdout + proc.stderr) == sorted(aa)
     assert run_files_digest(copy, skip=aa) == before
     assert not (copy / "results" / "runs" / R2).exists()
+    for run in aa:  # native's runs of the native-aa arm: not selected, not measured
+        assert not (copy / "results" / "runs" / run).with_name("native").exists()
     runs = runs_csv(copy)
-    assert sorted(zip(runs["runtime"], runs["ranks"])) == [
-        ("native", 1), ("native-aa", 1), ("native-aa", 2)]
+    assert sorted(zip(runs["runtime"], runs["ranks"])) == [("native-aa", 1), ("native-aa", 2)]
 
 
 # --- adaptive repeats ---------------------------------------------------------------------
@@ -192,7 +198,7 @@ def test_deleted_repeat_of_an_adaptive_series_is_measured_again(campaign):
     workdir = campaign(config)
     run_snakemake(workdir, "--profile", PROFILE)
     assert len(runs_csv(workdir)) == 6  # 3 blocks x 2 runtimes (the CI target is unreachable)
-    hurt = "cnn_ddp/native/n1-g0-r1-t1/rep1"
+    hurt = "cnn_ddp/native-aa/n1-g0-r1-t1/rep1/native"  # native, in the native-aa arm
     before = run_files_digest(workdir, skip=[hurt])
     shutil.rmtree(workdir / "results" / "runs" / hurt)
     proc = run_snakemake(workdir, "--profile", PROFILE)

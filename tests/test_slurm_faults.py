@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -60,7 +61,7 @@ import pytest
 
 from conftest import REPO, SNAKEMAKE, config_text, measured_by, tiny_config, write_site
 from slurm_fixtures import slurm_cluster, slurm_skip_reason  # noqa: F401  (session fixture)
-from scalesweep.sweep import SweepPoint, sweep_points
+from scalesweep.sweep import POINT_DIR, SweepPoint, sweep_points
 
 pytestmark = [
     pytest.mark.slurm,
@@ -141,9 +142,10 @@ def point_of(config: dict, name: str) -> SweepPoint:
 
 
 def comment_of(p: SweepPoint) -> str:
-    """The plugin's --comment for the point's job (sacct/squeue show it)."""
-    return (f"rule_run_point_wildcards_{p.workload}_{p.runtime}_{p.nodes}_{p.gpus}_"
-            f"{p.ranks}_{p.threads}_{p.repeat}")
+    """The plugin's --comment for the point's job (sacct/squeue show it): the job's
+    wildcards in the order of the output path (sweep.POINT_DIR)."""
+    return "rule_run_point_wildcards_" + "_".join(
+        str(getattr(p, name)) for name in re.findall(r"\{(\w+)\}", POINT_DIR))
 
 
 @dataclass

@@ -28,7 +28,7 @@ def test_two_node_llm_point_serves_from_both_nodes(slurm_cluster, campaign, tmp_
     # --until before it (--config takes every word after it); only the point is read
     run_snakemake(wd, "--profile", str(REPO / "profiles" / "local-slurm"), "--until", "run_point",
                   "--config", f"site={site}", timeout=1200)
-    point = wd / "results/runs/llm/native/n2-g0-r1-t1/rep1"
+    point = wd / "results/runs/llm/native/n2-g0-r1-t1/rep1/native"
     m = read_metrics(point / "metrics.json")
     servers = m["servers"]
     assert len(servers) == 2

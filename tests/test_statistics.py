@@ -104,6 +104,18 @@ def test_the_exact_signed_rank_distribution_is_that_of_random_signs(n):
                                signed_rank_distribution_by_enumeration(n), rtol=1e-12)
 
 
+def test_beyond_the_exact_range_the_signed_rank_distribution_is_normal():
+    n = analysis.EXACT_SIGNED_RANK_MAX_N
+    exact = analysis._signed_rank_cdf(n)
+    top = n * (n + 1) // 2
+    normal = stats.norm.cdf((np.arange(top + 1) + 0.5 - top / 2)
+                            / math.sqrt(n * (n + 1) * (2 * n + 1) / 24))
+    assert np.abs(exact - normal).max() < 1e-3  # where the two meet, they agree
+    beyond = analysis._signed_rank_cdf(n + 1)
+    assert beyond[-1] == pytest.approx(1) and beyond[(n + 1) * (n + 2) // 4] == pytest.approx(
+        0.5, abs=1e-3)
+
+
 def test_rank_interval_orders_match_the_published_critical_values():
     """Two-sided 5% critical values of the signed-rank statistic (standard tables):
     the CI is [W_(c+1), W_(N-c)]; none for n <= 5."""

@@ -231,9 +231,9 @@ def test_efficiency_ci_covers_the_true_efficiency_about_95_percent_of_the_time()
 # --- runs.csv rows, points.csv states, the summary tables ---------------------------------
 
 def cnn_metrics(runtime="native", ranks=1, repeat=1, epochs=(4.0, 2.0, 2.2), disturbed=None,
-                shared=None):
+                shared=None, arm=None):
     m = {"point": dict(workload="cnn", runtime=runtime, nodes=1, gpus=0, ranks=ranks,
-                       threads=1, repeat=repeat),
+                       threads=1, repeat=repeat, arm=arm or runtime),
          "epoch_s": list(epochs), "train_s": sum(epochs), "images_per_epoch": 384,
          "images_per_s": 384 * len(epochs) / sum(epochs), "final_loss": 0.1,
          "final_accuracy": 0.9}
@@ -285,24 +285,29 @@ CONFIG = {"workloads": {"cnn": {"payload": "cnn"}, "llm": {"payload": "llm"}},
 
 
 def summary_runs():
+    """native in the blocks of each compared runtime (its arm), as the workflow measures."""
     rows = []
     rng = np.random.default_rng(5)
+    arms = ("native-aa", "charliecloud")
     for rt, factor in (("native", 1.0), ("native-aa", 1.0), ("charliecloud", 1.06)):
-        for ranks in (1, 2):
-            for rep in (1, 2, 3, 4):
-                t = 10 / ranks * factor + rng.normal(0, 0.03)
-                rows.append(collect.run_row(cnn_metrics(
-                    rt, ranks, rep, epochs=(t * 1.5, t, t), shared=ranks == 2,
-                    disturbed=(rt, ranks, rep) == ("native", 1, 4)), f"{rt}{ranks}{rep}", "cnn"))
-        for model, synthetic in (("tiny", True), ("real", False)):
-            for rep in (1, 2, 3):
-                rows.append(collect.run_row({
-                    "point": dict(workload="llm", runtime=rt, nodes=1, gpus=0, ranks=1,
-                                  threads=2, repeat=rep),
-                    "wall_s": (20 if model == "tiny" else 40) * factor + rng.normal(0, 0.1),
-                    "tokens_per_s": 30.0 + rep, "model": {"name": model, "synthetic": synthetic},
-                }, f"{rt}{model}{rep}", "llm"))
-    return pd.DataFrame(rows)
+        for arm in (arms if rt == "native" else (rt,)):
+            for ranks in (1, 2):
+                for rep in (1, 2, 3, 4):
+                    t = 10 / ranks * factor + rng.normal(0, 0.03)
+                    rows.append(collect.run_row(cnn_metrics(
+                        rt, ranks, rep, epochs=(t * 1.5, t, t), shared=ranks == 2,
+                        disturbed=(rt, ranks, rep) == ("native", 1, 4), arm=arm),
+                        f"{arm}{rt}{ranks}{rep}", "cnn"))
+            for model, synthetic in (("tiny", True), ("real", False)):
+                for rep in (1, 2, 3):
+                    rows.append(collect.run_row({
+                        "point": dict(workload="llm", runtime=rt, nodes=1, gpus=0, ranks=1,
+                                      threads=2, repeat=rep, arm=arm),
+                        "wall_s": (20 if model == "tiny" else 40) * factor + rng.normal(0, 0.1),
+                        "tokens_per_s": 30.0 + rep,
+                        "model": {"name": model, "synthetic": synthetic},
+                    }, f"{arm}{rt}{model}{rep}", "llm"))
+    return collect.with_blocks(pd.DataFrame(rows))
 
 
 def test_overhead_summary_rows_verdicts_models_and_shared_cores():
@@ -327,7 +332,8 @@ def test_scaling_and_llm_summaries():
     runs = summary_runs()
     scaling = collect.scaling_summary(runs, CONFIG)
     native = scaling[scaling["runtime"] == "native"].set_index("count")
-    assert native.loc[1, "n"] == 3 and native.loc[1, "n_disturbed"] == 1
+    # native's runs of both arms are repeats of one count (independent runs)
+    assert native.loc[1, "n"] == 6 and native.loc[1, "n_disturbed"] == 2
     assert native.loc[2, "shared_cores"] and not native.loc[1, "shared_cores"]
     assert {"efficiency_ci95_low_pct", "efficiency_ci95_high_pct", "note"} <= set(scaling.columns)
     llm = collect.llm_summary(runs)

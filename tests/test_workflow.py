@@ -30,7 +30,7 @@ def test_dry_run_lists_every_point(campaign):
     out = run_snakemake(wd, "-n", "--cores", "1").stdout
     assert out.count("rule run_point:") == 2
     for path in ("n1-g0-r1-t1/rep1", "n1-g0-r2-t1/rep1"):
-        assert f"results/runs/cnn_ddp/native/{path}/metrics.json" in out
+        assert f"results/runs/cnn_ddp/native/{path}/native/metrics.json" in out
 
 
 def _run_point_blocks(stdout: str) -> dict[str, str]:
@@ -50,7 +50,8 @@ def test_run_point_waits_for_the_same_input_set_as_ever(campaign):
                                   "sweep": {"ranks_per_node": [1], "baseline": None}}
     wd = campaign(config)
     blocks = _run_point_blocks(run_snakemake(wd, "-n", "--cores", "1").stdout)
-    inputs = {tuple(out.split("/")[2:4]): set(re.search(r"^\s+input: (.*)$", b, re.M)[1].split(", "))
+    # results/runs/<workload>/<arm>/<geometry>/rep<k>/<runtime>/metrics.json
+    inputs = {(out.split("/")[2], out.split("/")[-2]): set(re.search(r"^\s+input: (.*)$", b, re.M)[1].split(", "))
               for out, b in blocks.items()}
     ds, verified = "resources/datasets/tiny", "resources/datasets/tiny.verified.json"
     model, manifest = "resources/models/tiny_llm", "resources/images/default.manifest.json"
@@ -79,7 +80,7 @@ def test_harness_gets_the_effective_config(campaign):
 
 def test_each_point_wrote_complete_metrics(finished):
     for ranks in (1, 2):
-        m = read_metrics(finished / f"results/runs/cnn_ddp/native/n1-g0-r{ranks}-t1/rep1/metrics.json")
+        m = read_metrics(finished / f"results/runs/cnn_ddp/native/n1-g0-r{ranks}-t1/rep1/native/metrics.json")
         assert m["ranks"] == ranks
         assert len(m["epoch_s"]) == 2 and all(t > 0 for t in m["epoch_s"])
         assert m["images_per_s"] > 0
@@ -139,7 +140,7 @@ def test_node_local_staging_copies_and_verifies_before_training(campaign, tmp_pa
         "node_local": str(nvme)}
     cfg["workloads"]["cnn_ddp"]["data_path"] = "files"  # each batch read from the copy
     wd = campaign(cfg)
-    point = "results/runs/cnn_ddp/native/n1-g0-r2-t1/rep1/metrics.json"
+    point = "results/runs/cnn_ddp/native/n1-g0-r2-t1/rep1/native/metrics.json"
     run_snakemake(wd, "--profile", str(REPO / "profiles" / "local"), point)  # no report chain
     m = read_metrics(wd / point)
     import os

@@ -509,26 +509,6 @@ NORMALITY_ALPHA = 0.05
 EXACT_SIGNED_RANK_MAX_N = 400
 
 
-# The precision target counts as met only on a CI from at least this many pairs (values
-# per side when unpaired). Adaptive repeats stop at the first block whose CI is narrow
-# enough; a CI from 3 or 4 pairs rests on a spread with 2 or 3 degrees of freedom, which
-# is now and then far too small by chance, and a series stopped on such a fluke says
-# "faster"/"slower" about an A/A pair: +0.3 to +0.5 points of false verdicts over the 5%
-# in tests/test_verdict_simulation.py's LLM noise model (about +0.04 from 5 pairs on).
-MIN_TARGET_N = 5
-
-
-def target_reached(ci_half_width_pp, n: int, target_ci_pp: float) -> bool:
-    """Whether a comparison meets its precision target: a 95% CI half-width of at most
-    ``target_ci_pp`` percentage points from at least MIN_TARGET_N pairs (``n``: pairs,
-    or the smaller side when unpaired). The adaptive repeats stop on it."""
-    try:
-        half = float(ci_half_width_pp)
-    except (TypeError, ValueError):
-        return False
-    return bool(np.isfinite(half) and half <= target_ci_pp and int(n) >= MIN_TARGET_N)
-
-
 def overhead_verdict(native, container, *, paired: bool = False,
                      margin_pct: float = EQUIVALENCE_MARGIN_PCT,
                      target_ci_pp: float = TARGET_CI_PP, confidence: float = CONFIDENCE) -> dict:
@@ -570,13 +550,10 @@ def overhead_verdict(native, container, *, paired: bool = False,
       alpha), i.e. the (1 - 2 alpha) = 90% CI lies within +-margin_pct;
     - else "slower" / "faster": the 95% CI excludes 0;
     - else "inconclusive", with the repeats still needed.
-    target_met: ``target_reached``: the 95% CI half-width is at most ``target_ci_pp``
-    percentage points and rests on at least MIN_TARGET_N pairs (values per side).
     repeats_needed: from the observed spread, the extra repeats per runtime (pairs when
-    paired) for the 95% CI half-width to reach ``target_ci_pp`` (capped at MAX_REPEATS
-    in all), and at least up to MIN_TARGET_N; 0 when target_met. With fewer than 2
-    usable values on a side (or pairs) the verdict is inconclusive and repeats_needed =
-    3 - n (at least 1).
+    paired) for the 95% CI half-width to reach ``target_ci_pp`` percentage points (capped
+    at MAX_REPEATS in all); 0 when target_met. With fewer than 2 usable values on a side
+    (or pairs) the verdict is inconclusive and repeats_needed = 3 - n (at least 1).
     Identical values (zero spread) give a zero-width CI and no t-test (p_value NaN); the
     verdict then follows the exact difference.
     ``ci_method``: one of CI_METHODS (the unpaired path: UNPAIRED_METHOD);
@@ -609,14 +586,12 @@ def overhead_verdict(native, container, *, paired: bool = False,
     out.update(stats_["evidence"])
     n_used = min(out["n_native"], out["n"])
     half = out["ci_half_width_pp"]
-    out["target_met"] = target_reached(half, n_used, target_ci_pp)
+    out["target_met"] = bool(np.isfinite(half) and half <= target_ci_pp)
     if n_used < 2:
         out["repeats_needed"] = max(1, MIN_REPEATS - n_used)
     elif not out["target_met"]:
-        out["repeats_needed"] = max(
-            MIN_TARGET_N - n_used,
-            _repeats_for(stats_["half_width_at"], n_used,
-                         lambda hw, _low, _high: hw <= target_ci_pp))
+        out["repeats_needed"] = _repeats_for(stats_["half_width_at"], n_used,
+                                             lambda hw, _low, _high: hw <= target_ci_pp)
     low, high = out["ci95_low_pct"], out["ci95_high_pct"]
     if n_used >= 2 and out["equivalence_p_value"] < alpha:
         out["verdict"] = "equivalent"
@@ -637,6 +612,9 @@ def overhead_verdict(native, container, *, paired: bool = False,
     return out
 
 
+ROUNDING_SPREAD = 1e-12  # sd of log ratios below this: equal ratios up to float rounding
+
+
 def _usable(values: np.ndarray) -> np.ndarray:
     return np.isfinite(values) & (values > 0)
 
@@ -654,7 +632,9 @@ def _paired_evidence(native, container, margin_pct, confidence):
     if n < 2:
         return {"evidence": evidence, "half_width_at": None, "decides_at": None}
     sd = 0.0 if np.ptp(d) == 0 else float(d.std(ddof=1))
-    if sd > 0 and n >= 3:
+    # a spread at rounding level (equal ratios, printed to a few digits) is no
+    # distribution to test: Shapiro-Wilk would reject float noise
+    if sd > ROUNDING_SPREAD and n >= 3:
         evidence["normality_p_value"] = _normality_p(d)
         if evidence["normality_p_value"] < NORMALITY_ALPHA:
             return _rank_evidence(d, bounds, confidence, evidence)

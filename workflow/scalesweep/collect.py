@@ -554,7 +554,12 @@ def overhead_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame
     if runs.empty:
         return empty
     data = runs.copy()
-    if "arm" not in data.columns or "block_id" not in data.columns:
+    pair_col = settings["pair_col"]
+    if "arm" not in data.columns:
+        # a table from before blocks had arms: every runtime of a geometry in one block,
+        # paired on the repeat number (and said so: analysis.SAME_REPEAT)
+        data["arm"], pair_col = "", "repeat"
+    elif "block_id" not in data.columns:
         data = with_blocks(data)
     is_llm = data["payload"].eq("llm") if "payload" in data else pd.Series(False, index=data.index)
     labels = [model_label(m, s) if llm else "" for m, s, llm in zip(
@@ -576,7 +581,7 @@ def overhead_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame
     if data.empty or data["runtime"].nunique() < 2:
         return empty
     table = verdict_table(data, keys, baseline_runtime=settings["baseline_runtime"],
-                          pair_col=settings["pair_col"], exclude_col="disturbed",
+                          pair_col=pair_col, exclude_col="disturbed",
                           margin_pct=settings["margin_pct"],
                           target_ci_pp=settings["target_ci_pp"],
                           confidence=settings["confidence"],

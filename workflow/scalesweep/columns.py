@@ -35,7 +35,7 @@ COLUMNS: dict[str, Column] = {c.name: c for c in [
     # the sweep point and its settings: what a row of a table is about
     *_axes("workload", "payload", "runtime", "arm", "nodes", "gpus", "ranks", "threads",
            "parallel", "scaling", "data_path", "concurrency", "model", "model_label",
-           "synthetic_model", "engine"),
+           "synthetic_model"),
     # which run of the point: never a setting; the block pairs runs measured together
     Column("repeat", IDENTITY), Column("block_id", IDENTITY),
     # a function of the point (they never group, and never vary within a row)
@@ -78,7 +78,9 @@ COLUMNS: dict[str, Column] = {c.name: c for c in [
     *_prov("block_start", "block_end", "mpi_library", "mpi_library_version", "mpi_origin",
            "disturbed", "disturbed_reason", "exclusive", "shared_cores", "order_position",
            "hosts", "launcher", "image", "image_source", "image_digest", "slurm_job_id",
-           "git_commit", "torch", "start", "end", "path"),
+           "git_commit", "torch", "start", "end", "path",
+           # the LLM engine follows from the workload (workloads.<name>.engine)
+           "engine"),
 ]}
 
 
