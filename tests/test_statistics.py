@@ -244,3 +244,16 @@ def test_expected_false_positives_is_tests_times_level():
         expected_false_positives(-1, 0.05)
     with pytest.raises(ValueError):
         expected_false_positives(3, 1.5)
+
+
+def test_rates_are_total_work_over_total_time_never_a_mean_of_rates():
+    from scalesweep.analysis import rate_stats
+
+    # two runs of the same work: 10 s (1 unit/s... 100 units) and 20 s: 150 units/30 s... no:
+    # the same 100 units each: 10 units/s and 5 units/s -> 200 units in 30 s = 6.67/s
+    out = rate_stats([10.0, 5.0])
+    assert out["mean"] == pytest.approx(200 / 30)
+    assert out["mean"] != pytest.approx(7.5)  # the arithmetic mean of the rates
+    many = rate_stats([10.0, 10.5, 9.5, 10.2])
+    assert many["ci95_low"] < many["mean"] < many["ci95_high"]
+    assert rate_stats([]) ["n"] == 0 and np.isnan(rate_stats([3.0])["ci95_low"])

@@ -63,6 +63,42 @@ def describe_repeats(
     return table
 
 
+def rate_stats(rates) -> dict:
+    """n, mean, std, ci95_low, ci95_high of a rate (work per second: images/s, tokens/s,
+    GFLOP/s) over repeats that each did the same work: the mean is the harmonic mean (total
+    work over total time), never the arithmetic mean of the rates; its 95% CI is the
+    Student t interval of the mean time per unit of work (1 / rate), inverted. std is the
+    rates' own (ddof=1). NaN CI where n < 2 (or the interval of 1/rate reaches 0)."""
+    x = np.asarray(rates, dtype=float)
+    x = x[np.isfinite(x) & (x > 0)]
+    n = int(x.size)
+    out = {"n": n, "mean": np.nan, "std": np.nan, "ci95_low": np.nan, "ci95_high": np.nan}
+    if not n:
+        return out
+    inv = 1.0 / x
+    out["mean"] = float(1.0 / inv.mean())
+    if n >= 2:
+        out["std"] = 0.0 if np.ptp(x) == 0 else float(x.std(ddof=1))
+        sd = 0.0 if np.ptp(inv) == 0 else float(inv.std(ddof=1))
+        half = stats.t.ppf((1 + CONFIDENCE) / 2, n - 1) * sd / np.sqrt(n)
+        low_inv, high_inv = inv.mean() - half, inv.mean() + half
+        if low_inv > 0:
+            out["ci95_low"], out["ci95_high"] = float(1 / high_inv), float(1 / low_inv)
+    return out
+
+
+def describe_rates(df: pd.DataFrame, group_cols: Iterable[str], rate_col: str) -> pd.DataFrame:
+    """``rate_stats`` of ``rate_col`` per group: group columns, n, mean, std, ci95_low,
+    ci95_high."""
+    group_cols = _as_list(group_cols)
+    rows = []
+    for key, group in _grouped(df, group_cols):
+        rows.append({**dict(zip(group_cols, key)),
+                     **rate_stats(pd.to_numeric(group[rate_col], errors="coerce"))})
+    return pd.DataFrame(rows, columns=[*group_cols, "n", "mean", "std", "ci95_low",
+                                       "ci95_high"])
+
+
 def scaling_table(
     df: pd.DataFrame,
     count_col: str = "nodes",

@@ -9,7 +9,8 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from scalesweep.analysis import truthy, describe_repeats, scaling_table, verdict_table
+from scalesweep.analysis import (describe_rates, describe_repeats, scaling_table, truthy,
+                                 verdict_table)
 from scalesweep.metrics import MetricsError, read_metrics
 from scalesweep.pointdir import FAILURE_JSON, METRICS_JSON
 from scalesweep.probe import summary as probe_summary
@@ -470,7 +471,8 @@ def llm_summary(runs: pd.DataFrame) -> pd.DataFrame:
     table = table.merge(models.reset_index(), on="model_label", how="left")
     tokens = valid.dropna(subset=["tokens_per_s"]) if "tokens_per_s" in valid else valid.iloc[0:0]
     if not tokens.empty:
-        rates = describe_repeats(tokens, LLM_KEYS, "tokens_per_s")[
+        # a rate: total tokens over total time (harmonic mean), CI from the time per token
+        rates = describe_rates(tokens, LLM_KEYS, "tokens_per_s")[
             [*LLM_KEYS, "mean", "ci95_low", "ci95_high"]].rename(columns={
                 "mean": "tokens_per_s", "ci95_low": "tokens_per_s_ci95_low",
                 "ci95_high": "tokens_per_s_ci95_high"})

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from scalesweep.analysis import CONFIDENCE, truthy
+from scalesweep.analysis import CONFIDENCE, rate_stats, truthy
 from scalesweep.sweep import RUNTIMES
 
 GEOMETRY = ["nodes", "gpus", "ranks", "threads"]
@@ -269,7 +269,8 @@ def achieved_rate_table(runs: pd.DataFrame, peak_gflops_per_device: float = 0.0,
     for key, group in data.groupby(RATE_KEYS, sort=False, dropna=False):
         row = dict(zip(RATE_KEYS, key))
         valid = group[~group["_disturbed"]]
-        rate = sample_stats(valid["achieved_gflops_per_rank"])
+        # a rate: total work over total time (harmonic mean), CI from time per FLOP
+        rate = rate_stats(valid["achieved_gflops_per_rank"])
         flops = group["flops_per_step"].dropna()
         notes = []
         if flops.nunique() > 1:
