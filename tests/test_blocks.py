@@ -202,3 +202,19 @@ def test_campaign_record_says_what_the_verdicts_rest_on(margin):
     assert record["settings"]["margin_pct"] == margin
     assert record["settings"]["pair_col"] == "block_id"
     assert record["runs"] == 1 and record["first_start"] == T0.isoformat()
+
+
+def test_the_verdict_says_when_runs_differ_far_more_than_inside_themselves():
+    rng = np.random.default_rng(3)
+    rows = []
+    for k in range(1, 9):
+        t = 10 * float(np.exp(0.15 * rng.standard_normal()))  # 15% between runs
+        for rt, minute in (("native", 2 * k), ("native-aa", 2 * k + 1)):
+            r = run(rt, "native-aa", k, t * (1 + 0.01 * rng.standard_normal()), minute)
+            rows.append({**r, "payload": "llm", "within_run_cv_pct": 3.0})
+    table = overhead_summary(with_blocks(pd.DataFrame(rows)), base_config())
+    row = table.iloc[0]
+    assert row["between_run_cv_pct"] > 9 and row["within_run_cv_pct"] == 3.0
+    assert "runs differ far more from each other than inside themselves" in row["verdict_text"]
+    # the same-block pairs still see through it: no false difference
+    assert row["verdict"] in ("equivalent", "inconclusive")

@@ -598,7 +598,38 @@ def overhead_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame
         bool(shared.get((*k, REFERENCE), False) or shared.get((*k, rt), False))
         for k, rt in zip(table[keys].itertuples(index=False, name=None), table["runtime"])]
     table["note"] = np.where(table["shared_cores"], SHARED_CORES_NOTE, "")
+    table = _with_spread(table, data, keys)
     return table[columns + [c for c in table.columns if c not in columns]]
+
+
+def _with_spread(table: pd.DataFrame, data: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """between_run_cv_pct (the CV of the valid runs' time_s, both sides of the row pooled
+    per runtime and averaged) and within_run_cv_pct (the runs' own per-request spread,
+    LLM inference) per row; where runs differ far more from each other than inside
+    themselves, the verdict's evidence says so (scalesweep.drift.spread_text)."""
+    from scalesweep.drift import cv_pct, spread_text
+
+    valid = valid_runs(data)
+    between, within, texts = [], [], []
+    for _, row in table.iterrows():
+        mask = np.ones(len(valid), dtype=bool)
+        for k in keys:
+            mask &= (valid[k].astype(str) == str(row[k])).to_numpy()
+        mine = valid[mask]
+        cvs = [cv_pct(pd.to_numeric(g["time_s"], errors="coerce"))
+               for _, g in mine[mine["runtime"].isin([REFERENCE, row["runtime"]])]
+               .groupby("runtime")]
+        b = float(np.nanmean(cvs)) if any(np.isfinite(cvs)) else np.nan
+        w = (float(pd.to_numeric(mine["within_run_cv_pct"], errors="coerce").mean())
+             if "within_run_cv_pct" in mine else np.nan)
+        ratio, text = spread_text(b, w)
+        between.append(b)
+        within.append(w)
+        texts.append(text if text.startswith("runs differ far more") else "")
+    table = table.assign(between_run_cv_pct=between, within_run_cv_pct=within)
+    table["verdict_text"] = [v + (f"; {t}" if t else "")
+                             for v, t in zip(table["verdict_text"], texts)]
+    return table
 
 
 def _probe_tolerance(data: pd.DataFrame, settings: dict):
