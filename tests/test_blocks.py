@@ -119,7 +119,10 @@ def test_runs_that_only_share_a_repeat_number_were_the_false_verdict():
     new = analysis.verdict_table(runs, ["workload", "nodes", "ranks"], pair_col="block_id",
                                  margin_pct=5.0, max_pair_gap_s=600)
     row = new.set_index("runtime").loc["native-aa"]
-    assert row["n_pairs_split"] == 8 and not row["paired"]
+    assert row["n_pairs_split"] == 8 and row["n"] == 0
+    # and the runs measured apart are never compared side by side instead
+    assert row["pairing"] == analysis.SAME_BLOCK and row["verdict"] == "inconclusive"
+    assert "8 pairs not measured together left out" in row["verdict_text"]
 
 
 def test_a_pair_measured_apart_is_left_out_and_counted():

@@ -120,49 +120,55 @@ def decide(
     has at least the minimum of undisturbed repeats and every comparison with native
     meets the CI target; ``more`` adds the bound of ``max_repeats``.
     """
-    from scalesweep.analysis import overhead_verdict
+    from scalesweep.analysis import block_pairs, overhead_verdict
 
     low, high = repeat_bounds(config, series.workload)
     m = config.get("measurement") or {}
     target = float(m.get("target_ci_pp", 2.0))
     margin = float(m.get("equivalence_margin_pct", 2.0))
     runtimes = series.runtimes(config)
-    valid: dict[str, dict[int, float]] = {rt: {} for rt in runtimes}
+    valid: dict[str, dict[int, Mapping[str, Any]]] = {rt: {} for rt in runtimes}
     disturbed: dict[str, list[int]] = {rt: [] for rt in runtimes}
     for row in runs:
         rt = row["runtime"]
         if rt not in valid or int(row["repeat"]) > round_:
             continue
+        time_s = row.get("time_s")
+        usable = isinstance(time_s, (int, float)) and np.isfinite(time_s) and time_s > 0
         if row.get("disturbed"):
             disturbed[rt].append(int(row["repeat"]))
-        else:
-            valid[rt][int(row["repeat"])] = float(row["time_s"])
+        elif usable:
+            valid[rt][int(row["repeat"])] = row
     reasons = []
     for rt in runtimes:
         if len(valid[rt]) < low:
             reasons.append(f"{rt}: {len(valid[rt])} undisturbed repeats of at least {low}")
     comparisons = {}
     if REFERENCE in runtimes:
+        from scalesweep.collect import campaign_settings
+
+        settings = campaign_settings(config)
         base = valid[REFERENCE]
         for rt in runtimes:
             if rt == REFERENCE:
                 continue
-            # the runs of one repeat of a series are one block: measured together
-            pairs = sorted(set(base) & set(valid[rt]))
-            if len(pairs) >= 2:
-                native = np.array([base[k] for k in pairs])
-                other = np.array([valid[rt][k] for k in pairs])
-                paired = True
-            else:
-                native = np.array(list(base.values()))
-                other = np.array(list(valid[rt].values()))
-                paired = False
-            verdict = overhead_verdict(native, other, paired=paired, margin_pct=margin,
+            # the runs of one repeat of a series are one block: measured together; the
+            # pairs as the published verdict forms them (analysis.block_pairs: pairs
+            # measured apart or on a machine whose speed differed left out)
+            pairs = block_pairs(base, valid[rt], "time_s", max_gap_s=settings["max_pair_gap_s"],
+                                probe_tolerance_pct=settings["probe_tolerance_pct"])
+            native, other = (pairs.native, pairs.container) if pairs.native is not None \
+                else pairs.surviving
+            verdict = overhead_verdict(native, other, paired=True, margin_pct=margin,
                                        target_ci_pp=target)
+            verdict.update(n_pairs_split=pairs.split,
+                           n_pairs_machine_differs=pairs.machine_differs)
             comparisons[rt] = _plain(verdict)
-            if min(len(native), len(other)) < MIN_COMPARED:
-                reasons.append(f"{rt} vs native: {min(len(native), len(other))} repeats "
-                               f"per side, a comparison needs at least {MIN_COMPARED}")
+            if len(native) < MIN_COMPARED:
+                left = pairs.split + pairs.machine_differs
+                reasons.append(f"{rt} vs native: {len(native)} same-block pairs"
+                               f"{f' ({left} left out)' if left else ''}, a comparison "
+                               f"needs at least {MIN_COMPARED}")
             elif not verdict["target_met"]:
                 reasons.append(
                     f"{rt} vs native: 95% CI half-width "

@@ -347,9 +347,15 @@ def verdict_table(
         for runtime, runs in group[~is_base].groupby(runtime_col, sort=False):
             pairs = _valid_pairs(base, runs, pair_col, time_col, max_pair_gap_s,
                                  probe_tolerance_pct)
+            if pairs.native is None and pairs.how == SAME_BLOCK:
+                # runs of blocks are compared in their pairs or not at all: never the
+                # runs measured apart, nor those whose pair was left out, side by side
+                pairs.native, pairs.container = pairs.surviving
             if pairs.native is not None:
                 native, container = pairs.native, pairs.container
-                native_s, time_s = np.exp(np.log(native).mean()), np.exp(np.log(container).mean())
+                native_s, time_s = ((np.exp(np.log(native).mean()),
+                                     np.exp(np.log(container).mean()))
+                                    if native.size else (np.nan, np.nan))
             else:
                 native = base.loc[~base["_excluded"], time_col].to_numpy(float)
                 container = runs.loc[~runs["_excluded"], time_col].to_numpy(float)
@@ -418,9 +424,10 @@ class _Pairs:
     how they were formed, and how many were left out and why."""
 
     def __init__(self, native=None, container=None, how=UNPAIRED, split=0,
-                 machine_differs=0):
+                 machine_differs=0, surviving=(np.array([]), np.array([]))):
         self.native, self.container, self.how = native, container, how
         self.split, self.machine_differs = split, machine_differs
+        self.surviving = surviving  # the pairs left where fewer than 2 remain
 
 
 def _valid_pairs(base: pd.DataFrame, runs: pd.DataFrame, pair_col: str | None,
@@ -430,36 +437,51 @@ def _valid_pairs(base: pd.DataFrame, runs: pd.DataFrame, pair_col: str | None,
     if not pair_col or pair_col not in base.columns or pair_col not in runs.columns:
         return _Pairs()
     how = SAME_BLOCK if pair_col == "block_id" else SAME_REPEAT
-    sides, rows = [], []
+    sides = []
     for side in (base, runs):
         keys = side[pair_col].to_numpy()
         if pd.isna(keys).any() or len(set(keys.tolist())) != len(keys):
+            if how == SAME_BLOCK:
+                raise TableError(f"{pair_col}: every run must name its block, once per "
+                                 "runtime (empty or repeated block ids)")
             return _Pairs()
-        times = side[time_col].to_numpy(float)
-        ok = ~side["_excluded"].to_numpy(bool) & _usable(times)
-        sides.append(dict(zip(keys[ok].tolist(), times[ok])))
-        rows.append(dict(zip(keys.tolist(), side.to_dict("records"))))
-    common = sorted(set(sides[0]) & set(sides[1]), key=_natural_key)
+        records = side.to_dict("records")
+        sides.append({k: r for k, r in zip(keys.tolist(), records)
+                      if not r["_excluded"] and _usable(np.array([r[time_col]], float))[0]})
+    return block_pairs(sides[0], sides[1], time_col, how, max_gap_s, probe_tolerance_pct)
+
+
+def block_pairs(native: dict, other: dict, time_col: str = "time_s", how: str = SAME_BLOCK,
+                max_gap_s: float | None = None,
+                probe_tolerance_pct: float | None = None) -> _Pairs:
+    """The pairs of two runtimes' valid runs, each side {block key: run row}: the blocks
+    both measured, less those whose runs were more than ``max_gap_s`` apart (columns
+    start, end) or saw machines whose probes differ by more than ``probe_tolerance_pct``
+    (``scalesweep.probe.pair_probe_difference_pct``); pairs on the same hosts preferred
+    where at least two exist. The one pairing of the verdicts (``verdict_table``) and of
+    the adaptive decisions (``scalesweep.adaptive.decide``)."""
+    common = sorted(set(native) & set(other), key=_natural_key)
     split = machine = 0
     if max_gap_s is not None:
-        together = [k for k in common if _gap_s(rows[0][k], rows[1][k]) <= max_gap_s]
+        together = [k for k in common if _gap_s(native[k], other[k]) <= max_gap_s]
         split, common = len(common) - len(together), together
     if probe_tolerance_pct is not None:
         from scalesweep.probe import pair_probe_difference_pct
 
-        alike = [k for k in common if not pair_probe_difference_pct(rows[0][k], rows[1][k])
+        alike = [k for k in common if not pair_probe_difference_pct(native[k], other[k])
                  > probe_tolerance_pct]  # NaN (no probe): kept
         machine, common = len(common) - len(alike), alike
-    if "hosts" in base.columns and "hosts" in runs.columns:
-        # Under Slurm the two runs of a block may get different nodes: pairs measured on
-        # the same nodes are preferred, where at least two such pairs exist.
-        same = [k for k in common if str(rows[0][k].get("hosts")) == str(rows[1][k].get("hosts"))]
-        if len(same) >= 2:
-            common = same
+    # Under Slurm the two runs of a block may get different nodes: pairs measured on
+    # the same nodes are preferred, where at least two such pairs exist.
+    same = [k for k in common if "hosts" in native[k] and "hosts" in other[k]
+            and str(native[k]["hosts"]) == str(other[k]["hosts"])]
+    if len(same) >= 2:
+        common = same
+    times = (np.array([float(native[k][time_col]) for k in common], dtype=float),
+             np.array([float(other[k][time_col]) for k in common], dtype=float))
     if len(common) < 2:
-        return _Pairs(how=how, split=split, machine_differs=machine)
-    return _Pairs(np.array([sides[0][k] for k in common], dtype=float),
-                  np.array([sides[1][k] for k in common], dtype=float), how, split, machine)
+        return _Pairs(how=how, split=split, machine_differs=machine, surviving=times)
+    return _Pairs(times[0], times[1], how, split, machine)
 
 
 def _natural_key(value):

@@ -230,19 +230,34 @@ def summary(record: Mapping | None) -> dict[str, float | None]:
     return out
 
 
+# the kernel that stands for how a payload uses the machine: compute-bound training,
+# memory-bandwidth-bound decoding (scalesweep.drift correlates with the same one)
+KERNEL_OF_PAYLOAD = {"cnn": "gflops", "llm": "gbps"}
+
+
 def pair_probe_difference_pct(row_a: Mapping, row_b: Mapping) -> float:
-    """How far apart the machines two runs saw were, in percent: for each kernel
-    (runs.csv's ``probe_gflops``, ``probe_gbps``) present in both rows, 100 x (faster /
-    slower - 1); the larger of the two. NaN where no kernel is in both rows (a run
-    measured before the probe existed, or whose probe failed): such a pair is not judged.
-    Rows: dicts or pandas Series. The pairing leaves out a pair whose difference exceeds
-    ``measurement.probe_tolerance_pct``."""
+    """How far apart the machines two runs saw were, in percent, on the kernel of their
+    payload (``KERNEL_OF_PAYLOAD`` by the rows' ``payload``; both kernels where it is not
+    known): for each such kernel (runs.csv's ``probe_gflops``, ``probe_gbps``) present in
+    both rows, 100 x (faster / slower - 1); the larger. NaN where no kernel is in both rows
+    (a run measured before the probe existed, or whose probe failed) and where either run's
+    own probe changed by more than that between its start and end (``probe_change_pct``:
+    the probe could not tell the machine's speed during that run): such a pair is not
+    judged. Rows: dicts or pandas Series. The pairing leaves out a pair whose difference
+    exceeds ``measurement.probe_tolerance_pct``."""
+    kernel = KERNEL_OF_PAYLOAD.get(str(row_a.get("payload")))
     diffs = []
-    for figure in KERNELS:
+    for figure in ([kernel] if kernel else KERNELS):
         a, b = _number(row_a.get(f"probe_{figure}")), _number(row_b.get(f"probe_{figure}"))
         if not (math.isnan(a) or math.isnan(b)):
             diffs.append(100.0 * (max(a, b) / min(a, b) - 1.0))
-    return max(diffs) if diffs else math.nan
+    if not diffs:
+        return math.nan
+    own = [v for v in (_number(row_a.get("probe_change_pct")),
+                       _number(row_b.get("probe_change_pct"))) if not math.isnan(v)]
+    if own and max(own) >= max(diffs):
+        return math.nan  # the runs' own probes moved as much: no evidence of a difference
+    return max(diffs)
 
 
 def main(argv: list[str] | None = None) -> int:
