@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
     (wd / "config").mkdir(parents=True, exist_ok=True)
     (wd / "config" / "config.yaml").write_text(yaml.safe_dump(config(mode), sort_keys=False))
     snakemake(wd, ["resources/datasets/tiny.verified.json"])  # staged once, untimed
-    points = [f"results/runs/cnn_ddp/native/n1-g0-r{r}-t1/rep1/metrics.json"
+    points = [f"results/runs/cnn_ddp/native/n1-g0-r{r}-t1/rep1/native/metrics.json"
               for r in ((1, 2) if mode == "full" else (1,))]
 
     rf, wf, wf_all = [], [], []

@@ -299,8 +299,12 @@ def test_selection_narrows_each_axis_and_combines():
     pick = lambda only: paths(selected_points(selection_config(only)))  # noqa: E731
     assert pick({"workloads": ["cnn_ddp"]}) == ["cnn_ddp/native/n1-g0-r1-t1/rep1/native",
                                                 "cnn_ddp/native/n1-g0-r2-t1/rep1/native"]
-    assert pick({"runtimes": ["charliecloud"]}) == ["cnn_b/charliecloud/n1-g0-r1-t1/rep1/charliecloud",
-                                                    "cnn_b/charliecloud/n2-g0-r1-t1/rep1/charliecloud"]
+    # a chosen runtime is measured in its blocks: native beside it
+    assert pick({"runtimes": ["charliecloud"]}) == [
+        "cnn_b/charliecloud/n1-g0-r1-t1/rep1/charliecloud",
+        "cnn_b/charliecloud/n2-g0-r1-t1/rep1/charliecloud",
+        "cnn_b/charliecloud/n1-g0-r1-t1/rep1/native",
+        "cnn_b/charliecloud/n2-g0-r1-t1/rep1/native"]
     assert pick({"nodes": [2]}) == ["cnn_b/charliecloud/n2-g0-r1-t1/rep1/charliecloud",
                                     "cnn_b/charliecloud/n2-g0-r1-t1/rep1/native"]
     assert pick({"workloads": ["cnn_b"], "runtimes": ["native"], "nodes": [1]}) == \
@@ -335,7 +339,8 @@ def test_a_value_of_any_selected_workload_is_valid():
     # charliecloud is cnn_b's only: with both workloads selected it selects cnn_b's points
     only = {"runtimes": ["charliecloud"], "nodes": [1], "workloads": ["cnn_ddp", "cnn_b"]}
     assert paths(selected_points(selection_config(only))) == \
-        ["cnn_b/charliecloud/n1-g0-r1-t1/rep1/charliecloud"]
+        ["cnn_b/charliecloud/n1-g0-r1-t1/rep1/charliecloud",
+         "cnn_b/charliecloud/n1-g0-r1-t1/rep1/native"]
 
 
 def test_selection_of_a_switched_off_workload_or_of_nothing():

@@ -201,8 +201,8 @@ def note_campaign(args, record: dict, table_name: str) -> None:
     s = record.get("settings") or {}
     note(args, f"the campaign's own analysis, as in {Path(args.file).parent / table_name} "
                f"(from {Path(args.file).parent / 'campaign.json'}: margin "
-               f"+-{s.get('margin_pct', '?'):g}%, CI target {s.get('target_ci_pp', '?'):g} "
-               f"pp, {analysis.SAME_BLOCK}, pairs more than {s.get('max_pair_gap_s', '?'):g} "
+               f"+-{s.get('margin_pct', '?')}%, CI target {s.get('target_ci_pp', '?')} "
+               f"pp, {analysis.SAME_BLOCK}, pairs more than {s.get('max_pair_gap_s', '?')} "
                "s apart left out); any option of the command analyses the file "
                "with that option instead")
 

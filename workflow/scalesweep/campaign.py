@@ -10,6 +10,7 @@ two differ. Failed or partial points are never copied over finished ones.
 from __future__ import annotations
 
 import hashlib
+import sys
 import os
 import shutil
 import tarfile
@@ -18,7 +19,7 @@ from pathlib import Path
 from scalesweep.cli import UsageError
 from scalesweep.metrics import MetricsError, read_metrics
 from scalesweep.pointdir import METRICS_JSON, RUNS_DIR
-from scalesweep.sweep import SweepError, SweepPoint, in_history
+from scalesweep.sweep import OLD_LAYOUT_NOTE, SweepError, SweepPoint, in_history, old_layout
 
 
 def finished_points(campaign: Path) -> dict[str, Path]:
@@ -28,6 +29,9 @@ def finished_points(campaign: Path) -> dict[str, Path]:
     for metrics in sorted(runs.rglob(METRICS_JSON)) if runs.is_dir() else []:
         rel = str(metrics.parent.relative_to(runs))
         if in_history(rel):  # earlier runs travel with their point's directory
+            continue
+        if old_layout(rel):
+            print(f"scalesweep: {metrics}: {OLD_LAYOUT_NOTE}", file=sys.stderr)
             continue
         try:
             SweepPoint.from_path(rel)

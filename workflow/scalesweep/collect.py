@@ -603,8 +603,8 @@ def overhead_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame
 
 
 def _with_spread(table: pd.DataFrame, data: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """between_run_cv_pct (the CV of the valid runs' time_s, both sides of the row pooled
-    per runtime and averaged) and within_run_cv_pct (the runs' own per-request spread,
+    """time_cv_pct (the between-run spread: the CV of the valid runs' time_s, per runtime
+    of the row, averaged over its two runtimes) and within_run_cv_pct (the runs' own per-request spread,
     LLM inference) per row; where runs differ far more from each other than inside
     themselves, the verdict's evidence says so (scalesweep.drift.spread_text)."""
     from scalesweep.drift import cv_pct, spread_text
@@ -626,7 +626,7 @@ def _with_spread(table: pd.DataFrame, data: pd.DataFrame, keys: list[str]) -> pd
         between.append(b)
         within.append(w)
         texts.append(text if text.startswith("runs differ far more") else "")
-    table = table.assign(between_run_cv_pct=between, within_run_cv_pct=within)
+    table = table.assign(time_cv_pct=between, within_run_cv_pct=within)
     table["verdict_text"] = [v + (f"; {t}" if t else "")
                              for v, t in zip(table["verdict_text"], texts)]
     return table

@@ -39,7 +39,7 @@ from scalesweep.cli import UsageError
 from scalesweep.collect import collect_runs
 from scalesweep.metrics import MetricsError, read_metrics
 from scalesweep.pointdir import METRICS_JSON, RUNS_DIR
-from scalesweep.sweep import SweepError, SweepPoint, in_history
+from scalesweep.sweep import OLD_LAYOUT_NOTE, SweepError, SweepPoint, in_history, old_layout
 
 # what makes a point: rows that agree on all of these are repeats (model_label is empty
 # for CNN training, which records no model)
@@ -80,6 +80,9 @@ def campaign_runs(directory: Path) -> tuple[pd.DataFrame, list[str]]:
     for path in sorted(runs_dir.rglob(METRICS_JSON)):
         rel = str(path.parent.relative_to(runs_dir))
         if in_history(rel):  # an earlier run, superseded (scalesweep rerun)
+            continue
+        if old_layout(rel):
+            skipped.append(f"{path}: {OLD_LAYOUT_NOTE}")
             continue
         try:
             point = SweepPoint.from_path(rel)
@@ -326,6 +329,12 @@ def run(args: argparse.Namespace) -> int:
               f"threshold; failing as asked (--strict, exit {EXIT_UNDECIDED}). More "
               "repeats on both sides narrow the CI.", file=sys.stderr)
         return EXIT_UNDECIDED
+    if len(undecided) and args.fail_on_regression:
+        # passing is not the same as "no regression": say what the data cannot tell
+        print(f"scalesweep compare: no regression found, but {len(undecided)} point(s) "
+              f"are inconclusive or untested (95% CI past +-{args.threshold:g}%): these "
+              "campaigns cannot tell whether they regressed there; --strict fails on them "
+              f"(exit {EXIT_UNDECIDED})", file=sys.stderr)
     return 0
 
 

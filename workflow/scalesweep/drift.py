@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from scalesweep.analysis import truthy
+from scalesweep.analysis import rate_stats, truthy
 
 DRIFT_KEYS = ["workload", "nodes", "gpus", "ranks", "threads", "runtime"]
 DRIFT_COLUMNS = [
@@ -138,9 +138,10 @@ def drift_table(runs: pd.DataFrame) -> pd.DataFrame:
             last_end=None if ends.isna().all() else ends.max().isoformat(),
             time_s_mean=float(time_s.mean()) if time_s.notna().any() else np.nan,
             time_cv_pct=cv_pct(time_s),
-            probe_gflops_mean=float(_numeric(g, "probe_gflops").mean()),
+            # rates: total work over total time (harmonic mean)
+            probe_gflops_mean=rate_stats(_numeric(g, "probe_gflops"))["mean"],
             probe_gflops_cv_pct=cv_pct(_numeric(g, "probe_gflops")),
-            probe_gbps_mean=float(_numeric(g, "probe_gbps").mean()),
+            probe_gbps_mean=rate_stats(_numeric(g, "probe_gbps"))["mean"],
             probe_gbps_cv_pct=cv_pct(_numeric(g, "probe_gbps")),
             probe_change_pct_max=float(_numeric(g, "probe_change_pct").max()),
             probe_kernel=kernel,
@@ -152,7 +153,7 @@ def drift_table(runs: pd.DataFrame) -> pd.DataFrame:
         if payload == "llm":
             tps = _numeric(g, "tokens_per_s")
             within = _numeric(g, "within_run_cv_pct")
-            row.update(tokens_per_s_mean=float(tps.mean()) if tps.notna().any() else np.nan,
+            row.update(tokens_per_s_mean=rate_stats(tps)["mean"],
                        between_run_cv_pct=cv_pct(tps),
                        within_run_cv_pct=float(within.mean()) if within.notna().any() else np.nan)
             row["spread_ratio"], row["spread"] = spread_text(row["between_run_cv_pct"],

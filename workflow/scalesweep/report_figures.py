@@ -459,9 +459,9 @@ def overhead_figure(overhead: pd.DataFrame, points: pd.DataFrame | None = None,
         Line2D([], [], color="0.4", linewidth=2, label="95% CI (overhead.csv)"),
     ]
     ax.legend(handles=handles, **OUTSIDE_LEGEND)
-    lines = [OVERHEAD_TEXT + "; same point natively and in the container, paired by repeat "
-             "where two or more repeats are valid on both sides (geometric mean of the "
-             "ratios), else the means over repeats; " + CI_TEXT]
+    lines = [OVERHEAD_TEXT + "; same point natively and in the container, from the pairs "
+             "of runs measured together in one block (geometric mean of the ratios; pairs "
+             "measured apart or on a machine whose speed differed left out); " + CI_TEXT]
     if "verdict_text" in df.columns:
         lines += [f"{r['runtime']} {r['point'].replace(chr(10), ' ')}: {r['verdict_text']}"
                   for _, r in df.iterrows() if isinstance(r["verdict_text"], str)]
@@ -559,13 +559,13 @@ def epoch_time_figure(epochs: pd.DataFrame, points: pd.DataFrame | None = None,
                               markeredgecolor=DISTURBED_COLOR, markersize=6,
                               label="disturbed run (left out)"))
     ax.legend(handles=handles, **OUTSIDE_LEGEND)
-    n_runs = df.groupby(["runtime", "count", "repeat"]).ngroups if "repeat" in df else len(df)
+    run_key = [c for c in ("runtime", "arm", "count", "repeat") if c in df]
+    n_runs = df.groupby(run_key).ngroups if "repeat" in df else len(df)
     return _finish(fig, not_done_note(points, _only(epochs)),
                    [f"{len(df)} epochs of {n_runs} runs; boxes: steady-state epochs (all but "
                     "the first, when a run has several) pooled over repeats; boxes show the "
                     "spread of epochs, not a confidence interval",
-                    disturbed_note(df.drop_duplicates(["runtime", "count", "repeat"])
-                                   if "repeat" in df else df)],
+                    disturbed_note(df.drop_duplicates(run_key) if "repeat" in df else df)],
                    warnings=[shared_cores_note(epochs)])
 
 

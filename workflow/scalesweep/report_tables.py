@@ -449,7 +449,9 @@ def concurrency_table(runs: pd.DataFrame) -> pd.DataFrame:
         row = {**dict(zip(LEVEL_KEYS, key)), "n": len(valid),
                "n_disturbed": int(group["_disturbed"].astype(bool).sum())}
         for m in LEVEL_METRICS:
-            st = sample_stats(pd.to_numeric(valid[m], errors="coerce"))
+            values = pd.to_numeric(valid[m], errors="coerce")
+            # rates: total work over total time (harmonic mean); times: arithmetic
+            st = rate_stats(values) if m.endswith("_per_s") else sample_stats(values)
             row[f"{m}_mean"], row[f"{m}_std"] = st["mean"], st["std"]
         row["note"] = f"n={len(valid)}: no std" if len(valid) < 2 else ""
         out.append(row)

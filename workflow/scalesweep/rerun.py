@@ -187,18 +187,21 @@ def run(args) -> int:
     except (ConfigError, SweepError) as exc:
         raise UsageError(str(exc)) from None
     # `--config only=...`: only the points this invocation may measure
+    everything = table
     table = table[table["path"].map(lambda p: SweepPoint.from_path(p) in selection).astype(bool)]
     chosen = select(table, states, where)
-    running = chosen[chosen["state"].eq("running")]
-    if len(running):
-        raise UsageError(f"{len(running)} of the chosen points are being measured now "
-                         f"(e.g. {running['path'].iloc[0]}): wait for that run to end")
     if chosen.empty:
         print("Nothing to measure again: no point matches "
               + " and ".join([*(f"state {'/'.join(sorted(states))}" for _ in [0] if states),
                               *(f"{k}={','.join(sorted(v))}" for k, v in where.items())]))
         return 0
-    chosen, partners = with_block_partners(table, chosen)
+    # the partners from the whole campaign: a block is measured whole, selection or not
+    chosen, partners = with_block_partners(everything, chosen)
+    running = chosen[chosen["state"].eq("running")]
+    if len(running):
+        raise UsageError(f"{len(running)} of the chosen points (or their block partners) are "
+                         f"being measured now (e.g. {running['path'].iloc[0]}): wait for that "
+                         "run to end")
     targets = [f"{RUNS_DIR}/{p}/{METRICS_JSON}" for p in chosen["path"]]
     cmd = snakemake_command(args, targets)
     print(f"Measuring {len(chosen)} point(s) again:")

@@ -58,6 +58,19 @@ _PATH_RE = re.compile(
 )
 
 
+# the layout of campaigns measured before same-block pairs (one directory per runtime,
+# repeats matched on their number only): recognised, to say why such runs are not read
+_OLD_LAYOUT_RE = re.compile(r"^[a-z][a-z0-9_]*/[a-z][a-z0-9-]*/n\d+-g\d+-r\d+-t\d+/rep\d+$")
+OLD_LAYOUT_NOTE = ("measured before same-block pairs (results/runs/<workload>/<runtime>/"
+                   "<geometry>/rep<k>): not read; its native and container runs were not "
+                   "known to be measured together. Measure it again with this version")
+
+
+def old_layout(path: str) -> bool:
+    """Whether a point directory (below results/runs/) has the layout before blocks."""
+    return bool(_OLD_LAYOUT_RE.match(str(path).strip("/")))
+
+
 class SweepError(ValueError):
     """The config asks for a sweep that cannot run: raised before any job starts."""
 
@@ -359,8 +372,12 @@ class Selection:
     def __contains__(self, point: SweepPoint) -> bool:
         for key, field in SELECTION_AXES.items():
             allowed = getattr(self, key)
-            if allowed is not None and getattr(point, field) not in allowed:
-                return False
+            if allowed is None or getattr(point, field) in allowed:
+                continue
+            # a chosen runtime is measured in its blocks: with native beside it
+            if field == "runtime" and point.arm in allowed:
+                continue
+            return False
         return True
 
     def describe(self) -> str:

@@ -2,7 +2,7 @@
 the config, execute it, write metrics.json.
 
     python workflow/scripts/run_point.py --config CONFIG.json --metrics \
-        results/runs/<workload>/<runtime>/n<N>-g<G>-r<R>-t<T>/rep<r>/metrics.json [--log RUN.log]
+        results/runs/<workload>/<arm>/n<N>-g<G>-r<R>-t<T>/rep<r>/<runtime>/metrics.json [--log RUN.log]
 
 CONFIG.json is the workflow's effective config (written by common.smk: RUN_CONFIG); the
 point comes from the metrics path, the inputs from scalesweep.payloads.point_inputs (the
