@@ -165,26 +165,26 @@ def test_rerun_with_nothing_chosen_or_an_unknown_value(copy):
     assert "Nothing to measure again" in proc.stdout
 
 
-def test_only_measures_the_selection_and_keeps_the_rest_in_the_summary(copy):
+def test_only_measures_the_selected_runtime_in_its_blocks(copy):
     """`--config only=...`: with an A/A runtime added, native is compared with it in the
-    native-aa arm (cnn_ddp/native-aa/<geometry>/rep<k>/{native,native-aa}); only the
-    selected runtime's runs are measured, native's runs of that arm stay missing, and
-    the native arm's earlier runs (no longer in the sweep) are untouched."""
+    native-aa arm (cnn_ddp/native-aa/<geometry>/rep<k>/{native,native-aa}); selecting
+    native-aa measures its blocks whole (native beside it) and nothing else: the native
+    arm's earlier runs (no longer in the sweep, one of them deleted) are untouched."""
     shutil.rmtree(copy / "results" / "runs" / R2)
     before = run_files_digest(copy)
-    aa = ["cnn_ddp/native-aa/n1-g0-r1-t1/rep1/native-aa",
-          "cnn_ddp/native-aa/n1-g0-r2-t1/rep1/native-aa"]
+    arm = [f"cnn_ddp/native-aa/n1-g0-r{ranks}-t1/rep1/{runtime}"
+           for ranks in (1, 2) for runtime in ("native", "native-aa")]
     args = ("--profile", PROFILE, "--config", "sweep={runtimes: [native, native-aa]}")
     bad = run_snakemake(copy, *args, "only={workloads: [cnn]}", check=False)
     assert bad.returncode != 0 and "'cnn' is not a workload" in bad.stdout + bad.stderr
     proc = run_snakemake(copy, *args, "only={runtimes: [native-aa]}")
-    assert measured_by(proc.stdout + proc.stderr) == sorted(aa)
-    assert run_files_digest(copy, skip=aa) == before
+    assert measured_by(proc.stdout + proc.stderr) == sorted(arm)
+    assert run_files_digest(copy, skip=arm) == before
     assert not (copy / "results" / "runs" / R2).exists()
-    for run in aa:  # native's runs of the native-aa arm: not selected, not measured
-        assert not (copy / "results" / "runs" / run).with_name("native").exists()
     runs = runs_csv(copy)
-    assert sorted(zip(runs["runtime"], runs["ranks"])) == [("native-aa", 1), ("native-aa", 2)]
+    assert sorted(zip(runs["runtime"], runs["ranks"])) == [
+        ("native", 1), ("native", 2), ("native-aa", 1), ("native-aa", 2)]
+    assert set(runs["arm"]) == {"native-aa"}
 
 
 # --- adaptive repeats ---------------------------------------------------------------------
