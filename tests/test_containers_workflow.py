@@ -149,3 +149,33 @@ def test_payload_failing_inside_the_container_fails_only_that_point(campaign, tm
     failure = json.loads((bad / "failure.json").read_text())
     assert failure["exit_code"] != 0 and "python-missing" in failure["command"]
     assert "python-missing" in (bad / "run.log").read_text()
+
+
+def test_the_readmes_analysis_commands_give_the_campaigns_own_answers(campaign_dir):
+    """`scalesweep overhead|scaling|fit results/summary/runs.csv` (the README's commands)
+    on a real campaign's output: exit 0, and the verdicts and efficiencies of the
+    campaign's own overhead.csv and scaling.csv, row for row."""
+    import io
+    import subprocess
+    import sys
+
+    summary = campaign_dir / "results" / "summary"
+    assert (summary / "campaign.json").is_file()
+
+    def cli(*args):
+        proc = subprocess.run([sys.executable, "-m", "scalesweep", *map(str, args)],
+                              capture_output=True, text=True, timeout=300, cwd=campaign_dir)
+        assert proc.returncode == 0, proc.stderr
+        assert "the campaign's own analysis" in proc.stderr, proc.stderr
+        return proc
+
+    overhead = pd.read_csv(io.StringIO(cli("overhead", summary / "runs.csv").stdout))
+    want = pd.read_csv(summary / "overhead.csv")
+    assert len(want) > 0
+    assert overhead["verdict_text"].tolist() == want["verdict_text"].tolist()
+    assert (overhead["pairing"] == "same-block pairs").all()
+    scaling = pd.read_csv(io.StringIO(cli("scaling", summary / "runs.csv").stdout))
+    want = pd.read_csv(summary / "scaling.csv")
+    assert len(scaling) == len(want) and (scaling["n"] > 1).all()
+    assert scaling["efficiency_pct"].round(6).tolist() == want["efficiency_pct"].round(6).tolist()
+    cli("fit", summary / "runs.csv")
