@@ -362,9 +362,12 @@ def test_landing_page_embeds_made_significance_and_rules(tmp_path):
     summary = tmp_path / "results/summary"
     summary.mkdir(parents=True)
     c = clean_campaign()
-    rt.made_table(c["runs"], c["points"], pd.Timestamp("2025-03-01 01:45:10", tz="UTC"),
-                  "c" * 40, ["runs.csv"]).to_csv(summary / "made.csv", index=False)
-    rt.significance_table(c["overhead"]).to_csv(summary / "significance.csv", index=False)
+    made = rt.made_table(c["runs"], c["points"], pd.Timestamp("2025-03-01 01:45:10", tz="UTC"),
+                         "c" * 40, ["runs.csv"])
+    significance = rt.significance_table(c["overhead"])
+    # the front page: made.csv with the statements of many comparisons
+    rt.with_significance(made, significance).to_csv(summary / "made.csv", index=False)
+    significance.to_csv(summary / "significance.csv", index=False)
     c["runs"].loc[0, "git_commit"] = None
     rt.rules_table(**c).to_csv(summary / "rules.csv", index=False)
     names = [f"results/summary/{n}.csv" for n in ("made", "significance", "rules")]

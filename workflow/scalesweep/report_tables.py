@@ -652,6 +652,17 @@ def _commits(runs: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
+def with_significance(made: pd.DataFrame, significance: pd.DataFrame) -> pd.DataFrame:
+    """made.csv with one row per family of ``significance_table`` (its statement): the
+    report's front page shows made.csv, and the ten-column significance table is too wide
+    beside Snakemake's rule graph."""
+    if not {"family", "statement"} <= set(significance.columns) or significance.empty:
+        return made
+    return pd.concat([made, pd.DataFrame({
+        "item": [f"many comparisons: {f}" for f in significance["family"]],
+        "value": significance["statement"]})], ignore_index=True)
+
+
 def made_table(runs: pd.DataFrame, points: pd.DataFrame | None, summarised_at,
                workflow: str, tables: Iterable[str] = ()) -> pd.DataFrame:
     """What report.html was made from, as item / value rows: when the summary tables were

@@ -20,6 +20,7 @@ from scalesweep.report_tables import (  # noqa: E402
     made_table,
     rules_table,
     significance_table,
+    with_significance,
     workflow_commit,
 )
 
@@ -47,9 +48,11 @@ summarised = datetime.datetime.fromtimestamp(newest, datetime.timezone.utc)
 made = made_table(tables["runs"], tables["points"], summarised,
                   workflow_commit(sm.config["_code_root"]),
                   [Path(p).name for p in sm.input])
+significance = significance_table(tables["overhead"], alpha)
+made = with_significance(made, significance)  # the front page shows made.csv
 outputs = {
     sm.output.made: made,
-    sm.output.significance: significance_table(tables["overhead"], alpha),
+    sm.output.significance: significance,
     sm.output.rules: rules_table(alpha=alpha, **tables),
 }
 for path, table in outputs.items():
