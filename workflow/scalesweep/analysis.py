@@ -494,15 +494,32 @@ def _natural_key(value):
 def _gap_s(a: dict, b: dict) -> float:
     """Seconds between the end of the earlier run and the start of the later one (0 when
     they overlap; NaN-safe: 0 when a time is missing, as in tables without times)."""
-    try:
-        starts = pd.to_datetime([a.get("start"), b.get("start")], utc=True)
-        ends = pd.to_datetime([a.get("end"), b.get("end")], utc=True)
-    except (ValueError, TypeError):
-        return 0.0
-    if starts.isna().any() or ends.isna().any():
+    starts = [_utc(a.get("start")), _utc(b.get("start"))]
+    ends = [_utc(a.get("end")), _utc(b.get("end"))]
+    if any(t is None for t in (*starts, *ends)):
         return 0.0
     first, second = (0, 1) if starts[0] <= starts[1] else (1, 0)
     return max(0.0, (starts[second] - ends[first]).total_seconds())
+
+
+@functools.lru_cache(maxsize=65536)
+def _utc_text(text: str):
+    try:
+        t = pd.to_datetime(text, utc=True)
+    except (ValueError, TypeError):
+        return None
+    return None if pd.isna(t) else t
+
+
+def _utc(value):
+    """A run's start or end as a UTC timestamp, None where missing or unreadable; each
+    time stamp parsed once (every pair of a campaign, and every decision, reads them)."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    if isinstance(value, pd.Timestamp):
+        return None if pd.isna(value) else (value.tz_localize("UTC") if value.tzinfo is None
+                                            else value)
+    return _utc_text(str(value))
 
 
 def _uncertainty(native: np.ndarray, container: np.ndarray, with_ci: bool):

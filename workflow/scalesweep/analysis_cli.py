@@ -208,8 +208,6 @@ def note_campaign(args, record: dict, table_name: str) -> None:
 
 
 def _campaign_table(args, function, runs, record, table_name):
-    from scalesweep.collect import CAMPAIGN_JSON  # noqa: F401
-
     logs: list[str] = []
     try:
         table = function(runs, record["config"], logs.append)

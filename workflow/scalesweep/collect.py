@@ -607,25 +607,27 @@ def _with_spread(table: pd.DataFrame, data: pd.DataFrame, keys: list[str]) -> pd
     of the row, averaged over its two runtimes) and within_run_cv_pct (the runs' own per-request spread,
     LLM inference) per row; where runs differ far more from each other than inside
     themselves, the verdict's evidence says so (scalesweep.drift.spread_text)."""
-    from scalesweep.drift import cv_pct, spread_text
+    from scalesweep.drift import FAR_MORE_TEXT, cv_pct, spread_text
 
-    valid = valid_runs(data)
+    valid = valid_runs(data).assign(
+        time_s=lambda d: pd.to_numeric(d["time_s"], errors="coerce"),
+        within_run_cv_pct=lambda d: pd.to_numeric(
+            d["within_run_cv_pct"] if "within_run_cv_pct" in d else np.nan, errors="coerce"))
+    # one pass over the runs: per row key and runtime (keys as in verdict_table's groups)
+    per = valid.groupby([*keys, "runtime"], dropna=False).agg(
+        cv=("time_s", cv_pct), w_sum=("within_run_cv_pct", "sum"),
+        w_n=("within_run_cv_pct", "count"))
+    cv, w_sum, w_n = (per[c].to_dict() for c in ("cv", "w_sum", "w_n"))
     between, within, texts = [], [], []
-    for _, row in table.iterrows():
-        mask = np.ones(len(valid), dtype=bool)
-        for k in keys:
-            mask &= (valid[k].astype(str) == str(row[k])).to_numpy()
-        mine = valid[mask]
-        cvs = [cv_pct(pd.to_numeric(g["time_s"], errors="coerce"))
-               for _, g in mine[mine["runtime"].isin([REFERENCE, row["runtime"]])]
-               .groupby("runtime")]
-        b = float(np.nanmean(cvs)) if any(np.isfinite(cvs)) else np.nan
-        w = (float(pd.to_numeric(mine["within_run_cv_pct"], errors="coerce").mean())
-             if "within_run_cv_pct" in mine else np.nan)
-        ratio, text = spread_text(b, w)
+    for key, runtime in zip(table[keys].itertuples(index=False, name=None), table["runtime"]):
+        cvs = [cv.get((*key, rt), np.nan) for rt in (REFERENCE, runtime)]
+        b = float(np.nanmean(cvs)) if np.isfinite(cvs).any() else np.nan
+        n = sum(w_n.get((*key, rt), 0) for rt in (REFERENCE, runtime))
+        w = sum(w_sum.get((*key, rt), 0.0) for rt in (REFERENCE, runtime)) / n if n else np.nan
+        _, text = spread_text(b, w)
         between.append(b)
         within.append(w)
-        texts.append(text if text.startswith("runs differ far more") else "")
+        texts.append(text if text.startswith(FAR_MORE_TEXT) else "")
     table = table.assign(time_cv_pct=between, within_run_cv_pct=within)
     table["verdict_text"] = [v + (f"; {t}" if t else "")
                              for v, t in zip(table["verdict_text"], texts)]

@@ -63,13 +63,10 @@ def run(args: argparse.Namespace) -> int:
     args.count_col = args.count_col or "nodes"
     if record is not None:
         found = fits.campaign_fits(runs, record["config"])
-        results = [(values, fit) for values, _, fitted in found for fit in fitted]
         args.count_col = "count"
         analysis_cli.note_campaign(args, record, "fits.csv")
-    else:
-        results = None
-    if results is not None:
-        return _print_fits(args, results)
+        return _print_fits(args, [(values, fit) for values, _, fitted in found
+                                  for fit in fitted])
     groups, ignored = analysis_cli.group_columns(
         args, runs, key=args.count_col, time_col=args.time_col, key_role="count")
     runs, disturbed = analysis_cli.drop_disturbed(args, runs)

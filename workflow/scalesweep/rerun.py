@@ -82,14 +82,12 @@ def with_block_partners(table, chosen):
     in_block = table["path"].map(lambda p: SweepPoint.from_path(p).block in blocks)
     extra = table[in_block.astype(bool) & ~table["path"].isin(set(chosen["path"]))]
     partners = {p: blocks[SweepPoint.from_path(p).block] for p in extra["path"]}
-    return (chosen if extra.empty else
-            pd_concat([chosen, extra]).sort_values("path", kind="stable")), partners
-
-
-def pd_concat(frames):
+    if extra.empty:
+        return chosen, partners
     import pandas as pd
 
-    return pd.concat(frames, ignore_index=True)
+    return (pd.concat([chosen, extra], ignore_index=True).sort_values("path", kind="stable"),
+            partners)
 
 
 def history_stamp() -> str:
