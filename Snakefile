@@ -32,7 +32,9 @@ onsuccess:
 onerror:
     print(
         "scalesweep: some points failed; finished points are kept. "
-        "See failure.json in each failed point's directory, then re-run the same command."
+        "See failure.json in each failed point's directory, then re-run the same command. "
+        "A summary and report of what finished meanwhile: the same command with "
+        f"{PARTIAL_HINT}, then snakemake --report report.html."
     )
 
 

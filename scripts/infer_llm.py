@@ -38,6 +38,7 @@ import os
 import queue
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -48,7 +49,9 @@ from typing import Any, Mapping
 _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE.parent / "workflow"))
 sys.path.insert(0, str(_HERE))
-from llm_engines import APIS, ENGINES, Engine, PointError, Setup, engine_class  # noqa: E402
+from llm_engines import (  # noqa: E402
+    APIS, DEFAULT_CTX, ENGINES, Engine, PointError, Setup, engine_class, server_exit_error,
+)
 from scalesweep.metrics import container_env, host_info, now_iso, peak_rss_mb, write_metrics  # noqa: E402
 
 VENDORS = ("amd", "nvidia", "none")
@@ -346,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--stop-file", default=None,
                     help="with --serve-only: stop serving (cleanly, metrics written) once this file exists")
     ap.add_argument("--threads", type=int, default=0, help="engine CPU threads (default: the CPUs this process may use)")
-    ap.add_argument("--ctx", type=int, default=2048, help="context size (llamacpp n_ctx; torch: its KV cache)")
+    ap.add_argument("--ctx", type=int, default=DEFAULT_CTX, help="context size (llamacpp n_ctx; torch: its KV cache)")
     ap.add_argument("--api", choices=APIS, default="chat", help="chat|completions (OpenAI /v1) or generate (Ollama native, with its timing fields)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--out", required=True, help="metrics JSON")
@@ -492,10 +495,20 @@ def main(argv: list[str] | None = None) -> int:
         rc = 130
     except (PointError, ValueError, OSError) as exc:
         record["error"] = str(exc)
+        server = getattr(engine, "proc", None)  # a server started here that died under the run
+        if server is not None and not record["error"].startswith("server "):
+            try:  # its connections close a moment before it can be reaped
+                server.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
+            if server.poll() is not None:
+                record["error"] = f"{server_exit_error(server, log_path, 'during the run')}\n{exc}"
         rc = 1
     finally:
-        # Stop the engine whatever happened; keep stopping it if a second signal arrives.
+        # Stop the engine whatever happened; keep stopping it if a second signal arrives
+        # (a second Ctrl-C too: it would leave the server running, orphaned, mid-request).
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        sigint = signal.signal(signal.SIGINT, signal.SIG_IGN)
         if hasattr(signal, "SIGHUP"):
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
         if sampler is not None:
@@ -509,6 +522,7 @@ def main(argv: list[str] | None = None) -> int:
         record["payload_wall_s"] = time.perf_counter() - t_payload
         write_metrics(out, record)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, sigint)
         if hasattr(signal, "SIGHUP"):
             signal.signal(signal.SIGHUP, signal.SIG_DFL)
     if rc:
@@ -572,6 +586,14 @@ def _run_client(args: argparse.Namespace, record: dict[str, Any], engine: Engine
         decode_tokens_per_s=summarize([r.get("decode_tokens_per_s") for r in ok]),
         token_sources=sorted({r["token_source"] for r in ok}),
     )
+    # a "length" finish below max_tokens: the engine's context cut the request short
+    # (or, counted from streamed pieces, a piece held several tokens)
+    short = sum(1 for r in ok if r.get("finish_reason") == "length" and r["completion_tokens"] < args.max_tokens)
+    record["n_length_below_max_tokens"] = short
+    if short:
+        print(f"infer_llm: {short} of {len(ok)} requests stopped at a limit before --max-tokens "
+              f"{args.max_tokens} (the engine's context, --ctx {args.ctx}): tokens/s counts the "
+              f"tokens returned ({', '.join(record['token_sources'])})", file=sys.stderr)
     timed = [r["engine_timings"] for r in ok if r.get("engine_timings")]
     if timed:
         agg: dict[str, Any] = {"source": timed[0].get("source"), "n": len(timed)}

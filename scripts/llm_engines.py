@@ -58,6 +58,10 @@ OLLAMA_TIMING_FIELDS = (
 )
 # llama.cpp's own C++ server (llama-server) reports these in a "timings" object.
 LLAMA_SERVER_TIMING_FIELDS = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
+# The context (tokens: a request's prompt and what it generates) an engine that sets one
+# (``Engine.sets_ctx``) runs the model with: llamacpp's n_ctx, torch's KV cache; the
+# payload's --ctx default, and the bound the workflow checks max_tokens against.
+DEFAULT_CTX = 2048
 
 
 class PointError(RuntimeError):
@@ -324,17 +328,25 @@ def stream_request(base_url: str, api: str, body: dict[str, Any], timeout: float
         error = f"{type(exc).__name__}: {exc}"
     finally:
         conn.close()
-    max_tokens = body.get("max_tokens") or body.get("options", {}).get("num_predict")
-    # Generated tokens: the engine's count when it gives one; else a "length" finish
-    # means exactly max_tokens; else the number of streamed pieces (a piece can hold
-    # several tokens when the server buffers incomplete UTF-8, so this undercounts).
-    if usage is not None:
-        n_tokens, source = usage["completion_tokens"], "usage"
-    elif finish == "length" and max_tokens:
-        n_tokens, source = int(max_tokens), "finish_length"
-    else:
-        n_tokens, source = len(stream.times), "chunks"
+    n_tokens, source = returned_tokens(usage, timings, len(stream.times))
     return stream.result(n_tokens, source, finish, usage.get("prompt_tokens") if usage else None, error, timings)
+
+
+def returned_tokens(usage: dict[str, Any] | None, timings: dict[str, Any] | None,
+                    pieces: int) -> tuple[int, str]:
+    """(tokens generated, where the count comes from): what the engine returned, never
+    what was asked for. The engine's own count when it gives one (``usage``: the OpenAI
+    ``include_usage`` chunk or Ollama's ``eval_count``; ``timings``: llama-server's
+    ``predicted_n``), else the streamed pieces (``chunks``: a piece can hold several
+    tokens when the server buffers incomplete UTF-8, so this may undercount, never
+    overcount). A "length" finish says only that generation stopped at a limit: the
+    request's max_tokens, or the engine's context (llama-cpp-python cuts max_tokens to
+    what is left of its n_ctx and streams no usage)."""
+    if usage is not None and isinstance(usage.get("completion_tokens"), int):
+        return usage["completion_tokens"], "usage"
+    if timings is not None and isinstance(timings.get("predicted_n"), int):
+        return timings["predicted_n"], "timings"
+    return pieces, "chunks"
 
 
 # --------------------------------------------------------------------------- server processes
@@ -355,10 +367,13 @@ def _pdeathsig() -> None:
         pass
 
 
+LOG_HEADER = "--- scalesweep infer_llm "  # start_server's line before each start's output
+
+
 def start_server(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
-    log.write(f"--- scalesweep infer_llm {now_iso()}: {' '.join(cmd)}\n".encode())
+    log.write(f"{LOG_HEADER}{now_iso()}: {' '.join(cmd)}\n".encode())
     log.flush()
     try:
         return subprocess.Popen(
@@ -374,7 +389,17 @@ def start_server(cmd: list[str], env: dict[str, str], log_path: Path) -> subproc
         log.close()
 
 
-def stop_server(proc: subprocess.Popen | None, grace: float = 10.0) -> int | None:
+# SIGTERM to SIGKILL of a server started here. Its clean shutdown (uvicorn's for llama.cpp:
+# close the connections, free the model) takes 0.2 s when no request is in flight (the
+# synthetic model, 2 busy cores); with one in flight it has no bound: uvicorn waits for
+# it, and its generation runs on to max_tokens in a worker thread even once the client
+# has closed its connection (at full CPU, for minutes with a large max_tokens), so no
+# longer wait would end it, and SIGKILL loses nothing (the payload writes the record). Whatever a payload leaves running (a server it
+# could not stop) the harness stops once the payload has ended (scalesweep.reaper).
+SERVER_STOP_GRACE_S = 3.0
+
+
+def stop_server(proc: subprocess.Popen | None, grace: float = SERVER_STOP_GRACE_S) -> int | None:
     """Terminate the server's process group, SIGKILL after ``grace`` seconds."""
     if proc is None:
         return None
@@ -404,17 +429,45 @@ def _log_tail(path: Path, n: int = 20) -> str:
     return "\n".join("    " + line for line in lines[-n:])
 
 
+# A line of a server log that says what went wrong: llama.cpp's "error loading model",
+# Ollama's "Error: ...", a Python exception's last line ("ValueError: ..."). Not "cannot":
+# llama.cpp logs "... cannot be used with preferred buffer type ..." on every good load.
+_CAUSE = re.compile(r"\b(error|failed|fatal|unable|not found|no such|denied|out of memory)\b"
+                    r"|^[A-Za-z_][\w.]*(Error|Exception|Exit):", re.IGNORECASE)
+
+
+def log_cause(path: Path | None, limit: int = 2) -> str | None:
+    """Why a server stopped, from its log: the last ``limit`` lines of its latest start
+    (after :data:`LOG_HEADER`) that name an error (no traceback frames), joined by " | ";
+    None when none does (a server killed by a signal says nothing)."""
+    try:
+        text = path.read_text(errors="replace") if path else ""
+    except OSError:
+        return None
+    lines = text[text.rfind(LOG_HEADER):].splitlines()[1:] if LOG_HEADER in text else text.splitlines()
+    causes = [line.strip() for line in lines if not line.startswith((" ", "\t")) and _CAUSE.search(line)]
+    picked = list(dict.fromkeys(causes))[-limit:]
+    return " | ".join(line[:300] for line in picked) or None
+
+
+def server_exit_error(proc: subprocess.Popen, log_path: Path | None, when: str) -> str:
+    """One line (the cause from its log) and the log's tail: a server that exited."""
+    cause, rc = log_cause(log_path), proc.returncode
+    how = f"was killed by signal {-rc}" if rc < 0 else f"exited with status {rc}"
+    if rc < 0 and -rc in signal.valid_signals():
+        how = f"was killed by signal {signal.Signals(-rc).name}"
+    return (f"server {how} {when}" + (f": {cause}" if cause else "")
+            + (f"; see {log_path}:\n{_log_tail(log_path)}" if log_path else ""))
+
+
 def wait_healthy(base: str, path: str, proc: subprocess.Popen | None, timeout: float, log_path: Path | None) -> float:
-    """Poll GET ``path`` until 200; raise PointError naming the log if the server exits
-    or ``timeout`` passes. Returns the seconds waited."""
+    """Poll GET ``path`` until 200; raise PointError naming the log (and the cause it
+    gives) if the server exits, or ``timeout`` passes. Returns the seconds waited."""
     t0 = time.perf_counter()
     last = "no answer"
     while True:
         if proc is not None and proc.poll() is not None:
-            raise PointError(
-                f"server exited with status {proc.returncode} before becoming healthy; "
-                f"see {log_path}:\n{_log_tail(log_path) if log_path else ''}"
-            )
+            raise PointError(server_exit_error(proc, log_path, "before becoming healthy"))
         try:
             status, _ = http_json(base, "GET", path, timeout=5.0)
             if status == 200:
@@ -423,9 +476,72 @@ def wait_healthy(base: str, path: str, proc: subprocess.Popen | None, timeout: f
         except (OSError, http.client.HTTPException) as exc:
             last = f"{type(exc).__name__}: {exc}"
         if time.perf_counter() - t0 > timeout:
-            where = f"; see {log_path}:\n{_log_tail(log_path)}" if log_path else ""
+            cause = log_cause(log_path)
+            where = (f": its log says {cause}" if cause else "") + (
+                f"; see {log_path}:\n{_log_tail(log_path)}" if log_path else "")
             raise PointError(f"server {base} not healthy after {timeout:.0f}s (last: {last}){where}")
         time.sleep(0.2)
+
+
+# --------------------------------------------------------------------------- model metadata
+
+# GGUF metadata value types (gguf.GGUFValueType) -> the size of a scalar; 8: string, 9: array
+_GGUF_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_GGUF_INT = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 10: "<Q", 11: "<q"}
+
+
+def gguf_context_length(path: str | os.PathLike) -> int | None:
+    """The context length a GGUF model declares (``<architecture>.context_length``), read
+    from its header only (the keys come before the tensors: cheap for a 100 GB file); None
+    when the file is not a readable GGUF (v2 or v3) or does not say."""
+    import struct
+
+    def read(fh, n: int) -> bytes:
+        data = fh.read(n)
+        if len(data) != n:
+            raise EOFError
+        return data
+
+    def string(fh) -> bytes:
+        return read(fh, struct.unpack("<Q", read(fh, 8))[0])
+
+    def skip(fh, kind: int) -> None:
+        if kind in _GGUF_SCALAR:
+            fh.seek(_GGUF_SCALAR[kind], 1)
+        elif kind == 8:
+            fh.seek(struct.unpack("<Q", read(fh, 8))[0], 1)
+        elif kind == 9:
+            item, n = struct.unpack("<IQ", read(fh, 12))
+            if item in _GGUF_SCALAR:
+                fh.seek(_GGUF_SCALAR[item] * n, 1)
+            else:
+                for _ in range(n):
+                    skip(fh, item)
+        else:
+            raise ValueError(f"GGUF value type {kind}")
+
+    arch, lengths = None, {}
+    try:
+        with open(path, "rb") as fh:
+            magic, version = struct.unpack("<4sI", read(fh, 8))
+            if magic != b"GGUF" or version not in (2, 3):
+                return None
+            _, n_kv = struct.unpack("<QQ", read(fh, 16))
+            for _ in range(n_kv):
+                key = string(fh).decode("utf-8", "replace")
+                kind = struct.unpack("<I", read(fh, 4))[0]
+                if key == "general.architecture" and kind == 8:
+                    arch = string(fh).decode("utf-8", "replace")
+                elif key.endswith(".context_length") and kind in _GGUF_INT:
+                    lengths[key] = struct.unpack(_GGUF_INT[kind], read(fh, _GGUF_SCALAR[kind]))[0]
+                else:
+                    skip(fh, kind)
+                if arch and f"{arch}.context_length" in lengths:
+                    break
+    except (OSError, EOFError, ValueError, struct.error):
+        return None
+    n = lengths.get(f"{arch}.context_length") if arch else None
+    return int(n) if n and n > 0 else None
 
 
 # --------------------------------------------------------------------------- engine provenance
@@ -493,6 +609,7 @@ class Engine:
     # sources it can run (config models.<name>.source) and the GPUs one instance drives.
     model_sources: ClassVar[tuple[str, ...]] = ("synthetic", "gguf-file")
     max_gpus: ClassVar[int | None] = None  # None: any number
+    sets_ctx: ClassVar[bool] = True  # runs the model with --ctx's context (DEFAULT_CTX)
 
     @classmethod
     def add_arguments(cls, ap: argparse.ArgumentParser) -> None:
@@ -657,6 +774,7 @@ class OllamaEngine(HttpEngine):
     apis = ("chat", "completions", "generate")
     model_sources = ("synthetic", "gguf-file", "ollama")
     health_path = "/api/version"
+    sets_ctx = False  # Ollama's own num_ctx
 
     @classmethod
     def add_arguments(cls, ap: argparse.ArgumentParser) -> None:

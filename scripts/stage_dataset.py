@@ -28,11 +28,13 @@ import shutil
 import struct
 import sys
 import time
+import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from scalesweep.dataset import INFO, DatasetError, sha256_file, stage_copy, verify, write_manifest  # noqa: E402
+from scalesweep.dataset import (  # noqa: E402
+    IMAGE_ERRORS, INFO, DatasetError, sha256_file, stage_copy, verify, write_manifest)
 from scalesweep.metrics import write_json_atomic  # noqa: E402
 
 FASHION_CLASSES = [
@@ -44,13 +46,22 @@ FASHION_CLASSES = [
 def read_idx(path: Path):
     import numpy as np
 
-    with gzip.open(path, "rb") as fh:
-        data = fh.read()
-    zero, dtype, ndim = struct.unpack(">HBB", data[:4])
-    if zero != 0 or dtype != 0x08:
-        raise DatasetError(f"{path}: not an unsigned-byte idx file")
-    dims = struct.unpack(f">{ndim}I", data[4:4 + 4 * ndim])
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+    damaged = ("; the archive is damaged: reinstall Debian's dataset-fashion-mnist "
+               "(apt-get install --reinstall dataset-fashion-mnist), or name an intact copy "
+               "in datasets.<name>.path")
+    try:
+        with gzip.open(path, "rb") as fh:
+            data = fh.read()
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        raise DatasetError(f"{path}: not a readable gzip file ({exc}){damaged}") from None
+    try:
+        zero, dtype, ndim = struct.unpack(">HBB", data[:4])
+        if zero != 0 or dtype != 0x08:
+            raise ValueError("no unsigned-byte idx header")
+        dims = struct.unpack(f">{ndim}I", data[4:4 + 4 * ndim])
+        return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+    except (struct.error, ValueError) as exc:
+        raise DatasetError(f"{path}: not an unsigned-byte idx file ({exc}){damaged}") from None
 
 
 def from_fashion_mnist(src: Path, out: Path, classes: list[str], per_class: int, size: int) -> None:
@@ -94,8 +105,13 @@ def from_image_folder(src: Path, out: Path, classes: list[str], per_class: int, 
         (out / cls).mkdir(parents=True)
         for f in files:
             if size:
-                with Image.open(f) as im:
-                    im.convert("RGB").resize((size, size), Image.BILINEAR).save(out / cls / f"{f.stem}.png")
+                try:
+                    with Image.open(f) as im:
+                        im = im.convert("RGB").resize((size, size), Image.BILINEAR)
+                except IMAGE_ERRORS as exc:
+                    raise DatasetError(f"{f}: not a readable image ({exc}); replace or remove "
+                                       "it in the source (datasets.<name>.path)") from None
+                im.save(out / cls / f"{f.stem}.png")
             else:
                 shutil.copy2(f, out / cls / f.name)
 
@@ -149,6 +165,9 @@ def from_archive(archive: Path, out: Path, classes: list[str], per_class: int,
     """Stage a dataset from a local archive of root/<class>/*.jpg at its native resolution
     (copied byte for byte). Returns what the staging records: the archive's sha256 and
     the image sizes found."""
+    import tarfile
+    import zipfile
+
     from PIL import Image
 
     if not archive.is_file():
@@ -161,15 +180,24 @@ def from_archive(archive: Path, out: Path, classes: list[str], per_class: int,
     shutil.rmtree(unpacked, ignore_errors=True)
     unpacked.mkdir()
     try:
-        extract_archive(archive, unpacked)
+        try:
+            extract_archive(archive, unpacked)
+        except (OSError, EOFError, zlib.error, tarfile.TarError, zipfile.BadZipFile) as exc:
+            raise DatasetError(f"{archive}: cannot be unpacked ({exc}): the archive is damaged "
+                               "or truncated; fetch it again (datasets.<name>.path)") from None
         from_image_folder(class_root(unpacked), out, classes, per_class, 0)
     finally:
         shutil.rmtree(unpacked, ignore_errors=True)
     sizes = set()
-    for f in out.rglob("*"):
+    for f in sorted(out.rglob("*")):
         if f.is_file():
-            with Image.open(f) as im:
-                sizes.add(im.size)
+            try:  # decoded whole once: a damaged image is refused here, not by a run
+                with Image.open(f) as im:
+                    im.load()
+                    sizes.add(im.size)
+            except IMAGE_ERRORS as exc:
+                raise DatasetError(f"{archive}: {f.relative_to(out)} is not a readable image "
+                                   f"({exc}); fix the archive (datasets.<name>.path)") from None
     return {"archive_sha256": digest,
             "native_sizes": sorted(f"{w}x{h}" for w, h in sizes)}
 
@@ -266,7 +294,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.root}: {n} files match the manifest")
         return 0
     except DatasetError as exc:
-        print(f"stage_dataset: error: {exc}", file=sys.stderr)
+        message = str(exc)
+        if args.cmd == "stage":  # the workflow stages dataset <name> to resources/datasets/<name>
+            message = message.replace("datasets.<name>.", f"datasets.{Path(args.out).name}.")
+        print(f"stage_dataset: error: {message}", file=sys.stderr)
         return 1
 
 

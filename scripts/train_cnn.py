@@ -33,8 +33,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
+from scalesweep.dataset import IMAGE_ERRORS  # noqa: E402
 from scalesweep.metrics import container_env, git_commit, host_info, now_iso, peak_rss_mb, write_metrics  # noqa: E402
 
+MIN_IMAGE_SIZE = 64  # six 2x poolings (build_model); the workflow checks datasets.<name>.image_size
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
 LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
@@ -82,8 +84,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("epochs", "batch_size", "image_size", "threads"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.image_size < 64:
-        p.error(f"--image-size must be >= 64 (six 2x poolings), got {args.image_size}")
+    if args.image_size < MIN_IMAGE_SIZE:
+        p.error(f"--image-size must be >= {MIN_IMAGE_SIZE} (six 2x poolings), got {args.image_size}")
     return args
 
 
@@ -130,11 +132,16 @@ def read_images(files: list[Path], size: int):
 
     arr = np.empty((len(files), size, size, 3), dtype=np.uint8)
     for i, f in enumerate(files):
-        with Image.open(f) as im:
-            im = im.convert("RGB")
-            if im.size != (size, size):
-                im = im.resize((size, size), Image.BILINEAR)
-            arr[i] = np.asarray(im)
+        try:
+            with Image.open(f) as im:
+                im = im.convert("RGB")
+                if im.size != (size, size):
+                    im = im.resize((size, size), Image.BILINEAR)
+                arr[i] = np.asarray(im)
+        except IMAGE_ERRORS as exc:
+            raise SystemExit(f"train_cnn: {f}: not a readable image ({exc}); the dataset is "
+                             "damaged: check it against its manifest (cd DATASET && sha256sum -c "
+                             "MANIFEST.sha256) and stage it again") from None
     return torch.from_numpy(arr).permute(0, 3, 1, 2).float().div_(255.0)
 
 

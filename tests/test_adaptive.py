@@ -195,3 +195,30 @@ def test_timeline_ends_a_failed_measurement_at_its_error(tmp_path):
     (run,) = [j for j in parse_snakemake_log(log) if j.rule == "run_point"]
     assert run.end - run.start == 13
     assert [(m.rule, o.rule) for m, o in overlaps(parse_snakemake_log(log))] == [("run_point", "build_image")]
+
+
+def test_the_repeats_a_decision_asked_for_are_points_status_knows(tmp_path):
+    """The runs a series asks for come from its decisions on disk, by the workflow's own
+    walk (adaptive.asked_blocks): a repeat past the minimum is a requested point of
+    `scalesweep status` whether measured, deleted or not yet measured (issue #26, case 7)."""
+    from scalesweep.adaptive import asked_points, decision_path
+    from scalesweep.status import status_table
+
+    cfg = _config()
+    results = tmp_path / "results"
+    minimum = sweep_points(cfg)
+    assert asked_points(minimum, cfg, results) == sorted(minimum)  # no decision yet
+    rng = np.random.default_rng(0)
+    noisy = _runs(10 + rng.normal(0, 1, 3), 10 + rng.normal(0, 1, 3))
+    after3 = decide(SERIES, 3, noisy, cfg)
+    assert after3["more"]
+    decision_path(results, SERIES, 3).parent.mkdir(parents=True)
+    decision_path(results, SERIES, 3).write_text(json.dumps(after3))
+    fourth = [SERIES.point(rt, 4) for rt in SERIES.runtimes(cfg)]
+    assert asked_points(minimum, cfg, results) == sorted([*minimum, *fourth])
+    table = status_table(cfg, tmp_path)
+    assert sorted(table["path"]) == sorted(p.path for p in [*minimum, *fourth])
+    assert set(table["state"]) == {"missing"}
+    # the current config's maximum bounds the walk, as in the workflow
+    cfg["measurement"]["max_repeats"] = 3
+    assert asked_points(minimum, cfg, results) == sorted(minimum)

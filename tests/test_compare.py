@@ -29,7 +29,8 @@ def write_run(campaign: Path, p: SweepPoint, seconds: float, model: str | None =
     record = {"point": p.as_dict(), "harness_wall_s": 3 * seconds + 2, "ranks": p.ranks,
               "launcher": "local", "versions": {"torch": "2.13.0"}}
     if p.workload.startswith("llm"):
-        record.update(wall_s=seconds, tokens_per_s=100 / seconds, requests_per_s=8 / seconds)
+        record.update(wall_s=seconds, tokens_per_s=100 / seconds, requests_per_s=8 / seconds,
+                      ttft_s={"n": 8, "p50": seconds / 40}, latency_s={"n": 8, "p50": seconds / 8})
         if model is not None:
             record["model"] = {"name": model, "synthetic": synthetic}
     else:

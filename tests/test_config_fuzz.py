@@ -108,3 +108,105 @@ def test_missing_dataset_reference_is_named(campaign):
     proc = run_snakemake(campaign(cfg), "-n", "--cores", "1", check=False)
     assert proc.returncode != 0
     assert "dataset 'nope' is not defined under datasets" in proc.stdout + proc.stderr
+
+
+def llm_config(model: dict, **workload) -> dict:
+    """tiny_config with one LLM workload (1 rank) on ``model``."""
+    cfg = tiny_config()
+    cfg["models"] = {"m": model}
+    cfg["workloads"] = {"llm": {"payload": "llm", "model": "m", **workload}}
+    cfg["sweep"]["ranks_per_node"] = [1]
+    return cfg
+
+
+@pytest.mark.integration
+def test_max_tokens_beyond_the_models_context_stops_snakemake_before_any_job(campaign):
+    from scalesweep.config import payload_script
+
+    context = payload_script("make_synthetic_llm").SyntheticConfig().ctx  # the generator's
+    wd = campaign(llm_config({"source": "synthetic"}))
+    proc = run_snakemake(wd, "-n", "--config", "workloads={llm: {max_tokens: 1000000000000}}",
+                         check=False)
+    err = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "config key workloads.llm.max_tokens: 1000000000000 does not fit the context of " \
+           f"model 'm' ({context} tokens: its generator's context_length" in err, err[-3000:]
+    assert f"set max_tokens below {context}" in err
+    assert not (wd / "results").exists() and not (wd / "resources").exists()
+
+
+def test_max_tokens_is_bounded_by_a_gguf_files_own_context(tmp_path):
+    import gguf
+
+    from scalesweep.config import llm_engines
+
+    path = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_array("tokenizer.ggml.tokens", ["a", "bc", "def"])  # skipped by the header reader
+    w.add_string("general.name", "m")
+    w.add_float32("llama.rope.freq_base", 1e4)
+    w.add_bool("x.flag", True)
+    w.add_context_length(512)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    for engine in ("llamacpp", "ollama"):
+        check_config(llm_config({"source": "gguf-file", "path": str(path)}, engine=engine,
+                                max_tokens=511))
+        with pytest.raises(ConfigError) as err:
+            check_config(llm_config({"source": "gguf-file", "path": str(path)}, engine=engine,
+                                    max_tokens=512))
+        assert f"workloads.llm.max_tokens: 512 does not fit the context of model 'm' (512 tokens: " \
+               f"the context_length in {path}" in str(err.value)
+    # a file that says nothing: the engine's n_ctx bounds it (Ollama sets none of its own)
+    path.write_bytes(b"GGUF" + b"\0" * 64)
+    big = llm_engines().DEFAULT_CTX
+    with pytest.raises(ConfigError, match=f"max_tokens: {big} does not fit .*engine llamacpp's n_ctx {big}"):
+        check_config(llm_config({"source": "gguf-file", "path": str(path)}, max_tokens=big))
+    check_config(llm_config({"source": "gguf-file", "path": str(path)}, engine="ollama", max_tokens=big))
+
+
+def test_counts_and_sizes_that_reach_a_payload_are_bounded():
+    cfg = tiny_config()
+    cfg["datasets"]["tiny"]["image_size"] = 32
+    with pytest.raises(ConfigError, match=r"datasets.tiny.image_size: 32 is too small for workload "
+                                          r"cnn_ddp's CNN, which takes images of at least 64"):
+        check_config(cfg)
+    for key, value in (("epochs", 10**9), ("batch_size", 10**12), ("seed", 2**40)):
+        cfg = tiny_config()
+        cfg["workloads"]["cnn_ddp"][key] = value
+        assert any(f"workloads.cnn_ddp.{key}: {value} is greater than the maximum" in e
+                   for e in schema_errors(cfg)), key
+    for key, value in (("warmup", 10**9), ("num_requests", 10**12)):
+        errors = schema_errors(llm_config({"source": "synthetic"}, **{key: value}))
+        assert any(f"workloads.llm.{key}: {value} is greater than the maximum" in e for e in errors), key
+
+
+def test_a_dataset_source_that_does_not_exist_stops_snakemake_before_any_job(campaign):
+    """Issue #26 case 4: on a site without a scheduler staging reads the path here."""
+    cfg = tiny_config()
+    cfg["datasets"]["tiny"] = {"source": "image-folder", "path": "/nonexistent/images",
+                               "classes": [], "image_size": 64}
+    wd = campaign(cfg)
+    proc = run_snakemake(wd, "-n", "--cores", "1", check=False)
+    assert proc.returncode != 0
+    assert ("config key datasets.tiny.path: '/nonexistent/images' does not exist on this host"
+            in proc.stdout + proc.stderr)
+    assert not (wd / "results").exists() and not (wd / "resources").exists()
+
+
+def test_a_dataset_source_is_checked_only_where_staging_will_read_it(tmp_path):
+    cfg = tiny_config()
+    cfg["datasets"]["tiny"] = {"source": "fashion-mnist", "path": "idx", "image_size": 64}
+    with pytest.raises(ConfigError, match="config key datasets.tiny.path: 'idx' does not exist "
+                                          ".*apt-get install dataset-fashion-mnist"):
+        check_config(copy.deepcopy(cfg), tmp_path)
+    (tmp_path / "idx").write_text("")
+    with pytest.raises(ConfigError, match="'idx' is not a directory"):
+        check_config(copy.deepcopy(cfg), tmp_path)
+    (tmp_path / "idx").unlink()
+    (tmp_path / "idx").mkdir()  # relative: to the campaign directory, where staging runs
+    check_config(copy.deepcopy(cfg), tmp_path)
+    elsewhere = tmp_path / "other-campaign"
+    (elsewhere / "resources" / "datasets" / "tiny").mkdir(parents=True)
+    check_config(copy.deepcopy(cfg), elsewhere)  # staged already: its source is not read again
+    cfg["site"] = "local-slurm"  # staging is a Slurm job there: the path is the cluster's
+    check_config(copy.deepcopy(cfg), tmp_path / "nowhere")

@@ -244,6 +244,29 @@ def test_profile_config_agrees_with_snakemake(campaign, tmp_path):
     assert status["rerun_command"].startswith(f"snakemake --directory {wd} --profile {prof}")
 
 
+@pytest.mark.parametrize("content,what", [("- a\n- b\n", "a list"), ("just words\n", "a string"),
+                                          ("", "empty")])
+def test_a_config_file_that_is_not_a_mapping_is_refused_naming_it(campaign, tmp_path, content,
+                                                                   what):
+    """Issue #26 case 8 (Snakemake's own refusal, "Config file must be given as JSON or YAML
+    with keys at top level.", names no file)."""
+    wd = campaign(tiny_config())
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(content)
+    expected = f"config file {bad}: its content is {what}, not a mapping of config keys"
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        effective_config(wd, [bad])
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        load_config([bad])
+    own = wd / "config" / "config.yaml"
+    own.write_text(content)
+    with pytest.raises(ConfigError, match=re.escape(f"config file {own}: its content is {what}")):
+        effective_config(wd)
+    if what == "a list":  # and on the command line, as a user sees it
+        out = scalesweep("status", "-d", wd, "--configfile", bad)
+        assert out.returncode == 2 and expected in out.stderr and "Traceback" not in out.stderr
+
+
 def test_status_without_campaign_config(tmp_path):
     full = write(tmp_path / "full.yaml", tiny_config())
     out = scalesweep("status", "-d", tmp_path / "c")

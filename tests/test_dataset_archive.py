@@ -103,12 +103,14 @@ def test_a_link_in_the_archive_is_refused(tmp_path):
     assert proc.returncode != 0 and "not a file or directory" in proc.stderr
 
 
-def test_the_config_takes_an_archive_and_refuses_a_bad_checksum_value():
+def test_the_config_takes_an_archive_and_refuses_a_bad_checksum_value(tmp_path):
     from conftest import tiny_config
     from scalesweep.config import ConfigError, check_config
 
     config = tiny_config()
-    config["datasets"]["tiny"] = {"source": "image-archive", "path": "/data/photos.tar.gz",
+    archive = tmp_path / "photos.tar.gz"  # staged on this host (site local): it must exist
+    archive.write_bytes(b"")
+    config["datasets"]["tiny"] = {"source": "image-archive", "path": str(archive),
                                   "sha256": "ab" * 32, "image_size": 256}
     check_config(config)
     config["datasets"]["tiny"]["sha256"] = "not-a-digest"

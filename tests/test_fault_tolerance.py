@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, SNAKEMAKE, have, measured_by, payload_pids, run_snakemake, tiny_config
+from conftest import (REPO, SNAKEMAKE, have, measured_by, payload_pids, run_files_digest,
+                      run_snakemake, tiny_config)
 
 pytestmark = pytest.mark.integration
 PROFILE = str(REPO / "profiles" / "local")
@@ -58,7 +59,8 @@ def test_sigkill_mid_run_fails_one_point_and_rerun_redoes_only_it(campaign):
     assert not (failed_dir / "metrics.json").exists()
     failure = json.loads((failed_dir / "failure.json").read_text())
     assert failure["state"] == "failed" and failure["exit_code"] != 0
-    assert failure["log"].endswith("run.log")
+    assert failure["log"] == f"results/runs/{target}/run.1.log"  # the attempt's own log
+    assert "mpirun" in (wd / failure["log"]).read_text()
 
     status = subprocess.run([str(Path(SNAKEMAKE).parent / "scalesweep"), "status", "-d", str(wd),
                              "--json"], capture_output=True, text=True, check=True)
@@ -115,7 +117,48 @@ def test_corrupted_dataset_stops_before_any_point_runs(campaign):
     assert proc.returncode != 0
     log = (wd / "logs/datasets/tiny.verify.log").read_text()
     assert "checksum mismatch" in log and victim.name in log
+    assert "--forcerun resources/datasets/tiny" in log  # how to restage
     assert not list((wd / "results").rglob("metrics.json"))
+
+
+def test_a_dataset_changed_after_staging_fails_its_point_and_a_restage_redoes_only_it(
+        small_finished, tmp_path):
+    """Issue #26 case 3: the verify rule (above) checks the staged copy once; each point's
+    harness checks it again before anything runs (scalesweep.dataset.check_staged), also
+    where points read a node-local copy. Another valid image in a staged image's place
+    fails the point still to measure, naming the file, with nothing measured; restaging
+    (`--forcerun resources/datasets/tiny`, not deleting it: Snakemake would then measure
+    every finished point again) and the next run measure exactly that point."""
+    wd = tmp_path / "campaign"
+    shutil.copytree(small_finished, wd, symlinks=True)
+    shutil.rmtree(wd / ".snakemake" / "log", ignore_errors=True)
+    one = "cnn_ddp/native/n1-g0-r1-t1/rep1/native"
+    point = wd / "results/runs" / one
+    shutil.rmtree(point)  # still to measure
+    before = run_files_digest(wd)
+    victim, other = sorted((wd / "resources/datasets/tiny/a").iterdir())[:2]
+    victim.write_bytes(other.read_bytes())
+    nvme = tmp_path / "nvme"
+    for node_local in ([], ["--config", f"datasets={{tiny: {{node_local: {nvme}}}}}"]):
+        proc = run_snakemake(wd, "--profile", PROFILE, "--until", "run_point", *node_local,
+                             check=False)
+        assert proc.returncode != 0
+        failure = json.loads((point / "failure.json").read_text())
+        assert failure["exit_code"] == 65, failure
+        reason = failure["reason"]
+        assert f"a/{victim.name}" in reason and "nothing was measured" in reason
+        assert "--forcerun resources/datasets/tiny" in reason
+        assert not (point / "metrics.json").exists()
+        assert not any("epoch 1/" in log.read_text() for log in point.glob("*.log"))  # no training
+        assert run_files_digest(wd, skip=[one]) == before
+    assert not nvme.exists()  # never copied to node-local storage either
+
+    run_snakemake(wd, "--profile", PROFILE, "--forcerun", "resources/datasets/tiny")
+    assert run_files_digest(wd, skip=[one]) == before and not (point / "metrics.json").exists()
+    rerun = run_snakemake(wd, "--profile", PROFILE, "--until", "run_point")
+    assert measured_by(rerun.stdout + rerun.stderr) == [one]
+    assert (point / "metrics.json").is_file()
+    assert run_files_digest(wd, skip=[one]) == before
 
 
 def test_partial_aggregation_leaves_out_series_without_baseline_or_native(campaign):

@@ -420,9 +420,10 @@ def test_shell_metacharacters_in_a_workload_name_stop_snakemake_naming_the_key(w
 
 
 @pytest.mark.parametrize("change, field", [
-    (lambda m: m.pop("train_s"), "'train_s' is missing"),
-    (lambda m: m.update(final_loss="low"), "'final_loss' is not a number ('low')"),
-    (lambda m: m.update(epoch_s=[1.0, None]), "'epoch_s' holds a non-numeric value (None)"),
+    (lambda m: m.pop("train_s"), "train_s is missing, expected a finite number (s)"),
+    (lambda m: m.update(final_loss="low"), "final_loss is 'low', expected a number"),
+    (lambda m: m.update(epoch_s=[1.0, None]),
+     "epoch_s is [1.0, None], expected a non-empty list of finite numbers (s)"),
 ])
 def test_a_metrics_field_missing_or_not_a_number_is_named_and_the_point_failed(
         finished, tmp_path, change, field):
@@ -435,7 +436,7 @@ def test_a_metrics_field_missing_or_not_a_number_is_named_and_the_point_failed(
     record = json.loads(path.read_text())
     change(record)
     path.write_text(json.dumps(record))
-    with pytest.raises(MetricsError, match=re.escape(f"{path}: field {field}")):
+    with pytest.raises(MetricsError, match=re.escape(f"{path}: {field}")):
         read_metrics(path)
     points, _ = states(wd)
     assert points[ONE]["state"] == "failed" and field in points[ONE]["reason"], points[ONE]
@@ -466,7 +467,7 @@ def test_bad_metrics_fail_their_points_in_the_summary_and_rerun_failed_redoes_th
     assert digests(wd, None) == before
     by_path, _ = states(wd)
     assert by_path[ONE]["state"] == by_path[TWO]["state"] == "failed"
-    assert "'train_s' is not a number ('fast')" in by_path[TWO]["reason"]
+    assert "train_s is 'fast', expected a finite number (s)" in by_path[TWO]["reason"]
 
     logs_before = logs(wd)
     env = dict(os.environ, USER=os.environ.get("USER", "root"))
@@ -479,3 +480,168 @@ def test_bad_metrics_fail_their_points_in_the_summary_and_rerun_failed_redoes_th
         assert len(history) == 1, history  # the bad file kept aside
     by_path, _ = states(wd)
     assert {by_path[p]["state"] for p in (ONE, TWO)} <= {"done", "disturbed"}
+
+
+# --- issue #26, 1: a malformed field of an LLM point fails the point, never the summary --------
+
+LLM = "llm/native/n1-g0-r1-t1/rep1/native"  # one request of 8 tokens on the synthetic model
+
+
+def test_a_malformed_llm_field_fails_its_point_keeps_the_summary_and_rerun_redoes_it(wd):
+    """A finished LLM point whose metrics.json says "ttft_s": "n/a" (the values of other
+    kinds: tests/test_metrics_fields.py): `scalesweep status` and `rerun --failed -n`
+    name the file, the field, the value and what was expected (no traceback); the next
+    snakemake aggregates without it (a failed point in points.csv) and no summary file
+    disappears; `scalesweep rerun --failed` measures exactly that point again, keeping
+    the bad file, and every other file stays byte-identical."""
+    config = yaml.safe_load((wd / "config" / "config.yaml").read_text())
+    config["models"] = {"tiny_llm": {"source": "synthetic"}}
+    config["workloads"]["llm"] = {"payload": "llm", "model": "tiny_llm", "max_tokens": 8,
+                                  "warmup": 0, "num_requests": 1,
+                                  "sweep": {"ranks_per_node": [1], "baseline": None}}
+    (wd / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    path = wd / "results/runs" / LLM / "metrics.json"
+    run_snakemake(wd, "--profile", PROFILE, str(path.relative_to(wd)))  # the point alone
+    record = json.loads(path.read_text())
+    assert isinstance(record["ttft_s"], dict)
+    record["ttft_s"] = "n/a"
+    path.write_text(json.dumps(record, indent=2))
+    bad = path.read_bytes()
+    message = (f"{path}: ttft_s is 'n/a', expected a mapping of statistics (n, mean, p50, "
+               "...) to finite numbers (s)")
+    before = digests(wd, None)
+    summaries = {p.name for p in (wd / "results" / "summary").iterdir()}
+
+    shown = status(wd)
+    assert "Traceback" not in shown.stdout + shown.stderr
+    assert re.search(rf"^failed +{re.escape(LLM)} +{re.escape(message)}", shown.stdout, re.M), \
+        shown.stdout
+    env = dict(os.environ, USER=os.environ.get("USER", "root"))
+    dry = subprocess.run([SCALESWEEP, "rerun", "--failed", "-n", "-d", str(wd), "--profile",
+                          PROFILE], capture_output=True, text=True, timeout=300, env=env)
+    assert dry.returncode == 0 and "Traceback" not in dry.stdout + dry.stderr, dry.stderr
+    assert dry.stdout.startswith(f"Measuring 1 point(s) again:\n  {LLM}  (failed: {path}: "
+                                 "ttft_s is 'n/a', expected a mapping"), dry.stdout
+    assert "Also measured" not in dry.stdout
+
+    logs_before = logs(wd)
+    proc = run_snakemake(wd, "--profile", PROFILE)  # the summary, with the new workload
+    assert run_point_jobs(wd, logs_before) == [] and "Traceback" not in proc.stdout + proc.stderr
+    assert "done, with 1 failed" in proc.stdout + proc.stderr
+    assert f"warning: {message.replace(str(wd) + '/', '')}; left out of the summary" in \
+        (wd / "logs" / "aggregate.log").read_text()
+    assert {p.name for p in (wd / "results" / "summary").iterdir()} >= summaries
+    points = pd.read_csv(wd / "results" / "summary" / "points.csv").set_index("path")
+    assert points.loc[LLM, "state"] == "failed" and "ttft_s is 'n/a'" in points.loc[LLM, "reason"]
+    assert points.loc[ONE, "state"] == points.loc[TWO, "state"] == "done"
+    assert digests(wd, None) == before  # nothing measured, nothing moved
+
+    # the measurement only (--until): the summary's rebuild after a rerun is
+    # test_bad_metrics_fail_their_points_in_the_summary_and_rerun_failed_redoes_them's
+    logs_before = logs(wd)
+    rerun = subprocess.run([SCALESWEEP, "rerun", "--failed", "-d", str(wd), "--profile", PROFILE,
+                            "--", "--until", "run_point"],
+                           capture_output=True, text=True, timeout=900, env=env)
+    others = {k: v for k, v in before.items() if not k.startswith(LLM + "/")}
+    assert_redone_exactly(wd, LLM, others, rerun, logs_before)
+    (kept,) = (wd / "results/runs" / LLM / "history").glob("*/metrics.json")
+    assert kept.read_bytes() == bad
+    assert states(wd)[0][LLM]["state"] in {"done", "disturbed"}
+
+
+# --- issue #26, 8: a report on a partial campaign; a scaling series with every baseline disturbed --
+
+
+def test_a_partial_report_says_how_and_a_series_whose_baseline_runs_are_disturbed_says_why(wd):
+    """The 2-rank point not measured (the summary never made: it waits for every point)
+    and the 1-rank run, the series' baseline, disturbed. `snakemake --report` fails
+    saying how to report what was measured (analysis.partial); done so, the summary has
+    scaling.csv's one row for the series saying why it has no numbers (aggregate.log
+    too), and the report is made. Nothing is measured or changed under results/runs."""
+    hurt(wd, TWO)
+    shutil.rmtree(wd / "results" / "summary")
+    one = wd / "results/runs" / ONE / "metrics.json"
+    record = json.loads(one.read_text())
+    record["disturbed"] = True
+    record["interference"].update(disturbed=True, reasons=["outside processes used 61.0% CPU"])
+    one.write_text(json.dumps(record, indent=2))
+    before = digests(wd, None)
+
+    refused = run_snakemake(wd, "--report", "report.html", check=False)
+    out = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and not (wd / "report.html").exists()
+    assert ("scalesweep: results/summary/runs.csv is not made yet: 1 of 2 points have no "
+            "metrics.json") in out, out[-3000:]
+    assert ("To summarise and report what was measured: snakemake --config "
+            "analysis='{partial: true}'") in out and "then snakemake --report report.html" in out
+
+    logs_before = logs(wd)
+    run_snakemake(wd, "--profile", PROFILE, "--config", "analysis={partial: true}")
+    assert run_point_jobs(wd, logs_before) == [] and digests(wd, None) == before
+    why = ("no numbers: no undisturbed run of its baseline count 1 (1 disturbed; "
+           "`scalesweep status` says how to replace them)")
+    assert (f"scaling: workload=cnn_ddp, runtime=native, threads=1: {why}; left out of the "
+            "scaling statistics") in (wd / "logs" / "aggregate.log").read_text()
+    scaling = pd.read_csv(wd / "results" / "summary" / "scaling.csv")
+    assert len(scaling) == 1 and scaling.loc[0, "note"] == why, scaling.to_dict("records")
+    assert (scaling.loc[0, "count"], scaling.loc[0, "n"], scaling.loc[0, "n_disturbed"]) == (1, 0, 1)
+    assert pd.isna(scaling.loc[0, "time_s"]) and pd.isna(scaling.loc[0, "efficiency_pct"])
+    run_snakemake(wd, "--report", "report.html")
+    assert (wd / "report.html").stat().st_size > 0
+
+
+# --- issue #26, 8: a failed LLM point says why (the server log's cause) ------------------------
+
+
+def test_a_failed_llm_server_start_names_the_cause_from_its_log(wd):
+    """A model the llama.cpp server cannot load (a GGUF header and nothing else): the
+    point's failure.json reason, and `scalesweep status`, carry the cause the server log
+    gives, not only "exit code 1"; the CNN points' files stay byte-identical and no
+    summary file disappears."""
+    broken = wd / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)  # passes stage_model's magic check
+    config = yaml.safe_load((wd / "config" / "config.yaml").read_text())
+    config["models"] = {"broken": {"source": "gguf-file", "path": str(broken)}}
+    config["workloads"]["llm"] = {"payload": "llm", "model": "broken", "max_tokens": 8,
+                                  "warmup": 0, "num_requests": 1,
+                                  "sweep": {"ranks_per_node": [1], "baseline": None}}
+    (wd / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    before = digests(wd, None)
+    summaries = {p.name for p in (wd / "results" / "summary").iterdir()}
+
+    proc = run_snakemake(wd, "--profile", PROFILE, check=False)
+    point = "llm/native/n1-g0-r1-t1/rep1/native"
+    assert proc.returncode != 0 and run_point_jobs(wd) == [point], proc.stderr[-4000:]
+    reason = json.loads((wd / "results/runs" / point / "failure.json").read_text())["reason"]
+    server_log = wd / "results/runs" / point / "server.log"
+    assert reason.startswith("exit code 1: server exited with status 1 before becoming healthy: "), reason
+    assert f"ValueError: Failed to load model from file: {wd}/resources/models/broken/model.gguf" \
+        in reason and reason.endswith(f"see {server_log}"), reason
+    assert "Failed to load model from file" in server_log.read_text()
+    assert digests(wd, point) == before, "another point's files changed"
+    assert {p.name for p in (wd / "results" / "summary").iterdir()} >= summaries
+    points, _ = states(wd)
+    assert points[point]["state"] == "failed" and points[point]["reason"] == reason
+
+
+def test_a_deleted_dataset_says_its_finished_points_would_run_again_and_how_not_to(wd):
+    """Deleting a staged dataset while a point is still to measure: Snakemake would make
+    it anew and then run every finished point that reads it again (an input another job
+    updated), deleting its metrics.json first. The dry run says so before any job, naming
+    the files and the command that makes them anew alone; that command measures nothing,
+    and the next run plans exactly the point still to measure."""
+    staged = ["resources/datasets/tiny", "resources/datasets/tiny.verified.json"]
+    for path in staged:
+        shutil.rmtree(wd / path) if (wd / path).is_dir() else (wd / path).unlink()
+    (wd / "results/runs" / ONE / "metrics.json").unlink()
+    before = digests(wd, ONE)
+    dry = run_snakemake(wd, "--profile", PROFILE, "-n")
+    assert (f"scalesweep: {' '.join(staged)} gone, read by 1 finished point(s) (e.g. "
+            f"results/runs/{TWO}/metrics.json)") in dry.stderr
+    assert f"first run: snakemake {' '.join(staged)}" in dry.stderr
+    assert measured_by(dry.stdout + dry.stderr) == sorted([ONE, TWO])  # what it warns of
+    run_snakemake(wd, "--profile", PROFILE, *staged)  # the advice: stages, measures nothing
+    assert digests(wd, ONE) == before
+    dry = run_snakemake(wd, "--profile", PROFILE, "-n")
+    assert "gone, read by" not in dry.stderr
+    assert measured_by(dry.stdout + dry.stderr) == [ONE]

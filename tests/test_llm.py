@@ -391,6 +391,40 @@ def test_llamacpp_end_to_end_twice_identical(synthetic, tmp_path):
     assert runs[0][1] == runs[1][1]  # greedy outputs identical run to run
 
 
+def test_a_length_finish_counts_the_tokens_returned_never_max_tokens():
+    # llama-cpp-python cuts max_tokens to what is left of its context and streams no
+    # usage: its "length" finish says nothing about how many tokens came back
+    assert engines.returned_tokens(None, None, 242) == (242, "chunks")
+    assert engines.returned_tokens({"completion_tokens": 7}, None, 5) == (7, "usage")
+    assert engines.returned_tokens(None, {"source": "llama-server", "predicted_n": 9}, 4) == (9, "timings")
+
+
+@needs_llama
+@needs_maker
+@pytest.mark.integration
+def test_max_tokens_past_the_context_counts_the_tokens_the_server_returned(synthetic, tmp_path):
+    """max_tokens far beyond the server's context (n_ctx 256): the request stops at the
+    context with a "length" finish, and tokens/s counts the tokens streamed back. (A long
+    prompt takes most of the context: a few dozen tokens are left to generate.)"""
+    model, _ = synthetic
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("the " * 200 + "\n")
+    asked, ctx = 10**12, 256
+    p = _run_payload(model, prompts, tmp_path, "--max-tokens", str(asked), "--ctx", str(ctx),
+                     "--num-requests", "1", "--warmup", "0", "--concurrency", "1")
+    assert p.returncode == 0, p.stderr + (tmp_path / "server.log").read_text()[-3000:]
+    rec = json.loads((tmp_path / "metrics.json").read_text())
+    (req,) = rec["requests"]
+    assert req["ok"] and req["finish_reason"] == "length" and req["token_source"] == "chunks"
+    assert 0 < req["completion_tokens"] == req["stream_pieces"] < ctx
+    assert rec["completion_tokens_total"] == req["completion_tokens"] and rec["token_sources"] == ["chunks"]
+    assert rec["tokens_per_s"] == pytest.approx(req["completion_tokens"] / rec["wall_s"])
+    assert rec["n_length_below_max_tokens"] == 1 and rec["max_tokens"] == asked
+    assert f"stopped at a limit before --max-tokens {asked} (the engine's context, --ctx {ctx})" in p.stderr
+    (out,) = [json.loads(line) for line in (tmp_path / "outputs.jsonl").read_text().splitlines()]
+    assert out["completion_tokens"] == req["completion_tokens"] and out["text"]
+
+
 @needs_llama
 @pytest.mark.integration
 def test_broken_model_fails_with_log_named(tmp_path):
@@ -403,6 +437,8 @@ def test_broken_model_fails_with_log_named(tmp_path):
     rec = json.loads((tmp_path / "metrics.json").read_text())
     assert rec["status"] == "failed"
     assert "exited" in rec["error"] and str(tmp_path / "server.log") in rec["error"]
+    # the first line names the cause the server's log gives (the harness's failure reason)
+    assert f"Failed to load model from file: {bad}" in rec["error"].splitlines()[0]
     assert not _pid_alive(rec["server_pid"])
 
 

@@ -295,7 +295,12 @@ def test_torch_and_llamacpp_payloads_write_the_same_texts(tiny_f32, tmp_path, ap
     model, _ = tiny_f32
     torch_rec, torch_out = _payload("torch", model, tmp_path, "--api", api)
     llama_rec, llama_out = _payload("llamacpp", model, tmp_path, "--api", api)
-    assert torch_rec["completion_tokens_total"] == llama_rec["completion_tokens_total"] == 4 * 24
+    assert torch_rec["completion_tokens_total"] == 4 * 24 and torch_rec["token_sources"] == ["usage"]
+    # llama-cpp-python streams no usage: its tokens are the streamed pieces (one piece for
+    # the byte tokens of a multi-byte character: at most what it generated), never max_tokens
+    assert llama_rec["token_sources"] == ["chunks"]
+    assert llama_rec["completion_tokens_total"] == sum(r["stream_pieces"] for r in llama_rec["requests"])
+    assert 0 < llama_rec["completion_tokens_total"] <= 4 * (24 + 3)
 
     def ascii_only(text):
         return "".join(c for c in text if c.isascii())

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from scipy import stats
 
 from conftest import REPO, config_text, with_site, write_site
 from scalesweep import plan
+from scalesweep.adaptive import MIN_COMPARED
 from scalesweep.config import load_config
 from scalesweep.metrics import write_metrics
 from scalesweep.slurm import runtime_min
@@ -75,6 +79,22 @@ def frontier_configs(tmp_path):
     return write_config(tmp_path, cfg), [tmp_path / "config" / "config.yaml"]
 
 
+def repeat_bounds_by_hand(config: dict, attempts: int = 1) -> dict:
+    """Runs and node-hours (attempt 1; every attempt) of a sweep at ``blocks`` repeats
+    per series, counted from the sweep's points: a series (workload, arm, geometry)
+    measures each of its runtimes once per block; ``sweep.repeats`` blocks at the
+    least, ``measurement.max_repeats`` at the most."""
+    points = [p for p in sweep_points(config) if p.repeat == 1]
+    low = config["sweep"]["repeats"]
+    high = max(low, config["measurement"]["max_repeats"])
+    per_block = sum(p.nodes * runtime_min(config["workloads"][p.workload], config["_site"], 1)
+                    for p in points) / 60
+    every = sum(p.nodes * runtime_min(config["workloads"][p.workload], config["_site"], a)
+                for p in points for a in range(1, attempts + 1)) / 60
+    return {"first_runs": len(points) * low, "max_runs": len(points) * high,
+            "max_node_h": per_block * high, "worst_node_h": every * high}
+
+
 def test_frontier_sweep_node_hours_and_queue_limits(frontier_configs):
     args, files = frontier_configs
     out = run_plan(*args, "--profile", FRONTIER_PROFILE)
@@ -82,22 +102,29 @@ def test_frontier_sweep_node_hours_and_queue_limits(frontier_configs):
     profile = yaml.safe_load((FRONTIER_PROFILE / "config.yaml").read_text())
     attempts = 1 + int(profile.get("retries", 0))
     points = sweep_points(config)
-    requested = worst = 0.0
-    for p in points:
-        minutes = [runtime_min(config["workloads"][p.workload], config["_site"], a)
-                   for a in range(1, attempts + 1)]
-        requested += p.nodes * minutes[0] / 60
-        worst += p.nodes * sum(minutes) / 60
     datasets = {config["workloads"][p.workload]["dataset"] for p in points
                 if config["workloads"][p.workload]["payload"] == "cnn"}
     support_h = 2 * len(datasets) * float(profile["default-resources"]["runtime"]) / 60
     totals = out["totals"]
     assert out["site"] == "frontier"
-    assert totals["point_jobs"] == len(points) and totals["support_jobs"] == 2 * len(datasets)
+    assert totals["support_jobs"] == 2 * len(datasets)
     assert totals["attempts"] == attempts
-    assert totals["requested_node_h"] == pytest.approx(requested + support_h)
-    assert totals["worst_node_h"] == pytest.approx(worst + support_h * attempts)
+    # the maximum: measurement.max_repeats blocks of every series; the worst case: those
+    # runs failing until their last attempt
+    bound = repeat_bounds_by_hand(config, attempts)
+    maximum = totals["repeats"]["maximum"]
+    assert out["repeats_rule"]["first_dry_run_runs"] == len(points) == bound["first_runs"]
+    assert maximum["runs"] == bound["max_runs"]
+    assert maximum["requested_node_h"] == pytest.approx(bound["max_node_h"] + support_h)
+    assert totals["worst_node_h"] == pytest.approx(bound["worst_node_h"] + support_h * attempts)
+    # the minimum: each series stops once it may: after sweep.repeats blocks, and a
+    # comparison needs MIN_COMPARED pairs
+    low = max(config["sweep"]["repeats"], MIN_COMPARED)
+    assert totals["point_jobs"] == totals["repeats"]["minimum"]["runs"] == len(points) // config["sweep"]["repeats"] * low
+    assert totals["requested_node_h"] == pytest.approx(
+        bound["max_node_h"] * low / config["measurement"]["max_repeats"] + support_h)
     assert totals["expected_node_h"] == pytest.approx(totals["requested_node_h"])
+    assert totals["repeats"]["expected"]["runs"] is None  # nothing measured before
     jobs = totals["jobs"]
     warnings = "\n".join(out["warnings"])
     assert f"site frontier lets 4 of a user's jobs be eligible to run at once: {jobs} jobs " \
@@ -118,10 +145,13 @@ def test_frontier_text_output(frontier_configs):
                      "--allocation-node-hours", "50")
     assert out.returncode == 0, out.stderr
     print(out.stdout)
-    assert "Slurm jobs:" in out.stdout and "node-hours: requested " in out.stdout
+    for line in ("  minimum ", "  expected  unknown: nothing measured before", "  maximum ",
+                 "  worst case "):
+        assert line in out.stdout
+    assert "Slurm jobs" in out.stdout
     assert "site limits from: OLCF Frontier User Guide" in out.stdout
-    assert "cost at 1 allocation node-hours per node-hour: requested " in out.stdout
-    assert "the requested node-hours (" in out.stdout and "exceed the allocation (50.0)" \
+    assert "cost at 1 allocation node-hours per node-hour: minimum " in out.stdout
+    assert "the minimum node-hours (" in out.stdout and "exceed the allocation (50.0)" \
         in out.stdout
     assert scalesweep("plan", *args, "--profile", FRONTIER_PROFILE, "--strict").returncode == 1
 
@@ -229,3 +259,68 @@ def test_plan_uses_earlier_campaigns(tmp_path):
     assert workload["expected_node_h"] == pytest.approx(40 / 60 + 2 * 30 / 60)
     assert any("cnn_ddp: 1 points are expected to take longer than their first attempt asks "
                "(e.g. 1 nodes: 40.0 min > 30 min)" in w for w in out["warnings"])
+
+
+# --- adaptive repeats: minimum, expected, maximum ----------------------------------------------
+
+def write_pairs(campaign: Path, sd: float, n: int, mean: float = 0.01, ranks: int = 1) -> None:
+    """``n`` blocks of the embedded default's cnn_ddp series (charliecloud arm, ``ranks``
+    ranks): native 1 s an epoch, charliecloud exp(mean + sd z_k) s, the z_k with mean 0
+    and sample sd exactly 1: ln(t_charliecloud / t_native) spreads by ``sd``."""
+    z = np.linspace(-1.0, 1.0, n)
+    z = (z - z.mean()) / z.std(ddof=1)
+    for k in range(1, n + 1):
+        for runtime, t in (("native", 1.0), ("charliecloud", math.exp(mean + sd * z[k - 1]))):
+            p = SweepPoint("cnn_ddp", runtime, 1, 0, ranks, 1, k, "charliecloud")
+            write_metrics(campaign / "results" / "runs" / p.path / "metrics.json", {
+                "point": p.as_dict(), "epoch_s": [1.5 * t, t, t], "train_s": 3 * t,
+                "images_per_s": 1.0, "final_loss": 0.1, "final_accuracy": 0.9,
+                "harness_wall_s": 60.0 * t})
+
+
+def blocks_for_target(sd: float, mean: float, target_pp: float, low: int, high: int) -> int:
+    """The paired-t CI of mean ln-ratio, back-transformed: the first block count from
+    ``low`` at which its half-width is within ``target_pp`` (else ``high``)."""
+    for n in range(low, high + 1):
+        half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+        if 50 * (math.exp(mean + half) - math.exp(mean - half)) <= target_pp:
+            return n
+    return high
+
+
+def test_embedded_default_repeats_minimum_expected_maximum(tmp_path):
+    """The embedded default (3 series of native + charliecloud): the maximum is
+    measurement.max_repeats blocks of each, the minimum the MIN_COMPARED pairs a
+    comparison needs, the expected unknown until something was measured, then from the
+    spread of the pairs measured before (the series' own, its workload's other series,
+    or an assumed one)."""
+    default = REPO / "config" / "config.yaml"
+    config = load_config([default])
+    m = config["measurement"]
+    bound = repeat_bounds_by_hand(config)
+    args = ["-d", tmp_path, "--configfile", default]
+    out = scalesweep("plan", *args)
+    assert out.returncode == 0, out.stderr
+    assert "expected  unknown: nothing measured before: this campaign has no results/runs/ " \
+           "yet and no --from-campaign DIR was given" in out.stdout
+    assert f"at most measurement.max_repeats ({m['max_repeats']}) blocks" in out.stdout
+    # 3 of 3 series with a spread: cnn_ddp's 1-rank series from its own 6 pairs, its
+    # 2-rank series from those pooled, llm from the assumed spread
+    before = tmp_path / "before"
+    sd = 0.03
+    write_pairs(before, sd, 6)
+    totals = run_plan(*args, "--from-campaign", before, "--assume-spread-pct", "3")["totals"]
+    repeats = totals["repeats"]
+    assert repeats["maximum"]["runs"] == bound["max_runs"] == 3 * 2 * m["max_repeats"]
+    assert repeats["maximum"]["requested_node_h"] == pytest.approx(
+        bound["max_node_h"] + 2 * 60 / 60)  # + staging and verification, 60 min each
+    low = max(config["sweep"]["repeats"], MIN_COMPARED)
+    assert repeats["minimum"]["runs"] == totals["point_jobs"] == 3 * 2 * low
+    expected = blocks_for_target(sd, 0.01, m["target_ci_pp"], low, m["max_repeats"])
+    assert low < expected < m["max_repeats"]  # the spread asks for more than the minimum
+    assert repeats["expected"]["runs"] == 3 * 2 * expected
+    assert repeats["expected"]["complete"] and repeats["expected"]["blocks"] == str(expected)
+    text = scalesweep("plan", *args, "--from-campaign", before).stdout
+    assert f"expected  {2 * 2 * expected + 2 * low:>6,} runs" in text
+    assert "at least: the 1 series with nothing measured at their minimum; 1 series from " \
+           "their own pairs measured before, 1 pooled over their workload's other series" in text

@@ -219,7 +219,7 @@ def test_missing_table_names_the_failed_point(partial_campaign):
     missing = pd.read_csv(wd / "results/summary/missing.csv")
     assert list(missing["path"]) == [TARGET]
     row = missing.iloc[0]
-    assert row["state"] == "failed" and row["log"].endswith("run.log")
+    assert row["state"] == "failed" and row["log"].endswith(f"{TARGET}/run.1.log")
     assert "signal" in row["reason"] or "exit code" in row["reason"]
     n_points = 8 if container else 4
     provenance = pd.read_csv(wd / "results/summary/provenance.csv")

@@ -191,7 +191,10 @@ def test_only_measures_the_selected_runtime_in_its_blocks(copy):
 
 def test_deleted_repeat_of_an_adaptive_series_is_measured_again(campaign):
     """The series' decisions run again over the new repeat; every repeat measured
-    before stays in the summary even if the new decisions would have stopped earlier."""
+    before stays in the summary even if the new decisions would have stopped earlier.
+    A deleted extra repeat (rep3, asked for by the decision after rep2) is a point
+    `scalesweep status` knows, missing, and the re-runs measure exactly it (issue #26,
+    case 7)."""
     config = small_config()
     config["sweep"].update(ranks_per_node=[1], repeats=2, runtimes=["native", "native-aa"])
     config["measurement"].update(adaptive=True, max_repeats=3, target_ci_pp=0.01)
@@ -199,11 +202,21 @@ def test_deleted_repeat_of_an_adaptive_series_is_measured_again(campaign):
     run_snakemake(workdir, "--profile", PROFILE)
     assert len(runs_csv(workdir)) == 6  # 3 blocks x 2 runtimes (the CI target is unreachable)
     hurt = "cnn_ddp/native-aa/n1-g0-r1-t1/rep1/native"  # native, in the native-aa arm
-    before = run_files_digest(workdir, skip=[hurt])
-    shutil.rmtree(workdir / "results" / "runs" / hurt)
+    block = "cnn_ddp/native-aa/n1-g0-r1-t1/rep3"  # the extra repeat, both runtimes
+    redo = sorted([hurt, f"{block}/native", f"{block}/native-aa"])
+    before = run_files_digest(workdir, skip=redo)
+    for gone in (hurt, block):
+        shutil.rmtree(workdir / "results" / "runs" / gone)
+    status = scalesweep(workdir, "status", "--profile", PROFILE).stdout
+    assert status.startswith("6 requested points: 3 done, 0 disturbed, 0 failed, 0 running, "
+                             "0 stale, 3 missing"), status
+    assert all(f"missing {p}" in " ".join(status.split()) for p in redo), status
+    assert "scalesweep rerun --missing --profile" in status
+    dry = scalesweep(workdir, "rerun", "--missing", "-n", "--profile", PROFILE).stdout
+    assert all(f"  {p}  (missing" in dry for p in redo) and "Also measured" not in dry, dry
     proc = run_snakemake(workdir, "--profile", PROFILE)
-    assert measured_by(proc.stdout + proc.stderr) == [hurt]
-    assert run_files_digest(workdir, skip=[hurt]) == before
+    assert measured_by(proc.stdout + proc.stderr) == redo
+    assert run_files_digest(workdir, skip=redo) == before
     assert len(runs_csv(workdir)) == 6
 
 

@@ -204,7 +204,7 @@ def test_a_site_added_as_one_file_is_planned_with_its_limits_and_price(tmp_path)
            "at least 3 waves" in warnings
     text = scalesweep("plan", "-d", tmp_path / "c").stdout
     assert "site: made-up, A made-up GPU cluster" in text
-    assert "cost at 2.5 USD per node-hour: requested 32.5, " in text
+    assert "cost at 2.5 USD per node-hour: minimum 32.5, " in text
     assert "site limits from: its user guide" in text
 
 

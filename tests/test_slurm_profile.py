@@ -14,6 +14,8 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,15 +27,18 @@ from scalesweep.site import SiteError, load_site
 from scalesweep.slurm import (
     SlurmConfigError,
     account_problem,
+    plugin_settings,
     runtime_min,
     sbatch_options,
     slurm_request,
+    snakemake_args,
     srun_line,
     srun_template,
 )
 from scalesweep.sweep import SweepPoint, sweep_points
 
 submit_string = pytest.importorskip("snakemake_executor_plugin_slurm.submit_string")
+from snakemake_executor_plugin_slurm import ExecutorSettings  # noqa: E402
 from snakemake_executor_plugin_slurm.utils import set_gres_string  # noqa: E402
 from snakemake_executor_plugin_slurm.validation import validate_slurm_extra  # noqa: E402
 from snakemake_executor_plugin_slurm_jobstep import (  # noqa: E402
@@ -76,13 +81,19 @@ def job_for(point: SweepPoint, config: dict, profile_name: str | None = None, at
     return _Job(resources, threads=point.ranks * point.threads)
 
 
-def sbatch_line(job: _Job, account: str = "abc123", partition: str = "batch") -> str:
-    """What the plugin's run_job() submits, minus --wrap, whitespace normalised."""
+def sbatch_line(job: _Job, account: str = "abc123", partition: str = "batch",
+                settings=None) -> str:
+    """What the plugin's run_job() submits, minus --wrap, whitespace normalised
+    (``settings``: the plugin's ExecutorSettings, the user's --slurm-* options)."""
     validate_slurm_extra(job)  # the plugin's own check of slurm_extra
     params = {"run_uuid": "UUID", "slurm_logfile": "LOG", "comment_str": "rule_run_point",
               "account": f" -A {shlex.quote(account)}", "partition": f" -p {shlex.quote(partition)}",
               "workdir": "/work"}
-    call = submit_string.get_submit_command(job, params) + set_gres_string(job)
+    # the executor's failed nodes start as --slurm-exclude-failed-nodes (its __post_init__)
+    failed = {n.strip() for n in (settings.exclude_failed_nodes or "").split(",") if n.strip()} \
+        if settings else set()
+    call = submit_string.get_submit_command(job, params, settings=settings, failed_nodes=failed) \
+        + set_gres_string(job)
     return " ".join(call.split())
 
 
@@ -450,9 +461,10 @@ def test_point_inside_a_slurm_job_of_a_site_without_scheduler_measures_nothing(t
 # --- the dry run's comment: sbatch options and srun line per point ---------------------
 
 
-def plugin_options(job: _Job, account: str = "abc123", partition: str = "batch") -> str:
+def plugin_options(job: _Job, account: str = "abc123", partition: str = "batch",
+                   settings=None) -> str:
     """The plugin's own rendering (sbatch_line) from -A on, without -D <workdir>."""
-    tokens = geometry(sbatch_line(job, account, partition)).split()
+    tokens = geometry(sbatch_line(job, account, partition, settings)).split()
     at = tokens.index("-D")
     return " ".join(tokens[:at] + tokens[at + 2:])
 
@@ -494,9 +506,10 @@ def test_sbatch_options_follow_every_plugin_rule(extra):
 
 def test_srun_line_is_the_points_launch(frontier, tmp_path, monkeypatch):
     """The srun line every repeat of a geometry shares, its directory filled in, is the
-    line the harness's own launch functions give for the point (with srun)."""
+    line the harness's own launch functions give for the point (with srun), with the
+    payload's arguments as the point's run builds them (run_point.py)."""
     from scalesweep.launch import launch_command, launch_env, shell_line
-    from scalesweep.payloads import CNN_PAYLOAD, image_location
+    from scalesweep.payloads import image_location, payload_invocation, point_inputs
     from scalesweep.pointlaunch import build_launch
 
     monkeypatch.chdir(tmp_path)
@@ -504,14 +517,27 @@ def test_srun_line_is_the_points_launch(frontier, tmp_path, monkeypatch):
     config = {**frontier, "_code_root": str(REPO)}
     point = the_point(config, workload="cnn_ddp", runtime="apptainer-hostmpi", nodes=2, repeat=2)
     wl = config["workloads"]["cnn_ddp"]
-    launch = build_launch(point, wl, config, payload_args=["..."], payload=CNN_PAYLOAD,
-                          data_dir="/mnt/bb/someone/study_images",  # datasets.*.node_local
-                          out_dir=f"results/runs/{point.path}",
+    out_dir = Path(f"results/runs/{point.path}")
+    inv = payload_invocation(point, wl, config, point_inputs("cnn_ddp", point.runtime, config),
+                             out_dir)
+    assert inv.data_dir == "/mnt/bb/someone/study_images"  # datasets.*.node_local
+    launch = build_launch(point, wl, config, payload_args=inv.args, payload=inv.script,
+                          data_dir=inv.data_dir, out_dir=str(out_dir),
                           image=str(tmp_path / image_location(config, "cnn_ddp", point.runtime)),
                           launcher="srun")
     line = srun_line(point, wl, config, "results/runs")
     assert line == shell_line(launch_command(launch), launch_env(launch))
     assert f"{tmp_path}/results/runs/{point.path}:/mnt/out" in line
+    assert line.endswith(f"/mnt/code/scripts/train_cnn.py --data /mnt/data --out "
+                         f"/mnt/out/payload.json --parallel ddp --device cuda --epochs "
+                         f"{wl['epochs']} --batch-size {wl['batch_size']} --image-size 64 "
+                         f"--threads 7 --seed 0 --test-fraction 0.2 --scaling "
+                         f"{wl['scaling']} --data-path {wl['data_path']}"), line
+    # an LLM point's line before its model is staged (the dry run's case): its arguments
+    llm = the_point(config, workload="llm_astrollama", runtime="native", gpus=0, repeat=1)
+    line = srun_line(llm, config["workloads"]["llm_astrollama"], config, "results/runs")
+    assert f" --model-card {tmp_path}/resources/models/astrollama/model.json " in line
+    assert f" --out {tmp_path}/results/runs/{llm.path}/payload.json " in line
     assert "@@" not in line and "\n" not in line
     # one template for every repeat
     other = the_point(config, workload="cnn_ddp", runtime="apptainer-hostmpi", nodes=2, repeat=3)
@@ -525,19 +551,57 @@ SRUN_2_NODES = ("srun --nodes=2 --ntasks=16 --ntasks-per-node=8 --cpus-per-task=
                 "--gpus-per-task=1 --gpu-bind=closest apptainer exec --rocm ")
 
 
+@pytest.mark.parametrize("options", [
+    {"qos": "debug"},
+    {"qos": "debug", "requeue": True, "reservation": "my res"},
+    {"no_requeue": True, "exclude_failed_nodes": "frontier00042"},
+])
+def test_sbatch_options_with_the_users_slurm_options(frontier, options):
+    """The plugin's settings (--slurm-qos, --slurm-requeue ...) where the plugin puts them."""
+    job = job_for(the_point(frontier, workload="cnn_ddp", runtime="apptainer", nodes=2,
+                            repeat=1), frontier, "frontier")
+    job.resources.update(slurm_account="abc123", slurm_partition="batch")
+    settings = ExecutorSettings(**options)
+    assert sbatch_options(job.resources, threads=job.threads, settings=settings) == \
+        plugin_options(job, settings=settings)
+
+
+def test_the_command_lines_slurm_options_as_snakemake_reads_them(tmp_path):
+    """A relative --profile is read from the directory Snakemake started in (the first
+    of the candidates where it reads); the plugin's settings are those of the command
+    line and the profile; another executor has none."""
+    argv = ["-n", "--profile", "profiles/frontier", "--slurm-qos", "debug"]
+    args = snakemake_args(argv, [str(tmp_path), str(REPO)])
+    assert args.dryrun and args.executor == "slurm"
+    settings = plugin_settings(args)
+    assert settings.qos == "debug" and not settings.requeue
+    assert snakemake_args(argv, [str(tmp_path)]) is None  # no profiles/frontier there
+    assert plugin_settings(snakemake_args(["-n"], [str(REPO)])) is None
+
+
 def test_dry_run_prints_each_points_sbatch_and_srun(tmp_path, monkeypatch):
-    """`snakemake --profile profiles/frontier -n`, the profile bringing its own sweep
-    (its `configfile:`, no --configfile): every point's printed command ends in the
-    sbatch options the plugin submits it with and the srun line it runs in its job."""
+    """`snakemake --profile profiles/frontier --slurm-qos debug -n` from the repository,
+    the campaign elsewhere (--directory), the profile bringing its own sweep (its
+    `configfile:`, no --configfile): every point's printed command ends in the sbatch
+    options the plugin submits it with, --qos=debug included, as the plugin's own
+    function renders them, and the srun line it runs in its job with the payload's
+    arguments; a summary ends the dry run, once."""
     (tmp_path / "config").mkdir()
     for name in ("config.yaml", "frontier.yaml"):
         shutil.copy(REPO / "config" / name, tmp_path / "config" / name)
     for name in ("containers", "envs"):
         (tmp_path / name).symlink_to(REPO / name)
-    monkeypatch.setenv("SBATCH_ACCOUNT", "abc123")
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    proc = run_snakemake(tmp_path, "-n", "--profile", str(REPO / "profiles" / "frontier"),
-                         "--config", "only={workloads: [cnn_ddp], nodes: [2]}", timeout=300)
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
+    env.update(SBATCH_ACCOUNT="abc123", USER="someone", PWD=str(REPO))  # PWD: as a shell sets it
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "snakemake"), "--directory", str(tmp_path), "-n",
+         "--profile", "profiles/frontier", "--slurm-qos", "debug",
+         "--config", "only={workloads: [cnn_ddp], nodes: [2]}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    config = load_config(FRONTIER)
+    config["_code_root"] = str(REPO)
+    wl = config["workloads"]["cnn_ddp"]
     commands = {}
     for line in proc.stdout.splitlines():
         m = re.search(r"--metrics (results/runs/\S+)/metrics\.json .*", line)
@@ -546,26 +610,44 @@ def test_dry_run_prints_each_points_sbatch_and_srun(tmp_path, monkeypatch):
     assert set(commands) == {f"results/runs/cnn_ddp/{arm}/n2-g8-r8-t7/rep{k}/{rt}"
                              for arm in ("apptainer", "apptainer-hostmpi")
                              for rt in ("native", arm) for k in (1, 2, 3)}
+    debug = ExecutorSettings(qos="debug")
     for path, line in commands.items():
         command, _, comment = line.partition("  # ")
         assert command.endswith(f"--log {path}/run.log"), line
         sbatch, _, srun = comment.partition(" ; ")
-        assert sbatch == f"sbatch {FRONTIER_2_NODES} [--qos=Q with --slurm-qos Q]", line
+        point = SweepPoint.from_path(path[len("results/runs/"):])
+        job = job_for(point, config, "frontier")
+        job.resources.update(slurm_account="abc123", slurm_partition="batch")  # as evaluated
+        assert sbatch == f"sbatch {plugin_options(job, settings=debug)}", line
+        assert sbatch == f"sbatch {FRONTIER_2_NODES.replace('--nodes=2', '--nodes=2 --qos=debug')}"
         assert f"{tmp_path}/{path}:/mnt/out" in srun or path.endswith("/native"), line
         assert "OMP_NUM_THREADS=7 srun --nodes=2 --ntasks=16 " in srun, line
+        # the payload's arguments, as the point's run gives them
+        args = f" --epochs {wl['epochs']} --batch-size {wl['batch_size']} --image-size 64 "
+        assert f"scripts/train_cnn.py --data " in srun and args in srun, line
+        assert " ..." not in srun, line
+    summary = proc.stdout.split("\nscalesweep, this dry run:\n")
+    assert len(summary) == 2 and "This was a dry-run" in summary[0]
+    assert "points: 12 run_point jobs listed above (cnn_ddp); the 2 series selected " \
+           "measure 20 to 32 runs in all" in summary[1]
+    assert "Slurm jobs: 12 points asking 12.0 node-hours at attempt 1, each with the " \
+           "plugin's options of this command line: --qos=debug" in summary[1]
+    assert "images, on this host first: build: resources/images/pytorch.sif (apptainer, " \
+           "containers/apptainer/pytorch-rocm.def)" in summary[1]
+    assert "[--qos=Q" not in proc.stdout
     app = commands["results/runs/cnn_ddp/apptainer/n2-g8-r8-t7/rep1/apptainer"]
-    assert f"# sbatch {FRONTIER_2_NODES} " in app
+    assert f"# sbatch {FRONTIER_2_NODES.replace('--nodes=2', '--nodes=2 --qos=debug')} " in app
     assert SRUN_2_NODES in app
     # the image as run_point gives it: absolute, in the campaign directory
-    assert "/mnt/bb/" in app and app.endswith(f" {tmp_path}/resources/images/pytorch.sif /opt/venv/bin/python "
-                                              "/mnt/code/scripts/train_cnn.py ...")
+    assert "/mnt/bb/" in app and f" {tmp_path}/resources/images/pytorch.sif /opt/venv/bin/python " \
+        "/mnt/code/scripts/train_cnn.py --data /mnt/data --out /mnt/out/payload.json " in app
     hostmpi = commands["results/runs/cnn_ddp/apptainer-hostmpi/n2-g8-r8-t7/rep1/apptainer-hostmpi"]
     env = hostmpi.partition(" ; ")[2].partition(" srun ")[0]
     for var in ("APPTAINERENV_LD_LIBRARY_PATH", "APPTAINERENV_LD_PRELOAD", "APPTAINER_CONTAINLIBS"):
         assert f"{var}=" in env, hostmpi
     assert SRUN_2_NODES in hostmpi
     native = commands["results/runs/cnn_ddp/apptainer/n2-g8-r8-t7/rep1/native"]
-    assert "--gpu-bind=closest /" in native and "apptainer" not in native.partition(" ; ")[2]
+    assert "--gpu-bind=closest /" in native and "apptainer exec" not in native.partition(" ; ")[2]
     # the resources the plugin gets are unchanged (the existing checks read these lines)
     planned = _planned_resources(proc.stdout)
     assert len(planned) == 12  # 2 arms x (native, container) x 3 repeats

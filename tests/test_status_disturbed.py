@@ -1,9 +1,14 @@
 """`scalesweep status` on disturbed runs: listed, left out, and how they get replaced."""
 
+import shlex
+
 import yaml
+from snakemake.cli import parse_args, parse_config
 
 from conftest import tiny_config
+from scalesweep.adaptive import repeat_bounds
 from scalesweep.cli import main
+from scalesweep.config import SNAKEFILE, config_sources
 from scalesweep.metrics import write_metrics
 from scalesweep.sweep import sweep_points
 
@@ -39,4 +44,75 @@ def test_at_the_maximum_status_names_the_key_to_raise(tmp_path, capsys):
     assert main(["status", "-d", str(wd), "--profile", "profiles/local"]) == 0
     out = capsys.readouterr().out
     assert "at its maximum of 3 repeats" in out
-    assert "--config sweep='{repeats: 4}'" in out
+    assert "--config 'sweep={repeats: 4}'" in out
+
+
+def _advice(out: str) -> list[str]:
+    """The command status advises for a series at its maximum, as argv."""
+    line = next(x for x in out.splitlines() if "at its maximum of 3 repeats" in x)
+    return shlex.split(line.split("to replace its disturbed runs: ", 1)[1])
+
+
+def _snakemake_reads(argv: list[str]):
+    """(--config as Snakemake parses it, the effective config) of a snakemake command."""
+    assert argv[0] == "snakemake"
+    _, args = parse_args(["--snakefile", str(SNAKEFILE), *argv[1:]])  # profiles applied
+    sources = config_sources(args.directory, args.configfile, args.config)
+    return parse_config(args.config), sources.load()
+
+
+def test_the_advice_at_the_maximum_keeps_the_users_config(tmp_path, capsys):
+    """Snakemake reads only the last --config of a command line: the raised repeats go
+    into the user's own --config (given here as two --config), whose values all stay."""
+    wd = _campaign(tmp_path, adaptive=True, measured=3)  # repeats 3, max_repeats 4
+    mine = ["measurement={max_repeats: 3}", "only={workloads: [cnn_ddp], nodes: [1]}"]
+    assert main(["status", "-d", str(wd), "--config", mine[0], "--config", mine[1]]) == 0
+    out = capsys.readouterr().out
+    assert all(x.count("--config") == 1 for x in out.splitlines() if "--config" in x), out
+    argv = _advice(out)
+    assert argv.count("--config") == 1 and argv[argv.index("--config") + 1:] == [
+        *mine, "sweep={repeats: 4}"]
+    given, config = _snakemake_reads(argv)
+    assert given == {"measurement": {"max_repeats": "3"}, "sweep": {"repeats": "4"},
+                     "only": {"workloads": ["cnn_ddp"], "nodes": ["1"]}}
+    assert config["measurement"]["max_repeats"] == 3
+    assert config["only"] == {"workloads": ["cnn_ddp"], "nodes": [1]}
+    assert config["sweep"]["repeats"] == 4 and config["sweep"]["runtimes"] == ["native"]
+    assert repeat_bounds(config, "cnn_ddp") == (4, 4)
+
+
+def test_the_advice_merges_into_the_users_own_key_and_the_profiles_config(tmp_path, capsys):
+    """A --config sweep=... of the user's is merged with the raised repeats, not
+    replaced; without a --config of the user's, the profile's config: (which an explicit
+    --config would replace) is carried into the advice."""
+    wd = _campaign(tmp_path, adaptive=False, measured=3)
+    mine = "sweep={repeats: 3, baseline: 1}"
+    assert main(["status", "-d", str(wd), "--config", mine, "only={nodes: [1]}"]) == 0
+    argv = _advice(capsys.readouterr().out)
+    assert argv[argv.index("--config") + 1:] == ["sweep={repeats: 4, baseline: 1}",
+                                                  "only={nodes: [1]}"]
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    (profile / "config.yaml").write_text(yaml.safe_dump({"config": ["only={nodes: [1]}"]}))
+    assert main(["status", "-d", str(wd), "--profile", str(profile)]) == 0
+    argv = _advice(capsys.readouterr().out)
+    given, config = _snakemake_reads(argv)
+    assert given == {"only": {"nodes": ["1"]}, "sweep": {"repeats": "4"}}
+    assert config["only"] == {"nodes": [1]} and config["sweep"]["repeats"] == 4
+    # a workload's own sweep.repeats is the one raised (the top-level one would not count)
+    cfg = yaml.safe_load((wd / "config" / "config.yaml").read_text())
+    cfg["sweep"]["repeats"] = 1
+    cfg["workloads"]["cnn_ddp"]["sweep"] = {"repeats": 3}
+    (wd / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    assert main(["status", "-d", str(wd)]) == 0
+    _, config = _snakemake_reads(_advice(capsys.readouterr().out))
+    assert repeat_bounds(config, "cnn_ddp") == (4, 4)
+
+
+def test_rerun_refuses_a_config_for_snakemake_alone(tmp_path, capsys):
+    """After --, a --config would replace the one the points were chosen with."""
+    wd = _campaign(tmp_path, adaptive=False, measured=3)
+    for extra in (["--config", "only={nodes: [1]}"], ["-C", "xx=1"], ["--configfile=a.yaml"]):
+        assert main(["rerun", "--disturbed", "-n", "-d", str(wd), "--", *extra]) == 2
+        err = capsys.readouterr().err
+        assert f"{extra[0]} after --: give --config and --configfile to scalesweep rerun" in err

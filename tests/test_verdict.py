@@ -377,7 +377,8 @@ def test_status_counts_and_lists_disturbed_runs(tmp_path, capsys):
     assert "1 disturbed run(s) left out of the statistics" in out
     assert points[0].path in out and "outside processes" in out
     assert f"snakemake --directory {tmp_path} --profile profiles/local" in out
-    assert "--config sweep='{repeats: 3}'" in out
+    # past rep3 on disk: sweep.repeats 3 would replace nothing
+    assert "--config 'sweep={repeats: 4}'" in out
     status.run(Namespace(**{**vars(args), "json": True}))
     report = json.loads(capsys.readouterr().out)
     assert report["counts"]["disturbed"] == 1

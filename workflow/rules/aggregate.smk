@@ -41,6 +41,13 @@ rule aggregate:
         "../scripts/aggregate.py"
 
 
+# a report (or a run) on a campaign some of whose points are not measured: how to get
+# the summary and report of those that are (common.smk: summary_note)
+_note = summary_note(rules.aggregate.output.runs)
+if _note:
+    print(_note, file=sys.stderr)
+
+
 rule plot_scaling:
     input:
         scaling=rules.aggregate.output.scaling,

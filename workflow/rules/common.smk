@@ -1,6 +1,7 @@
 # Helpers shared by the rules: config validation, sweep expansion, input functions.
 # Only Snakemake's documented interface (tests/test_public_api.py): the Snakefile language,
 # `config`, snakemake.utils, WorkflowError, workflow.cores and the workflow's directory.
+import glob
 import hashlib
 import json
 import os
@@ -131,6 +132,70 @@ def completion_message():
     return (
         f"{head}; summary in results/summary/, report: snakemake --report "
         f"report.html{tail}"
+    )
+
+
+PARTIAL_HINT = "--config analysis='{partial: true}'"
+
+
+def summary_note(runs_csv):
+    """At parse time, so that `snakemake --report` says it too (it runs no onstart): where
+    some points of this run are measured and others are not (failed or never run), the
+    summary (``runs_csv``) waits for all of them, and a report needs it ("marked for
+    report but does not exist"): how to summarise and report what was measured. None
+    where the summary exists, analysis.partial is on, or nothing or everything is
+    measured."""
+    if Path(runs_csv).exists() or config["analysis"]["partial"]:
+        return None
+    files = metrics_files()
+    have = sum(Path(f).is_file() for f in files)
+    if not have or have == len(files):
+        return None
+    return (
+        f"scalesweep: {runs_csv} is not made yet: {len(files) - have} of {len(files)} "
+        "points have no metrics.json (failed or not run; `scalesweep status` says which), "
+        "and the summary and `snakemake --report` wait for every point. To summarise and "
+        f"report what was measured: snakemake {PARTIAL_HINT} (with your --profile, and "
+        "your other --config items in the same --config), then snakemake --report "
+        "report.html"
+    )
+
+
+def remeasure_note():
+    """At parse time, before any job: an input of finished points (a staged dataset, a
+    model, an image's manifest) that is gone. Snakemake makes it anew and then runs every
+    point that reads it again (an input updated by another job), deleting its
+    metrics.json first; the harness keeps each measurement as metrics.<attempt>.json
+    beside it, but the campaign is measured again. Says so, and how to make the input
+    anew alone. None when every input is there (one stat each) or inside a Slurm job."""
+    if "SLURM_JOB_ID" in os.environ:
+        return None
+    gone = {}
+    for workload, runtime in sorted({(p.workload, p.runtime) for p in SELECTED}):
+        for path in point_inputs(workload, runtime, config).values():
+            if Path(path).exists():
+                continue
+            pattern = POINT_METRICS.format(
+                workload=workload,
+                runtime=runtime,
+                arm="*",
+                nodes="*",
+                gpus="*",
+                ranks="*",
+                threads="*",
+                repeat="*",
+            )
+            gone.setdefault(path, set()).update(glob.glob(pattern))
+    done = sorted(set().union(*gone.values())) if gone else []
+    if not done:
+        return None
+    paths = " ".join(sorted(path for path, read in gone.items() if read))
+    return (
+        f"scalesweep: {paths} gone, read by {len(done)} finished point(s) (e.g. {done[0]}): "
+        "a run that makes them anew (for a point still to measure) measures those points "
+        "again too, as Snakemake re-runs a job whose input another job updated (each "
+        "earlier measurement stays beside its point as metrics.<attempt>.json). To make "
+        f"them anew alone, first run: snakemake {paths} (with your --profile and --config)"
     )
 
 
@@ -327,18 +392,16 @@ def measurement_threads(wildcards):
 from scalesweep.sweep import workload_runtimes  # noqa: E402
 from scalesweep.adaptive import (  # noqa: E402
     Series,
-    is_adaptive,
+    asked_blocks,
     repeat_bounds,
     run_priority,
     series_of,
-    wants_more,
+    walks_decisions,
 )
 
 SERIES = series_of(SELECTED)  # the series this run measures
 SERIES_INDEX = {s: i for i, s in enumerate(SERIES)}
-# A selection of runtimes splits a series (its decisions compare all its runtimes): the
-# selected runtimes get their minimum of blocks, no decision is made or changed.
-ADAPTIVE = is_adaptive(config, SELECTED) and SELECTION.runtimes is None
+ADAPTIVE = walks_decisions(config, SELECTED, SELECTION)
 
 
 def point_priority(wildcards):
@@ -361,24 +424,22 @@ def decision_file(series, round_):
 
 def series_walk(series):
     """(metrics files, decision files) the series has asked for so far: the minimum of
-    blocks, then one more block per decision that wanted more. Raises Snakemake's
+    blocks, then one more block per decision that wanted more (scalesweep.adaptive.
+    asked_blocks, which `scalesweep status` uses too). Raises Snakemake's
     IncompleteCheckpointException at the first decision not yet made (the workflow then
     waits for it and asks again)."""
-    low, high = repeat_bounds(config, series.workload)
-    metrics = series_point_metrics(series, range(1, low + 1))
     decisions = []
-    round_ = low
-    while round_ < high:
+
+    def decision(round_):
         out = checkpoints.repeats_decision.get(**series.as_dict(), round=round_).output[
             0
         ]
         decisions.append(out)
         with open(out) as fh:
-            if not wants_more(json.load(fh), config):
-                break
-        round_ += 1
-        metrics += series_point_metrics(series, [round_])
-    return metrics, decisions
+            return json.load(fh)
+
+    blocks = asked_blocks(series, config, decision)
+    return series_point_metrics(series, range(1, blocks + 1)), decisions
 
 
 def decision_inputs(wildcards):
@@ -650,14 +711,46 @@ def profile_problem(account, partition):
 #   ; OMP_NUM_THREADS=7 ... srun --nodes=2 --ntasks=16 ... apptainer exec --rocm ...
 # the options the Slurm executor plugin submits the job with (scalesweep.slurm:
 # sbatch_options, from the job's evaluated resources, profile defaults and retries
-# included) and the line the point launches its payload with inside the job
-# (scalesweep.slurm.srun_template: the harness's own launch, its payload arguments
-# left out). One params function, also the profile check: one call per job.
+# included, and the plugin's settings of this command line: --slurm-qos ...) and the
+# line the point launches its payload with inside the job (scalesweep.slurm.
+# srun_template: the harness's own launch, with the payload's arguments). One params
+# function, also the profile check: one call per job. A dry run ends with a summary
+# (scalesweep.plan.dry_run_summary).
 # (workload, runtime, nodes, gpus, ranks, threads) -> srun line with slurm.POINT_SLOT:
 # every repeat of a geometry shares it, but for its directory
-from scalesweep.slurm import POINT_SLOT, sbatch_options, srun_template  # noqa: E402
+import atexit  # noqa: E402
+
+from scalesweep.slurm import (  # noqa: E402
+    POINT_SLOT,
+    plugin_settings,
+    sbatch_options,
+    settings_options,
+    snakemake_args,
+    srun_template,
+)
 
 _SRUN_LINES = {}
+# this run's command line as Snakemake reads it (scalesweep.slurm.snakemake_args), read
+# once: "args", "settings" (the Slurm plugin's, as it submits with them); "listed": the
+# points a dry run lists
+_SUBMISSION = {}
+
+
+def submission():
+    if "args" not in _SUBMISSION:
+        args = snakemake_args(sys.argv[1:], [os.environ.get("PWD"), os.getcwd()])
+        _SUBMISSION.update(args=args, settings=plugin_settings(args))
+    return _SUBMISSION
+
+
+def print_dry_run_summary():
+    """The end of a dry run on a Slurm site (registered by launch_comment)."""
+    from scalesweep.plan import dry_run_summary
+
+    settings = submission()["settings"]
+    options = None if settings is None else " ".join(settings_options(settings))
+    lines = dry_run_summary(_SUBMISSION["listed"], config, options)
+    print("\nscalesweep, this dry run:\n" + "\n".join(f"  {line}" for line in lines))
 
 
 def launch_comment(wildcards, resources):
@@ -682,10 +775,18 @@ def launch_comment(wildcards, resources):
         except Exception as exc:  # informational: never stops a submission
             srun = f"(launch line not shown: {type(exc).__name__}: {exc})"
         _SRUN_LINES[key] = srun
-    # the plugin adds --qos=Q after --nodes when given --slurm-qos Q (a setting, not a
-    # resource: not known here); one line, whatever a path holds
+    settings = submission()["settings"]
+    if getattr(_SUBMISSION["args"], "dryrun", False):
+        listed = _SUBMISSION.setdefault("listed", {})
+        if not listed:
+            atexit.register(print_dry_run_summary)
+        listed[point.path] = (point, resources.get("nodes"), resources.get("runtime"))
+    # one line, whatever a path holds
+    unknown = (
+        "" if settings is not None else " [the plugin's --slurm-* options: unknown]"
+    )
     comment = (
-        f"  # sbatch {sbatch_options(resources)} [--qos=Q with --slurm-qos Q] ; "
+        f"  # sbatch {sbatch_options(resources, settings=settings)}{unknown} ; "
         f"{srun.replace(POINT_SLOT, point.path)}"
     )
     return comment.replace("\n", " ").replace("\r", " ")

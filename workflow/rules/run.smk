@@ -33,6 +33,13 @@ rule run_point:
         RUN_POINT_COMMAND
 
 
+# an input of finished points that is gone (a deleted dataset): say before any job that
+# they would all be measured again, and how not to (common.smk: remeasure_note)
+_remeasure = remeasure_note()
+if _remeasure:
+    print(_remeasure, file=sys.stderr)
+
+
 # Adaptive repeats (scalesweep.adaptive): after the minimum of blocks, one decision per
 # block says whether the series needs another (overhead CI still wider than the target,
 # or too few undisturbed repeats), up to measurement.max_repeats.

@@ -9,19 +9,25 @@ until every container's overhead has a 95% CI half-width of at most
 ``measurement.target_ci_pp`` and every runtime has at least the minimum of undisturbed
 repeats, or ``measurement.max_repeats`` blocks were measured.
 
-Pure functions; the workflow (``workflow/rules/run.smk``) chains the decisions with a
-checkpoint per block, so an interrupted campaign continues where it stopped.
+Pure functions, but ``recorded_decision``; the workflow (``workflow/rules/run.smk``)
+chains the decisions with a checkpoint per block, so an interrupted campaign continues
+where it stopped; `scalesweep status` counts the same runs from the decisions on disk
+(``asked_points``).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from scalesweep.sweep import (
     REFERENCE,
+    Selection,
     SweepPoint,
     block_order,
     block_runtimes,
@@ -91,6 +97,60 @@ def repeat_bounds(config: dict, workload: str) -> tuple[int, int]:
 def is_adaptive(config: dict, points: Iterable[SweepPoint]) -> bool:
     workloads = {p.workload for p in points}
     return any(repeat_bounds(config, w)[1] > repeat_bounds(config, w)[0] for w in workloads)
+
+
+def walks_decisions(config: dict, points: Iterable[SweepPoint], selection: Selection) -> bool:
+    """Whether the series of ``points`` follow their decisions (``asked_blocks``): with
+    adaptive repeats, and no selection of runtimes (it splits a series, whose decisions
+    compare all its runtimes: the selected runtimes get their minimum of blocks, and no
+    decision is made or changed)."""
+    return is_adaptive(config, points) and selection.runtimes is None
+
+
+def decision_path(results: str | Path, series: Series, round_: int) -> Path:
+    """The decision after block ``round_`` of ``series``, as the workflow's checkpoint
+    repeats_decision writes it (workflow/rules/run.smk)."""
+    return Path(results, "decisions", series.path, f"after{round_}.json")
+
+
+def asked_blocks(series: Series, config: dict,
+                 decision: Callable[[int], Mapping[str, Any] | None]) -> int:
+    """The blocks ``series`` asks for so far: its minimum (sweep.repeats), then one more
+    per decision that wanted more (``wants_more``, under the current config), up to its
+    maximum. ``decision(k)``: the decision after block k, None where it is not made yet
+    (the count stops there). The workflow's ``decision`` is its checkpoint (common.smk
+    ``series_walk``: Snakemake makes a missing decision, then asks again);
+    `scalesweep status` reads the files on disk (``recorded_decision``)."""
+    low, high = repeat_bounds(config, series.workload)
+    blocks = low
+    while blocks < high:
+        made = decision(blocks)
+        if made is None or not wants_more(made, config):
+            break
+        blocks += 1
+    return blocks
+
+
+def recorded_decision(results: str | Path, series: Series, round_: int) -> dict | None:
+    """The decision after block ``round_`` as recorded on disk; None without one (or an
+    unreadable one: the workflow makes it again)."""
+    try:
+        return json.loads(decision_path(results, series, round_).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def asked_points(points: Iterable[SweepPoint], config: dict,
+                 results: str | Path) -> list[SweepPoint]:
+    """Every run the series of ``points`` ask for by the decisions recorded under
+    ``results`` (``asked_blocks``): the runs the workflow measures, whether measured yet
+    or not (a deleted extra repeat among them)."""
+    return sorted(
+        series.point(rt, k)
+        for series in series_of(points)
+        for k in range(1, asked_blocks(
+            series, config, functools.partial(recorded_decision, results, series)) + 1)
+        for rt in series.runtimes(config))
 
 
 def run_priority(point: SweepPoint, config: dict, series_index: Mapping[Series, int]) -> int:
@@ -210,6 +270,42 @@ def wants_more(decision: Mapping[str, Any], config: dict) -> bool:
         if half is None or not half <= target:
             return True
     return not decision["enough"] and not decision.get("comparisons")
+
+
+def blocks_at_spread(series: Series, config: dict,
+                     spread: Mapping[str, tuple[float, float]]) -> int | None:
+    """The blocks ``series`` measures, every run undisturbed, when the log ratio
+    ln(t_runtime / t_native) of each compared runtime's same-block pairs has mean m and
+    standard deviation s (``spread``: runtime -> (m, s)): its minimum, then one more per
+    decision that wants more (``decide``, ``wants_more``: the walk of the workflow's
+    checkpoints), up to its maximum. The pairs of round n are n normal scores with exactly
+    that mean and sample sd, so that every rule of ``decide`` judges them as it judges a
+    real series (pairs needed, CI target). ``spread`` (0, 0): the fewest blocks the series
+    can stop at. None where a compared runtime has no spread in ``spread``."""
+    from scipy import stats
+
+    low, high = repeat_bounds(config, series.workload)
+    runtimes = series.runtimes(config)
+    compared = [rt for rt in runtimes if rt != REFERENCE] if REFERENCE in runtimes else []
+    if any(rt not in spread for rt in compared):
+        return None
+
+    def runs(round_: int) -> list[dict[str, Any]]:
+        q = stats.norm.ppf((np.arange(1, round_ + 1) - 0.375) / (round_ + 0.25))  # Blom
+        z = (q - q.mean()) / q.std(ddof=1) if round_ > 1 else np.zeros(1)
+        out = []
+        for k in range(round_):
+            for rt in runtimes:
+                m, s = spread.get(rt, (0.0, 0.0))
+                time_s = float(np.exp(m + s * z[k])) if rt in compared else 1.0
+                out.append({"runtime": rt, "repeat": k + 1, "time_s": time_s,
+                            "disturbed": False})
+        return out
+
+    blocks = low
+    while blocks < high and wants_more(decide(series, blocks, runs(blocks), config), config):
+        blocks += 1
+    return blocks
 
 
 def _fmt(x: Any) -> str:

@@ -99,6 +99,13 @@ def describe_rates(df: pd.DataFrame, group_cols: Iterable[str], rate_col: str) -
                                        "ci95_high"])
 
 
+# scaling_table's columns after the group columns and the count
+SCALING_COLUMNS = ["time_s", "n", "median", "min", "max", "std", "ci95_low", "ci95_high",
+                   "cv", "baseline_count", "baseline_time_s", "linear_time_s", "speedup",
+                   "efficiency_pct", "efficiency_ci95_low_pct", "efficiency_ci95_high_pct",
+                   "flag"]
+
+
 def scaling_table(
     df: pd.DataFrame,
     count_col: str = "nodes",
@@ -172,10 +179,7 @@ def scaling_table(
         _scaling_flag(efficiency, cv, n, cv_threshold)
         for efficiency, cv, n in zip(table["efficiency_pct"], table["cv"], table["n"])
     ]
-    return table[[*group_cols, count_col, "time_s", "n", "median", "min", "max", "std",
-                  "ci95_low", "ci95_high", "cv", "baseline_count", "baseline_time_s",
-                  "linear_time_s", "speedup", "efficiency_pct", "efficiency_ci95_low_pct",
-                  "efficiency_ci95_high_pct", "flag"]]
+    return table[[*group_cols, count_col, *SCALING_COLUMNS]]
 
 
 def _efficiency_ci(runs: pd.DataFrame, table: pd.DataFrame, group_cols: list[str],

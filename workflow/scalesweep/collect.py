@@ -9,9 +9,9 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from scalesweep.analysis import (describe_rates, describe_repeats, scaling_table, truthy,
-                                 verdict_table)
-from scalesweep.metrics import MetricsError, read_metrics
+from scalesweep.analysis import (SCALING_COLUMNS, describe_rates, describe_repeats,
+                                 scaling_table, truthy, verdict_table)
+from scalesweep.metrics import RECORD_PAYLOAD, MetricsError, field_problem, read_metrics
 from scalesweep.pointdir import FAILURE_JSON, METRICS_JSON
 from scalesweep.probe import summary as probe_summary
 from scalesweep.sweep import (BLOCK_DIR, HISTORY_DIR, REFERENCE, SweepError, SweepPoint,
@@ -66,6 +66,8 @@ def model_label(model, synthetic) -> str:
 
 
 def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
+    """runs.csv's row of one run. ``metrics``: a record whose fields are as
+    scalesweep.metrics.FIELDS declares them for ``payload_kind`` (read_run checks)."""
     point = SweepPoint(**metrics["point"])
     row = point.as_dict()
     row.update(
@@ -76,7 +78,7 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
         peak_rss_mb=metrics.get("peak_rss_mb"),
         harness_wall_s=metrics.get("harness_wall_s"),
         harness_overhead_s=metrics.get("harness_overhead_s"),
-        hosts=";".join(metrics.get("hosts", [])),
+        hosts=";".join(metrics.get("hosts") or []),
         image_digest=(metrics.get("image") or {}).get("content_digest"),
         slurm_job_id=(metrics.get("slurm") or {}).get("job_id"),
         git_commit=metrics.get("git_commit"),
@@ -205,17 +207,24 @@ def history_runs(metrics_path: str | Path) -> list[Path]:
 
 def read_run(path: str | Path, config: dict) -> tuple[dict, dict]:
     """(metrics, run_row) of one metrics file; MetricsError naming the file and the
-    field when it is unreadable, of another schema, or lacks (or has a non-numeric)
-    field the tables need."""
+    field when it is unreadable, of another schema, or lacks a field the tables need
+    or has one of another kind than declared (scalesweep.metrics.FIELDS, of the payload
+    its workload runs: "<file>: <field> is <value>, expected <kind>")."""
     m = read_metrics(path)
     try:
         workload = m["point"]["workload"]
         kind = config["workloads"][workload]["payload"]
     except (KeyError, TypeError) as exc:
         raise MetricsError(f"{path}: no point/workload of this config ({exc})") from None
+    if RECORD_PAYLOAD.get(kind) != m.get("payload"):  # read_metrics checked its own
+        problem = field_problem(m, RECORD_PAYLOAD.get(kind))
+        if problem:
+            raise MetricsError(f"{path}: {problem}")
     try:
         row = run_row(m, str(path), kind)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError, IndexError) as exc:
+    # a field FIELDS does not declare yet: still a failed point, never a traceback
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, IndexError,
+            AttributeError) as exc:
         raise MetricsError(f"{path}: missing or malformed field ({type(exc).__name__}: "
                            f"{exc})") from None
     if not _finite(row.get("time_s")):
@@ -410,27 +419,48 @@ def _row_notes(table: pd.DataFrame, runs: pd.DataFrame, keys: list[str],
 
 def scaling_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame:
     """scaling.csv: analysis.scaling_table per workload x runtime x threads over the valid
-    (not disturbed) CNN runs, plus n_disturbed, shared_cores and note per row."""
+    (not disturbed) CNN runs, plus n_disturbed, shared_cores and note per row. A series
+    whose every run of its baseline count was disturbed has no numbers: one row at that
+    count with n 0 says so (note; in ``log`` too), never an empty table without a word
+    (``scaling_rows``: the rows with numbers). One without a finished baseline run (a
+    partial sweep) is left out, said in ``log``."""
     log = log or (lambda text: None)
     trained = runs[runs["payload"] == "cnn"] if not runs.empty else runs
-    tables = []
-    for key, df in valid_runs(trained).groupby(SCALING_SERIES, sort=True):
+    tables, left_out = [], []
+    for key, every in trained.groupby(SCALING_SERIES, sort=True):
+        df = valid_runs(every)
         baseline = workload_axes(config, key[0]).get("baseline")
-        if baseline is not None and baseline not in set(df["count"]):
-            log(f"scaling: {dict(zip(SCALING_SERIES, key))} has no finished undisturbed "
-                f"baseline count {baseline}; left out")
-            continue
         # the workload's mode (workloads.<name>.scaling): strong, or weak (per-rank work
         # fixed: efficiency = T(baseline) / T(N)); every row says which
         mode = config["workloads"].get(key[0], {}).get("scaling", "strong")
+        if df.empty or (baseline is not None and baseline not in set(df["count"])):
+            at = baseline if baseline is not None else every["count"].min()
+            series = ", ".join(f"{c}={v}" for c, v in zip(SCALING_SERIES, key))
+            n = int((every["count"] == at).sum())  # all disturbed
+            if not n:  # a partial sweep: points.csv says what is missing
+                log(f"scaling: {series}: no finished run of its baseline count {at}; left out")
+                continue
+            also = ", as every other run of the series" if df.empty and len(every) > n else ""
+            why = (f"no numbers: no undisturbed run of its baseline count {at} ({n} "
+                   f"disturbed{also}; `scalesweep status` says how to replace them)")
+            log(f"scaling: {series}: {why}; left out of the scaling statistics")
+            left_out.append({**dict(zip(SCALING_SERIES, key)), "count": at, "n": 0,
+                             "baseline_count": at, "scaling": mode, "_why": why})
+            continue
         tables.append(scaling_table(
             df, count_col="count", time_col="time_s", group_cols=SCALING_SERIES,
             baseline=baseline, mode=mode,
             cv_threshold=config.get("analysis", {}).get("cv_threshold", 0.05)).assign(scaling=mode))
-    if not tables:
+    if not tables and not left_out:
         return pd.DataFrame(columns=[*SCALING_SERIES, "count", *ROW_NOTES])  # a header
-    table = pd.concat(tables, ignore_index=True)
+    table = pd.concat([*tables, *([pd.DataFrame(left_out)] if left_out else [])],
+                      ignore_index=True)
+    if not tables:  # the columns of a table with numbers, empty
+        table = table.reindex(columns=[*SCALING_SERIES, "count", *SCALING_COLUMNS, "scaling",
+                                       "_why"])
     table = _row_notes(table, trained, [*SCALING_SERIES, "count"])
+    why = table.pop("_why").fillna("") if left_out else pd.Series("", index=table.index)
+    table["note"] = [w + "; " + t if w and t else w or t for w, t in zip(why, table["note"])]
     # a count reached by several node layouts (1 node x 2 ranks and 2 nodes x 1 rank) is
     # pooled here as repeats of one count: said on the row and in the log, never silently
     layouts = valid_runs(trained).groupby([*SCALING_SERIES, "count"]).apply(
@@ -446,6 +476,14 @@ def scaling_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame:
                 f"{row['count']}: {text}; sweep nodes and ranks/GPUs per node in separate "
                 "workloads to keep them apart")
     return table
+
+
+def scaling_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of scaling.csv with numbers: not those of series left out (n 0, a note
+    saying why; scaling_summary)."""
+    if table is None or table.empty or "n" not in table:
+        return table
+    return table[pd.to_numeric(table["n"], errors="coerce").fillna(0) > 0]
 
 
 def llm_summary(runs: pd.DataFrame) -> pd.DataFrame:

@@ -85,14 +85,15 @@ def moved_keys(config: dict) -> list[str]:
     return out
 
 
-def check_config(config: dict) -> None:
+def check_config(config: dict, directory: str | Path = ".") -> None:
     """The one validation of a config, in place, before any job: keys that moved to the
     site file, the schema (defaults filled in; a violation raises ConfigError naming the
     key and the value), the site it names loaded once into ``config["_site"]``, then what
     the schema cannot say: runtimes the site offers, engines that can run the workloads.
 
     A ``site:`` path is relative to the repository, like every path in the config.
-    The workflow calls this while it is parsed (workflow/rules/common.smk).
+    The workflow calls this while it is parsed (workflow/rules/common.smk), in the
+    campaign ``directory``.
     """
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate
@@ -111,9 +112,50 @@ def check_config(config: dict) -> None:
         config[SITE_KEY] = load_site(config["site"], base=REPO)
     except SiteError as exc:
         raise ConfigError(f"config key site: {exc}") from None
+    check_dataset_sources(config, directory)
     check_runtimes(config)
     check_images(config)
     check_engines(config)
+    check_payload_bounds(config)
+
+
+def check_dataset_sources(config: dict, directory: str | Path = ".") -> None:
+    """The source (``datasets.<name>.path``) of every dataset a workload trains on exists
+    where staging will read it, before any job: on a site without a scheduler every job
+    runs on this host, so it must be here (relative paths: to the campaign ``directory``,
+    where the staging job runs). On a Slurm site staging is a Slurm job and the path is the
+    cluster's (a Frontier campaign is planned anywhere, e.g. with `snakemake -n`): the
+    staging job refuses it there, naming it, before any point runs. A dataset the campaign
+    has staged already (``resources/datasets/<name>``) does not read its source again;
+    a synthetic one reads none."""
+    from scalesweep.dataset import STAGED_DIR
+    from scalesweep.site import site_of
+    from scalesweep.sweep import enabled_workloads
+
+    site = site_of(config)
+    if site["scheduler"] != "none":
+        return
+    datasets = config.get("datasets") or {}
+    used = {config["workloads"][w].get("dataset") for w in enabled_workloads(config)
+            if config["workloads"][w].get("payload") == "cnn"}
+    for name in sorted(n for n in used if n in datasets):
+        ds = datasets[name]
+        if ds["source"] == "synthetic" or Path(directory, STAGED_DIR, name).is_dir():
+            continue
+        path = Path(directory, ds["path"])
+        wanted = "file" if ds["source"] == "image-archive" else "directory"
+        if path.is_file() if wanted == "file" else path.is_dir():
+            continue
+        found = ("does not exist" if not path.exists() else f"is not a {wanted}")
+        hint = {"fashion-mnist": "install Debian's dataset-fashion-mnist (apt-get install "
+                                 "dataset-fashion-mnist) or name the directory of its idx files",
+                "image-folder": "name the directory of its <class>/ folders",
+                "image-archive": "name the archive file"}[ds["source"]]
+        if ds["path"].startswith("~"):
+            hint = "'~' is not expanded here: give the path in full"
+        raise ConfigError(
+            f"config key datasets.{name}.path: {ds['path']!r} {found} on this host, where site "
+            f"{site['name']!r} (no scheduler) stages it (source {ds['source']}): {hint}")
 
 
 def check_images(config: dict) -> None:
@@ -149,17 +191,70 @@ def check_runtimes(config: dict) -> None:
 
 
 @functools.cache
-def llm_engines():
-    """The payload's engine registry (scripts/llm_engines.py: standard library only), so
-    that what an engine can run is declared once, on its class."""
+def payload_script(name: str):
+    """A payload script of scripts/ as a module (what it declares, read where it is
+    declared: their imports are light, torch is imported only when they run)."""
     import importlib.util
     import sys
 
-    spec = importlib.util.spec_from_file_location("llm_engines", REPO / "scripts" / "llm_engines.py")
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("llm_engines", module)
+    sys.modules.setdefault(name, module)
     spec.loader.exec_module(module)
     return module
+
+
+def llm_engines():
+    """The payload's engine registry (scripts/llm_engines.py: standard library only), so
+    that what an engine can run is declared once, on its class."""
+    return payload_script("llm_engines")
+
+
+def model_context(model: dict) -> tuple[int | None, str]:
+    """(context length in tokens, where it comes from) of a config ``models.<name>``: a
+    synthetic model's is its generator's (scripts/make_synthetic_llm.py, which
+    stage_model runs with its defaults), a GGUF file's its metadata where the file is
+    readable now; None where unknown before staging (an Ollama registry model)."""
+    if model.get("source") == "synthetic":
+        ctx = payload_script("make_synthetic_llm").SyntheticConfig().ctx
+        return ctx, "its generator's context_length, scripts/make_synthetic_llm.py"
+    if model.get("source") == "gguf-file" and model.get("path"):
+        path = Path(model["path"]).expanduser()
+        return llm_engines().gguf_context_length(path), f"the context_length in {path}"
+    return None, ""
+
+
+def check_payload_bounds(config: dict) -> None:
+    """What the schema cannot bound alone, before any job: an LLM workload's max_tokens
+    against the context its model runs with (a request stops at the context, and a
+    "length" finish there is not max_tokens), a CNN's image size against the smallest the
+    network takes (scripts/train_cnn.py)."""
+    from scalesweep.sweep import enabled_workloads
+
+    for name in enabled_workloads(config):
+        wl, key = config["workloads"][name], f"config key workloads.{name}"
+        if wl.get("payload") == "cnn" and wl.get("dataset") in config.get("datasets", {}):
+            size = config["datasets"][wl["dataset"]]["image_size"]
+            least = payload_script("train_cnn").MIN_IMAGE_SIZE
+            if size < least:
+                raise ConfigError(f"config key datasets.{wl['dataset']}.image_size: {size} is too small for "
+                                  f"workload {name}'s CNN, which takes images of at least {least} pixels "
+                                  f"(scripts/train_cnn.py): set image_size to {least} or more")
+        if wl.get("payload") != "llm":
+            continue
+        model_ctx, source = model_context((config.get("models") or {}).get(wl.get("model"), {}) or {})
+        engine = llm_engines().engine_class(wl["engine"])
+        limits = [(model_ctx, f"{model_ctx} tokens: {source}")]
+        if engine.sets_ctx:
+            limits.append((llm_engines().DEFAULT_CTX, f"engine {engine.name}'s n_ctx "
+                                                     f"{llm_engines().DEFAULT_CTX}: DEFAULT_CTX in scripts/llm_engines.py"))
+        limits = [(n, why) for n, why in limits if n]
+        bound = min((n for n, _ in limits), default=None)
+        if bound is not None and wl["max_tokens"] >= bound:
+            raise ConfigError(f"{key}.max_tokens: {wl['max_tokens']} does not fit the context of model "
+                              f"{wl.get('model')!r} ({'; '.join(why for _, why in limits)}), which each "
+                              f"request's prompt shares (a request stops there, with fewer tokens): "
+                              f"set max_tokens below {bound}")
 
 
 def check_engines(config: dict) -> None:
@@ -200,11 +295,40 @@ def load_config(paths: Iterable[str | Path]) -> dict:
     ``effective_config`` for that: the workflow's own config, --config, profiles)."""
     config: dict = {}
     for path in paths:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} not found")
-        merge(config, yaml.safe_load(path.read_text()) or {})
+        merge(config, read_config_file(path))
     return validated(config)
+
+
+def read_config_file(path: str | Path) -> dict:
+    """A config file as Snakemake reads one (snakemake.common.configfile: JSON, else
+    YAML), refused naming the file: missing, neither JSON nor YAML, or not a mapping of
+    config keys (Snakemake's own message names no file)."""
+    from snakemake.common.configfile import load_configfile
+    from snakemake.exceptions import WorkflowError
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} not found")
+    try:
+        return load_configfile(str(path))
+    except WorkflowError as exc:
+        raise ConfigError(f"config file {path}: {_config_file_problem(path, exc)}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path}: cannot be read ({exc})") from None
+
+
+def _config_file_problem(path: Path, exc: Exception) -> str:
+    try:
+        content = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, OSError, UnicodeDecodeError):
+        return _one_line(exc)
+    if isinstance(content, dict):
+        return _one_line(exc)
+    what = ("empty" if content is None else
+            {list: "a list", str: "a string", bool: "a boolean", int: "a number",
+             float: "a number"}.get(type(content), f"a {type(content).__name__}"))
+    return (f"its content is {what}, not a mapping of config keys (`key: value` lines at "
+            "the top level, as in config/config.yaml)")
 
 
 def _first_detail(exc: Exception) -> str:
@@ -291,7 +415,7 @@ class ConfigSources:
     def load(self) -> dict:
         """The effective config: Snakemake's reading, the workflow's re-typing of --config
         values, then schema validation with defaults (``validated``)."""
-        return validated(self.raw())
+        return validated(self.raw(), self.directory)
 
     def raw(self) -> dict:
         """The config as the workflow sees it before validation (no defaults)."""
@@ -300,6 +424,8 @@ class ConfigSources:
         from snakemake.settings.types import ConfigSettings
         from snakemake.utils import update_config
 
+        for path in self.configfiles:  # named here: Snakemake's own refusal names none
+            read_config_file(path)
         try:
             command_line = parse_config(list(self.config_args))
         except ValueError as exc:
@@ -334,14 +460,9 @@ class ConfigSources:
 
 
 def _merged_directive(config: dict, path: Path, overwrite: dict, replace: bool) -> dict:
-    from snakemake.common.configfile import load_configfile
-    from snakemake.exceptions import WorkflowError
     from snakemake.utils import update_config
 
-    try:
-        update_config(config, load_configfile(str(path)))
-    except WorkflowError as exc:
-        raise ConfigError(f"{path}: {_one_line(exc)}") from None
+    update_config(config, read_config_file(path))
     if overwrite:
         if replace:
             config = {}
@@ -422,9 +543,10 @@ def effective_config(directory: str | Path = ".", configfiles: Sequence[str | Pa
     return config_sources(directory, configfiles, config_args, profile).load()
 
 
-def validated(config: dict) -> dict:
-    """``config`` checked, defaults filled in, its site loaded (``check_config``)."""
-    check_config(config)
+def validated(config: dict, directory: str | Path = ".") -> dict:
+    """``config`` checked, defaults filled in, its site loaded (``check_config``; for the
+    campaign in ``directory``)."""
+    check_config(config, directory)
     return config
 
 

@@ -4,13 +4,18 @@ The payload writes ``payload.json`` into the point's directory; this harness add
 only the launcher knows (command line, launcher, wall time, Slurm job, image digest, the
 allocation it got, the interference measured during the run: ``scalesweep.interference``,
 the machine's speed just before and just after it on every node: ``scalesweep.probe``)
-and writes ``metrics.json`` atomically. A failed attempt writes ``failure.json`` instead and
-appends to ``attempts.jsonl``; a ``metrics.json`` that exists is never touched.
+and writes ``metrics.json`` atomically. A failed attempt writes ``failure.json`` instead; a
+``metrics.json`` that exists is never touched. Each attempt has one line in
+``attempts.jsonl``, written before anything runs and completed at its end, and its own
+log, ``run.<attempt>.log`` (``scalesweep.failures.start_attempt``).
 
 While it runs, ``running.json`` in the point's directory says who owns the run (host,
 pid and its start time, Slurm job): ``scalesweep status`` tells a live run from one whose
 harness was killed (``owner_state``). The payload dies with the harness, even when the
-harness is SIGKILLed (``dies_with_harness``).
+harness is SIGKILLed (``dies_with_harness``); whatever the payload started and left
+running (mpirun's ranks, torchrun's workers, an LLM server, a daemon) is stopped when the
+payload ends or the harness is interrupted: the harness is their child subreaper
+(``scalesweep.reaper``).
 
 Its parts live beside it: the point's files (``scalesweep.pointdir``), the Slurm job
 (``scalesweep.slurmjob``), the launch (``scalesweep.pointlaunch``) and the attempt and
@@ -20,6 +25,7 @@ failure records (``scalesweep.failures``); ``workflow/scripts/run_point.py`` cal
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -30,7 +36,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from scalesweep.failures import append_attempt, exit_reason, termination_recorder, write_failure
+from scalesweep.dataset import DatasetError, check_staged
+from scalesweep.failures import (append_attempt, exit_reason, failure_reason, start_attempt,
+                                 termination_recorder, write_failure)
 from scalesweep.hostenv import with_user
 from scalesweep.hostmpi import mpi_check
 from scalesweep.interference import METHOD, TOKEN_VAR, Monitor, assess, new_token
@@ -39,6 +47,7 @@ from scalesweep.memtimeline import MemoryTimeline
 from scalesweep import probe as machine_probe
 from scalesweep.metrics import (
     MetricsError,
+    field_problem,
     git_commit,
     now_iso,
     read_metrics,
@@ -52,9 +61,11 @@ from scalesweep.pointdir import (
     RUNNING_JSON,
     SERVERS_DIR,
     PointDirError,
+    attempt_log,
     owner_record,
     writable_problem,
 )
+from scalesweep.reaper import LEFTOVER_GRACE_S, stop_leftovers, subreaper
 from scalesweep.pointlaunch import (
     gpu_inventory,
     image_provenance,
@@ -77,42 +88,95 @@ SERVER_START_TIMEOUT_S = 900
 # The payload runs in a session of its own (the harness signals its whole process group
 # on scancel or Ctrl-C), so a SIGKILL of the workflow's process group (kill -9 -PGID, an
 # OOM kill) used to leave it running, orphaned, beside the next measurement: the harness
-# dies at once and its cleanup never runs. So the first process of every command the
-# harness starts asks the kernel for SIGTERM when the harness dies (prctl
-# PR_SET_PDEATHSIG), set in the child by this wrapper before it execs the command (a
-# preexec_fn is unsafe: the interference monitor's thread runs while the payload
+# dies at once and its cleanup never runs. So every command the harness starts gets
+# SIGTERM when the harness dies (prctl PR_SET_PDEATHSIG, through this wrapper: a
+# preexec_fn is unsafe, the interference monitor's thread runs while the payload
 # starts). SIGTERM, not SIGKILL, lets each launcher stop cleanly what it started:
 #   local     the payload itself (train_cnn.py dies; infer_llm.py stops its server first)
 #   mpirun    Open MPI terminates every rank (each in a process group of its own) and exits
 #   torchrun  terminates its workers (each in a session of its own) and exits
-#   ch-run    execs the payload, which keeps the setting (ch-run is not set-uid)
+#   ch-run    execs the payload, which gets it (ch-run is not set-uid)
 #   srun      signals the step's tasks; and Slurm kills every step when the job ends
-# (apptainer: its starter may be set-uid, which clears the setting; not tested here.) The
-# signal follows the thread that started the child: the harness starts every command from
-# its main thread, which lives as long as the harness. A harness that died between the
-# fork and prctl is caught by the parent check.
+# (apptainer: its starter may be set-uid, which clears the setting; not tested here.)
+# Exactly one SIGTERM: the kernel sends the parent-death signal each time a process's
+# parent *thread* changes, and a dying harness has several threads (the interference
+# monitor's) and, as a subreaper, adopts orphans into them while it dies: a child is
+# handed from thread to thread, one signal each, and a second SIGTERM makes mpirun quit
+# at once without stopping its ranks (Open MPI's "forcibly terminate"), leaving them
+# running. So this wrapper stays, single-threaded, as the command's parent: told of the
+# harness's death by a real-time signal (as often as the kernel likes), it sends the
+# command ``sig`` once and waits for it; were the wrapper itself killed, the command gets
+# ``sig`` from the kernel (the wrapper has one thread). It ignores SIGINT, SIGTERM and
+# SIGHUP (the harness's signals to the payload's process group reach the command
+# directly) and ends as the command ended (its exit code, or the same signal). It runs no
+# script (``python -c``), so the memory timeline never takes it for a rank. A harness
+# that died before the wrapper's prctl, or a wrapper before the command's, is caught by
+# the parent check. (tests/test_reaper.py SIGKILLs a harness under mpirun and torchrun.)
+# What a payload leaves running while the harness lives on is the harness's to stop: it
+# is their subreaper (scalesweep.reaper).
 _GUARD = """\
-import ctypes, os, sys
+import ctypes, os, signal, sys
 sig, parent, argv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
-except (OSError, AttributeError):
-    pass
-if os.getppid() != parent:
+GONE = signal.SIGRTMIN + 1  # the harness died (sent by the kernel only)
+STOPS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+child, told = 0, False
+
+
+def harness_gone(_signum, _frame):
+    global told
+    if not told and child:
+        told = True
+        os.kill(child, sig)
+
+
+def dies_with(parent, signum):
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signum)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    return os.getppid() == parent
+
+
+signal.pthread_sigmask(signal.SIG_BLOCK, STOPS | {GONE})  # until the command has started
+signal.signal(GONE, harness_gone)
+if not dies_with(parent, GONE):
     sys.stderr.write("scalesweep: the harness died before its command started\\n")
     sys.stderr.flush()
     os._exit(128 + sig)
-try:
-    os.execvp(argv[0], argv)
-except OSError as exc:
-    sys.stderr.write(f"scalesweep: cannot run {argv[0]}: {exc}\\n")
-    sys.stderr.flush()
-    os._exit(127)
+me = os.getpid()
+child = os.fork()
+if child == 0:
+    signal.signal(GONE, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS | {GONE})
+    if not dies_with(me, sig):
+        os._exit(128 + sig)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        sys.stderr.write(f"scalesweep: cannot run {argv[0]}: {exc}\\n")
+        sys.stderr.flush()
+        os._exit(127)
+for s in STOPS:
+    signal.signal(s, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS | {GONE})  # a pending GONE: sig now
+status = os.waitpid(child, 0)[1]
+if os.WIFSIGNALED(status):  # end the same way
+    n = os.WTERMSIG(status)
+    try:
+        import resource
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # its core, not the wrapper's
+        signal.signal(n, signal.SIG_DFL)
+    except (ImportError, OSError, ValueError):
+        pass
+    os.kill(me, n)
+    os._exit(128 + n)
+os._exit(os.waitstatus_to_exitcode(status))
 """
 
 
 def dies_with_harness(argv: list[str], sig: int = signal.SIGTERM) -> list[str]:
-    """``argv`` wrapped so that its process gets ``sig`` when this process dies."""
+    """``argv`` wrapped so that its process gets ``sig``, once, when this process dies
+    (the wrapper stays its parent, and ends as it ends: see the comment above)."""
     python = sys.executable or "python3"
     return [python, "-I", "-S", "-c", _GUARD, str(int(sig)), str(os.getpid()), *argv]
 
@@ -272,6 +336,7 @@ def execute(
     image_manifest: str | None = None,
     extra: dict[str, Any] | None = None,
     stage_from: str = "",
+    dataset: str = "",
     measurement: dict,
     site: dict,
     order: dict | None = None,
@@ -281,6 +346,9 @@ def execute(
     ``measurement``: the validated config's section (interference thresholds and
     sampling interval); ``site``: the config's site (``scalesweep.site.site_of``: its name
     and shared cores are recorded); ``order``: ``scalesweep.sweep.run_order`` of the point.
+    ``dataset``: the staged dataset the payload reads (or copies to node-local storage),
+    checked against its manifest before anything runs (``scalesweep.dataset.check_staged``):
+    a changed dataset fails the point, naming the file, and nothing is measured.
     Besides the image's provenance, the run records its container runtime's
     (``runtime_provenance``: executable, modules, the version it reports).
     """
@@ -303,10 +371,17 @@ def execute(
         write_json_atomic(running, owner_record())
     except OSError as exc:  # filled up (or turned read-only) since the check just above
         raise PointDirError(f"cannot write {running}: {exc.strerror or exc}") from None
+    # every process of the payload carries it (scalesweep.interference, scalesweep.reaper)
+    token = new_token()
     try:
-        return _execute(point, launch, metrics_path, log_path, image_manifest=image_manifest,
-                        extra=extra, stage_from=stage_from, measurement=measurement,
-                        site=site, order=order)
+        with subreaper():
+            try:
+                return _execute(point, launch, metrics_path, log_path, token=token,
+                                image_manifest=image_manifest, extra=extra,
+                                stage_from=stage_from, dataset=dataset,
+                                measurement=measurement, site=site, order=order)
+            finally:  # interrupted, or failed in the harness: nothing of the payload stays
+                _stop_leftovers(token, log_path)
     finally:  # a SIGKILLed harness leaves it: `scalesweep status` finds its owner gone
         try:
             running.unlink(missing_ok=True)
@@ -314,8 +389,8 @@ def execute(
             pass
 
 
-def _execute(point, launch, metrics_path: Path, log_path, *, image_manifest, extra,
-             stage_from, measurement, site, order) -> int:
+def _execute(point, launch, metrics_path: Path, log_path, *, token, image_manifest, extra,
+             stage_from, dataset, measurement, site, order) -> int:
     out_dir = metrics_path.parent
     payload_json = out_dir / PAYLOAD_JSON
     payload_json.unlink(missing_ok=True)
@@ -337,7 +412,7 @@ def _execute(point, launch, metrics_path: Path, log_path, *, image_manifest, ext
     added_env = {k: env[k] for k in sorted(set(launch_env(launch)) | set(rdv))}
     # every process of the payload carries the token, on every node: the interference
     # monitor counts their CPU time as the run's own (not in the command line: unique)
-    token = env[TOKEN_VAR] = new_token()
+    env[TOKEN_VAR] = token
     slurm = slurm_info()
     attempt = {
         "point": point.as_dict(),
@@ -348,15 +423,24 @@ def _execute(point, launch, metrics_path: Path, log_path, *, image_manifest, ext
         "allocation": allocation_info(slurm, site),
         "gpu_inventory": gpu_inventory(site["node"]["device"]),
         "order": order,
-        "log": str(log_path),
     }
-    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    # its number, its own log (attempt["log"]) and its "started" line, before anything
+    # runs: a harness SIGKILLed from here on still leaves the attempt's record and log
+    try:
+        start_attempt(out_dir, attempt, log_path)
+    except OSError as exc:  # filled up (or turned read-only) since the check: nothing ran
+        raise PointDirError(f"cannot record the attempt in {out_dir}: "
+                            f"{exc.strerror or exc}") from None
+    dataset_problem = _dataset_problem(dataset)  # before the run's clock starts
     t0 = time.perf_counter()
     record = termination_recorder(out_dir, attempt, t0)
     with open(log_path, "a") as log:
         log.write(f"# {attempt['start']} scalesweep run-point\n")
         rc = 0
-        if stage_from:
+        if dataset_problem:
+            log.write(f"# {dataset_problem}\n")
+            rc, attempt["reason"] = 65, dataset_problem  # EX_DATAERR
+        elif stage_from:
             stage = stage_command(launch, stage_from, launch.data_dir)
             log.write(f"# staging: {shell_line(stage)}\n")
             log.flush()
@@ -391,12 +475,27 @@ def _execute(point, launch, metrics_path: Path, log_path, *, image_manifest, ext
             attempt["interference"] = probe.stop()
             # the ranks' memory over the window: into metrics.json (not attempts.jsonl)
             extra = {**(extra or {}), "memory_timeline": memory.record()}
+        # what the payload started and left running (before the machine probe after it)
+        left = _stop_leftovers(token, log_path)
+        if left:
+            attempt["left_running"] = left
         if rc == 0:
             speed.run("after")
         extra = {**extra, "probe": speed.record()}
     wall = time.perf_counter() - t0 - (speed.seconds if speed else 0.0)
     attempt.update(end=now_iso(), wall_s=wall, exit_code=rc)
     return _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_manifest, commit, extra)
+
+
+def _dataset_problem(dataset: str) -> str:
+    """Why the staged ``dataset`` must not be read ("" if it may, or there is none)."""
+    if not dataset:
+        return ""
+    try:
+        check_staged(dataset)
+    except DatasetError as exc:
+        return f"the dataset is not as staged, nothing was measured: {exc}"
+    return ""
 
 
 def _run_llm_servers_and_client(servers: Launch, client: Launch, env: dict, log_path: str,
@@ -436,6 +535,30 @@ def _run_llm_servers_and_client(servers: Launch, client: Launch, env: dict, log_
             _stop_group(srv)
 
 
+def _stop_leftovers(token: str, log_path) -> list[str]:
+    """``scalesweep.reaper.stop_leftovers``, not cut short by a second Ctrl-C or SIGTERM
+    (they would leave the rest running); what it stopped goes into the log."""
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous[sig] = signal.signal(sig, signal.SIG_IGN)
+        except ValueError:  # not the main thread
+            pass
+    try:
+        left = stop_leftovers(token)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if left:
+        try:
+            with open(log_path, "a") as log:
+                log.write("# the payload left these running; stopped (SIGTERM, then SIGKILL "
+                          f"after {LEFTOVER_GRACE_S:g} s): {'; '.join(left)}\n")
+        except OSError:
+            pass
+    return left
+
+
 def _stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
     if proc.poll() is not None:
         return
@@ -461,13 +584,36 @@ def _run_payload(argv: list[str], env: dict, log_path: str, record=None) -> int:
                 signal.signal(sig, handler)
 
 
+def keep_copy(metrics_path: Path, attempt: int | None) -> None:
+    """metrics.<attempt>.json beside metrics.json, a hard link: Snakemake deletes a job's
+    output before it runs the job again (a deleted dataset, model or image it reads is
+    staged anew and re-runs every finished point that reads it), and the measurement
+    stays. Nothing where the filesystem has no hard links."""
+    if attempt is None:
+        return
+    try:
+        os.link(metrics_path, attempt_log(metrics_path, attempt))
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP):
+            raise
+
+
 def _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_manifest, commit, extra):
     out_dir = metrics_path.parent
+    recorded = attempt.pop("_recorded", False)  # the signal, recorded when it came (failures)
+    if recorded and rc == 0:
+        # the payload outlived the harness's SIGINT/SIGTERM and exited 0: the run was
+        # stopped all the same (Snakemake counts its job failed), so it is not kept, and
+        # this record replaces the one written at the signal (one per attempt)
+        attempt["reason"] = (f"{exit_reason(-recorded)}; the payload went on and exited 0, but "
+                             "an interrupted run is not kept: measure the point again")
+        rc, recorded = 128 + recorded, False
     if rc == 0 and not payload_json.is_file():
         rc, attempt["reason"] = 70, f"payload exited 0 but wrote no {PAYLOAD_JSON}"
-    recorded = attempt.pop("_recorded", False)  # at the termination signal, in attempts.jsonl
     if rc != 0:
-        attempt.setdefault("reason", exit_reason(rc))
+        attempt.setdefault("reason", failure_reason(rc, payload_json))
         attempt["state"] = "failed"
         # recorded at the signal: failure.json is complete already (reason, exit code, wall
         # time), and Slurm may kill this harness any moment now, mid-write
@@ -513,10 +659,19 @@ def _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_
         order=attempt.get("order"),
         **(extra or {}),
     )
+    # the record as every reader of metrics.json checks it (metrics.FIELDS): a payload
+    # that wrote a field its readers cannot use fails here, so a plain re-run redoes it
+    problem = field_problem(record)
+    if problem:
+        attempt.update(reason=f"{payload_json}: {problem}", state="failed", exit_code=70)
+        write_failure(out_dir, attempt)
+        print(f"point {point.path} failed: {attempt['reason']}; log: {attempt['log']}", file=sys.stderr)
+        return 70
     attempt["state"] = "done"
     try:
         append_attempt(out_dir, attempt)
         write_metrics(metrics_path, record)
+        keep_copy(metrics_path, attempt.get("attempt"))
     except OSError as exc:  # full or gone read-only under the run: say where
         raise PointDirError(f"the run finished but its metrics could not be written to "
                             f"{metrics_path}: {exc.strerror or exc}") from exc

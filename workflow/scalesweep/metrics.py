@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 SCHEMA_VERSION = 1
 SCHEMA_NAME = "scalesweep.metrics"
@@ -24,48 +24,200 @@ SCHEMA_NAME = "scalesweep.metrics"
 
 class MetricsError(ValueError):
     """A metrics file is missing, unreadable, of another schema, or lacks a field (or has
-    a non-numeric one) that the summary needs."""
+    one of another kind) that a reader needs (FIELDS)."""
 
 
-# What the summary tables read from a sweep point's record, by the payload that wrote it
-# (the record's "payload": the payload's own name). Required fields must be there; every
-# listed field that is there must be a number (times: finite; lists: of numbers). Records
-# without a known "payload" (start-up timings, hand-made ones) get the type checks only.
-REQUIRED_FIELDS = {
-    "cnn": ("epoch_s", "train_s", "final_loss", "final_accuracy"),
-    "llm_inference": ("wall_s",),
-}
-TIME_FIELDS = ("epoch_s", "train_s", "wall_s")  # finite, never NaN or infinite
-NUMBER_FIELDS = ("epoch_s", "train_s", "wall_s", "final_loss", "final_accuracy",
-                 "images_per_epoch", "images_per_s", "tokens_per_s", "requests_per_s",
-                 "peak_rss_mb", "harness_wall_s", "harness_overhead_s")
-LIST_FIELDS = ("epoch_s",)
+# Every field of a sweep point's record that a reader uses (collect.run_row and the
+# summary, the report's provenance and memory tables, `scalesweep status`, `rerun`,
+# `compare`, `campaign merge`): declared once, per payload (the record's "payload": the
+# payload's own name), with its kind and unit, and checked where the file is read
+# (read_metrics: field_problem). So no reader meets a field of another shape: a bad file
+# is refused naming the file, the field, its value and what was expected, and its point
+# is failed (points.csv, `scalesweep status`; `scalesweep rerun --failed` measures it
+# again). "a.b" is field b of the mapping a; "a[].b" field b of every item of the list a.
+# A required field must be there and not null (a field below a mapping: where the mapping
+# is); any other may be absent or null (older records, runs without Slurm, a container or
+# a GPU). Records of no known payload (start-up timings) are checked against nothing here.
 
 
-def _is_number(value: Any, finite: bool) -> bool:
+class Field(NamedTuple):
+    path: str
+    kind: str  # a key of KINDS
+    unit: str = ""
+    required: bool = False
+
+    def expected(self) -> str:
+        return KINDS[self.kind][0] + (f" ({self.unit})" if self.unit else "")
+
+
+def _is_number(value: Any, finite: bool = False) -> bool:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     return ok and (not finite or math.isfinite(value))
 
 
-def field_problem(data: dict[str, Any]) -> str | None:
-    """The first missing or non-numeric field of a metrics record, described; None if
-    the fields the summary reads are all there and numbers."""
-    for name in REQUIRED_FIELDS.get(data.get("payload"), ()):
-        if data.get(name) is None:
-            return f"field {name!r} is missing"
-    for name in NUMBER_FIELDS:
-        value = data.get(name)
-        if value is None and name not in REQUIRED_FIELDS.get(data.get("payload"), ()):
+# the statistics of a set of values a payload records (infer_llm.summarize); a summary of
+# no values is {"n": 0}, and "std" of one value is null
+SUMMARY_STATS = ("n", "mean", "std", "min", "p50", "p90", "p99", "max")
+
+KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "number": ("a number", _is_number),
+    "finite": ("a finite number", lambda v: _is_number(v, True)),
+    "count": ("a whole number >= 0",
+              lambda v: _is_number(v) and float(v).is_integer() and v >= 0),
+    "text": ("text", lambda v: isinstance(v, str)),
+    "flag": ("true or false", lambda v: isinstance(v, bool)),
+    "mapping": ("a mapping", lambda v: isinstance(v, dict)),
+    "list": ("a list", lambda v: isinstance(v, list)),
+    "texts": ("a list of text", lambda v: isinstance(v, list)
+              and all(isinstance(x, str) for x in v)),
+    "numbers": ("a non-empty list of finite numbers", lambda v: isinstance(v, list)
+                and bool(v) and all(_is_number(x, True) for x in v)),
+    "summary": ("a mapping of statistics (n, mean, p50, ...) to finite numbers",
+                lambda v: isinstance(v, dict) and all(
+                    v.get(k) is None or _is_number(v[k], True) for k in SUMMARY_STATS)),
+    "job": ("text or a whole number", lambda v: isinstance(v, str)
+            or (_is_number(v) and float(v).is_integer())),
+}
+
+# every sweep point's record, whatever its payload (harness, launcher, interference)
+RUN_FIELDS = (
+    Field("point", "mapping"),  # required where it is read (collect.read_run)
+    *(Field(f"point.{axis}", "text", required=True) for axis in ("workload", "runtime")),
+    *(Field(f"point.{axis}", "count", required=True)
+      for axis in ("nodes", "gpus", "ranks", "threads", "repeat")),
+    Field("point.arm", "text"),
+    Field("launcher", "text"),
+    Field("hosts", "texts"),
+    Field("peak_rss_mb", "number", "MiB"),
+    Field("harness_wall_s", "number", "s"),
+    Field("harness_overhead_s", "number", "s"),
+    Field("harness_start", "text"), Field("harness_end", "text"),
+    Field("start", "text"), Field("end", "text"),
+    Field("git_commit", "text"),
+    Field("image", "mapping"), Field("image.content_digest", "text"),
+    Field("slurm", "mapping"), Field("slurm.job_id", "job"), Field("slurm_job_id", "job"),
+    Field("versions", "mapping"), Field("host", "mapping"),
+    Field("engine", "mapping"), Field("model", "mapping"), Field("dataset", "mapping"),
+    Field("runtime_provenance", "mapping"), Field("mpi", "mapping"),
+    Field("disturbed", "flag"),
+    Field("interference", "mapping"), Field("interference.reasons", "texts"),
+    Field("interference.outside_cpu_pct_max", "number", "%"),
+    Field("interference.steal_pct_max", "number", "%"),
+    Field("interference.load1_max", "number"),
+    Field("allocation", "mapping"), Field("allocation.shared_cores", "flag"),
+    Field("order", "mapping"), Field("order.position", "count"),
+    Field("probe", "mapping"),
+    Field("memory_timeline", "mapping"),
+)
+
+# a workload's payload in the config (workloads.<name>.payload) -> the "payload" its
+# records carry (the payload script's own name for itself)
+RECORD_PAYLOAD = {"cnn": "cnn", "llm": "llm_inference"}
+
+FIELDS: dict[str, tuple[Field, ...]] = {
+    "cnn": (
+        *RUN_FIELDS,
+        Field("epoch_s", "numbers", "s", required=True),
+        Field("train_s", "finite", "s", required=True),
+        Field("final_loss", "number", required=True),
+        Field("final_accuracy", "number", "fraction", required=True),
+        Field("test_loss", "number"),
+        Field("test_accuracy", "number", "fraction"),
+        Field("images_per_epoch", "number", "images"),
+        Field("images_per_s", "number", "images/s"),
+        Field("steps_per_epoch", "count"),
+        Field("flops_per_step", "number", "FLOP"),
+        Field("allreduce_s", "numbers", "s"),
+        Field("data_wait_s", "numbers", "s"),
+        Field("data_load_s", "number", "s"),
+        Field("staging_s", "number", "s"),
+        Field("parallel", "text"), Field("scaling", "text"), Field("data_path", "text"),
+    ),
+    "llm_inference": (
+        *RUN_FIELDS,
+        Field("wall_s", "finite", "s", required=True),
+        Field("tokens_per_s", "number", "tokens/s"),
+        Field("requests_per_s", "number", "requests/s"),
+        Field("ttft_s", "summary", "s", required=True),
+        Field("latency_s", "summary", "s", required=True),
+        Field("decode_tokens_per_s", "summary", "tokens/s"),
+        Field("memory", "mapping"),
+        Field("memory.server_peak_rss_mb", "number", "MiB"),
+        Field("concurrency", "count", "requests"),
+        Field("concurrency_levels", "list"),
+        Field("concurrency_levels[]", "mapping"),
+        Field("concurrency_levels[].concurrency", "count", "requests", required=True),
+        Field("concurrency_levels[].tokens_per_s", "number", "tokens/s"),
+        Field("concurrency_levels[].requests_per_s", "number", "requests/s"),
+        Field("concurrency_levels[].ttft_s", "summary", "s"),
+        Field("concurrency_levels[].latency_s", "summary", "s"),
+        Field("requests", "list"),
+        Field("requests[]", "mapping"),
+        Field("requests[].decode_tokens_per_s", "number", "tokens/s"),
+        Field("model.synthetic", "flag"),
+    ),
+}
+
+def _values(data: Any, steps: tuple[tuple[str, bool], ...]) -> list[tuple[str, Any, bool]]:
+    """(shown path, value, present) of every value at a field's path in ``data`` (its
+    steps: (name, every item of that list)); nothing below a missing, null or mistyped
+    parent (the parent's own field says what is wrong with it)."""
+    found = [("", data, True)]
+    for name, items in steps:
+        step = []
+        for shown, value, _ in found:
+            if not isinstance(value, dict):
+                continue
+            where = f"{shown}.{name}" if shown else name
+            if not items:
+                step.append((where, value.get(name), name in value))
+            elif isinstance(value.get(name), list):
+                step += [(f"{where}[{i}]", v, True) for i, v in enumerate(value[name])]
+        found = step
+    return found
+
+
+def _problem(field: Field, shown: str, value: Any, present: bool) -> str:
+    if value is None:
+        return f"{shown} is {'null' if present else 'missing'}, expected {field.expected()}"
+    return f"{shown} is {_shown(value)}, expected {field.expected()}"
+
+
+# per payload: (field, its check, its steps; None for a field at the top: most of them,
+# looked up directly, for every record is read)
+_PLAN = {payload: [(f, KINDS[f.kind][1],
+                    None if "." not in f.path and not f.path.endswith("[]") else
+                    tuple((p.removesuffix("[]"), p.endswith("[]")) for p in f.path.split(".")))
+                   for f in fields]
+         for payload, fields in FIELDS.items()}
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """A field's value as a message quotes it: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + " ..."
+
+
+def field_problem(data: dict[str, Any], payload: str | None = None) -> str | None:
+    """The first field of a metrics record (FIELDS of ``payload``, by default of the
+    record's own "payload") that is missing (a required one) or not of its kind:
+    "<field> is <value>, expected <kind> (<unit>)"; None when every field its readers
+    use is as declared."""
+    for field, check, steps in _PLAN.get(payload or data.get("payload"), ()):
+        if steps is None:
+            value = data.get(field.path)
+            if value is None:
+                if field.required:
+                    return _problem(field, field.path, value, field.path in data)
+            elif not check(value):
+                return _problem(field, field.path, value, True)
             continue
-        finite = name in TIME_FIELDS
-        if name in LIST_FIELDS:
-            if not isinstance(value, list) or not value:
-                return f"field {name!r} is not a list of numbers ({value!r})"
-            bad = [v for v in value if not _is_number(v, finite)]
-            if bad:
-                return f"field {name!r} holds a non-numeric value ({bad[0]!r})"
-        elif not _is_number(value, finite):
-            return f"field {name!r} is not a number ({value!r})"
+        for shown, value, present in _values(data, steps):
+            if value is None:
+                if field.required:
+                    return _problem(field, shown, value, present)
+            elif not check(value):
+                return _problem(field, shown, value, True)
     return None
 
 

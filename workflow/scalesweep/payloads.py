@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scalesweep.dataset import STAGED_DIR
 from scalesweep.hostenv import expand_vars, with_user
 from scalesweep.imageset import workload_image
 from scalesweep.pointdir import OUTPUTS_JSONL, PAYLOAD_JSON
@@ -31,6 +32,7 @@ class Invocation:
     image: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     stage_from: str = ""  # copy this verified dataset to data_dir (node-local) first
+    dataset: str = ""  # the staged dataset, checked against its manifest before each run
 
 
 def point_inputs(workload: str, runtime: str, config: dict) -> dict[str, str]:
@@ -43,8 +45,8 @@ def point_inputs(workload: str, runtime: str, config: dict) -> dict[str, str]:
     wl = config["workloads"][workload]
     inputs = {}
     if wl["payload"] == "cnn":
-        inputs["dataset"] = f"resources/datasets/{wl['dataset']}"
-        inputs["verified"] = f"resources/datasets/{wl['dataset']}.verified.json"
+        inputs["dataset"] = f"{STAGED_DIR}/{wl['dataset']}"
+        inputs["verified"] = f"{STAGED_DIR}/{wl['dataset']}.verified.json"
     elif wl["payload"] == "llm":
         inputs["model"] = f"resources/models/{wl['model']}"
     if not is_native(runtime):
@@ -114,7 +116,7 @@ def cnn_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_
     info = json.loads(info_file.read_text()) if info_file.is_file() else {}
     extra = {"dataset": {"name": ds_name, **info, "read_from": dataset_dir}}
     return Invocation(CNN_PAYLOAD, args, dataset_dir, extra=extra,
-                      stage_from=shared_dir if node_local else "")
+                      stage_from=shared_dir if node_local else "", dataset=shared_dir)
 
 
 def concurrency_levels(wl: dict) -> list[int]:
@@ -127,7 +129,9 @@ def concurrency_levels(wl: dict) -> list[int]:
 GPU_VENDOR = {"rocm": "amd", "cuda": "nvidia", "cpu": "none"}
 
 
-def llm_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_dir: Path) -> Invocation:
+def llm_args(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_dir: Path) -> list[str]:
+    """The LLM payload's arguments (reads no file: a dry run shows them before the model
+    is staged)."""
     model_dir = Path(inputs["model"]).resolve()
     model_cfg = config["models"][wl["model"]]
     model = model_cfg["name"] if model_cfg["source"] == "ollama" else str(model_dir / "model.gguf")
@@ -158,6 +162,12 @@ def llm_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_
         # natively the configured binary; in a container the image's own `ollama`
         ollama_bin = model_cfg["ollama_bin"] if is_native(point.runtime) else "ollama"
         args += ["--ollama-bin", ollama_bin, "--models-dir", str(model_dir / "ollama")]
+    return args
+
+
+def llm_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_dir: Path) -> Invocation:
+    model_dir = Path(inputs["model"]).resolve()
+    args = llm_args(point, wl, config, inputs, out_dir)
     card = json.loads((model_dir / "model.json").read_text())
     return Invocation(LLM_PAYLOAD, args, str(model_dir),
                       extra={"model_card": {k: card.get(k) for k in ("name", "synthetic", "sha256", "n_params", "source")}})
@@ -170,3 +180,15 @@ def payload_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, 
     except KeyError:
         raise ValueError(f"workload {point.workload}: unknown payload {wl['payload']!r}") from None
     return build(point, wl, config, inputs, out_dir)
+
+
+def planned_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict,
+                       out_dir: Path) -> Invocation:
+    """The payload, its arguments and its data directory as ``payload_invocation`` gives
+    them to the point's run, before the staged files it reads for its record exist (a
+    dry run): nothing in ``extra``."""
+    if wl["payload"] == "llm":
+        return Invocation(LLM_PAYLOAD, llm_args(point, wl, config, inputs, out_dir),
+                          str(Path(inputs["model"]).resolve()))
+    inv = payload_invocation(point, wl, config, inputs, out_dir)  # reads no file it needs
+    return Invocation(inv.script, inv.args, inv.data_dir)

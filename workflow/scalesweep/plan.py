@@ -3,10 +3,11 @@
 For a config (the campaign's config as ``snakemake`` reads it for the same
 ``--configfile``, ``--config`` and ``--profile``: ``scalesweep.config.effective_config``;
 with ``--config 'only={...}'`` only the selected points) and a profile: the number of
-Slurm jobs, the node-hours they request (nodes x the runtime of attempt 1, one job per
-point: repeats are points), the worst case (every point failing until its last attempt,
-each attempt using all it asked for), and the node-hours to expect from earlier
-campaigns' measured wall times. Then the
+runs (one Slurm job each) and the node-hours they request (nodes x the runtime of
+attempt 1), at the minimum, the expected and the maximum number of repeats; the worst
+case (the maximum, every run failing until its last attempt, each attempt using all it
+asked for); and the node-hours to expect from earlier campaigns' measured wall times.
+Then the
 warnings a site would otherwise give at submission or after days in the queue: over the
 allocation, past a queue limit, over a walltime cap. Where the site declares a price
 (``price.per_node_hour``, ``price.unit``), the cost: node-hours x that price.
@@ -34,6 +35,24 @@ campaigns given with ``--from-campaign`` (the mean over their repeats):
 ``fit`` Amdahl's law fitted to the workload and runtime's wall time vs nodes
 (``scalesweep.fits``), where it has enough node counts and fits well;
 ``requested`` none of these: the requested runtime of attempt 1 (an upper bound).
+
+Repeats (``scalesweep.adaptive``): a series (one arm of one geometry of a workload)
+measures its runtimes together, in blocks of one run each (native and the runtime it is
+compared with: ``sweep.arms_of``, ``block_runtimes``); after each block from
+``sweep.repeats`` on, the workflow's decision says whether it needs another, up to
+``measurement.max_repeats``. Per series:
+``minimum`` the fewest blocks it can stop at (``adaptive.blocks_at_spread`` at zero
+spread: ``sweep.repeats``, and at least the pairs a comparison needs);
+``expected`` the blocks it stops at when its pairs spread as measured before
+(``adaptive.blocks_at_spread``): the spread of ln(t_runtime / t_native) over the
+same-block pairs of this campaign's runs so far and of ``--from-campaign``'s, from the
+``series`` itself (at least MIN_SPREAD_PAIRS pairs), else pooled over the ``workload``'s
+other series of that runtime, else ``assumed`` (``--assume-spread-pct``); unknown
+without any of these;
+``maximum`` ``measurement.max_repeats`` blocks (a series may need them to replace
+disturbed runs even where its CI is met).
+A selection of runtimes (``only: {runtimes: ...}``) measures the minimum of
+``sweep.repeats`` blocks and makes no decision (``adaptive.walks_decisions``).
 """
 
 from __future__ import annotations
@@ -50,11 +69,14 @@ import pandas as pd
 import yaml
 
 from scalesweep import fits
+from scalesweep.adaptive import (MIN_COMPARED, Series, blocks_at_spread, repeat_bounds,
+                                 walks_decisions)
 from scalesweep.cli import UsageError
 from scalesweep.config import ConfigError, check_config, config_sources
+from scalesweep.pointdir import RUNS_DIR
 from scalesweep.site import SiteError, known_sites, site_of
 from scalesweep.slurm import runtime_min
-from scalesweep.sweep import SweepError, selected_points
+from scalesweep.sweep import REFERENCE, Selection, SweepError, SweepPoint, selected_points
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,6 +85,12 @@ DATASET_JOBS = ("stage_dataset", "verify_dataset")
 DEFAULT_RUNTIME_MIN = 60  # Snakemake's own default runtime when a profile sets none
 EXPRESSION = re.compile(r"^[\d\s+\-*/().]*$")
 SOURCES = ("point", "nodes", "fit", "requested")
+# a series of the plan: one arm of one geometry of a workload (adaptive.Series)
+SERIES_KEY = ["workload", "arm", "nodes", "gpus", "ranks", "threads"]
+SCENARIOS = {"minimum": "blocks_min", "expected": "blocks_expected", "maximum": "blocks_max"}
+SPREAD_SOURCES = ("series", "workload", "assumed")
+MIN_SPREAD_PAIRS = 3  # a series' own spread: from at least this many same-block pairs
+POINT_FIELDS = ("workload", "runtime", "nodes", "gpus", "ranks", "threads", "repeat", "arm")
 
 
 # --- profile --------------------------------------------------------------------------------
@@ -150,9 +178,19 @@ def campaign_history(directories) -> pd.DataFrame:
     """Every finished run of the given campaigns (runs.csv-like rows)."""
     from scalesweep.compare import campaign_runs
 
-    tables = [campaign_runs(Path(d))[0] for d in directories]
+    tables = [campaign_runs(Path(d))[0].assign(campaign=str(d)) for d in directories]
     tables = [t for t in tables if not t.empty]
     return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+
+
+def history_dirs(directory: Path, earlier) -> list[Path]:
+    """The campaigns whose runs say what to expect: ``directory`` itself where it has
+    measured runs, then each of ``earlier`` (each once)."""
+    out: list[Path] = []
+    for d in ([directory] if (Path(directory) / RUNS_DIR).is_dir() else []) + list(earlier):
+        if Path(d).resolve() not in [o.resolve() for o in out]:
+            out.append(Path(d))
+    return out
 
 
 def expected_seconds(points: pd.DataFrame, history: pd.DataFrame) -> pd.DataFrame:
@@ -190,6 +228,132 @@ def expected_seconds(points: pd.DataFrame, history: pd.DataFrame) -> pd.DataFram
             predicted = fits.model_time("amdahl", fit.params, [p["nodes"]])[0]
             out.loc[i, ["expected_s", "expected_source"]] = [predicted, "fit"]
     return out
+
+
+# --- adaptive repeats --------------------------------------------------------------------------
+
+def observed_spreads(history: pd.DataFrame, config: dict) -> tuple[dict, dict]:
+    """The spread of d = ln(t_runtime / t_native) over the same-block pairs of earlier
+    runs, paired as the workflow's decisions pair them (``analysis.block_pairs`` with the
+    config's pair checks), each campaign's blocks apart: ({(series key..., runtime):
+    (mean d, sd of d, pairs)} for the series with MIN_SPREAD_PAIRS pairs or more,
+    {(workload, runtime): (mean d, pooled sd, pairs)} over a workload's series, each
+    series' deviations from its own mean)."""
+    from scalesweep.analysis import block_pairs
+    from scalesweep.collect import campaign_settings
+
+    if history.empty or not {"time_s", "runtime", "repeat", *SERIES_KEY} <= set(history):
+        return {}, {}
+    settings = campaign_settings(config)
+    runs = history.assign(time_s=pd.to_numeric(history["time_s"], errors="coerce"))
+    runs = runs[runs["time_s"] > 0]
+    if "campaign" not in runs:
+        runs = runs.assign(campaign="")
+    groups: dict[tuple, list[np.ndarray]] = {}  # (series key..., runtime) -> d per campaign
+    for (*key, _campaign), g in runs.groupby(SERIES_KEY + ["campaign"], sort=True):
+        by_runtime = {rt: {int(r["repeat"]): r.to_dict() for _, r in rows.iterrows()}
+                      for rt, rows in g.groupby("runtime")}
+        if REFERENCE not in by_runtime:
+            continue
+        for rt, rows in by_runtime.items():
+            if rt == REFERENCE:
+                continue
+            pairs = block_pairs(by_runtime[REFERENCE], rows, "time_s",
+                                max_gap_s=settings["max_pair_gap_s"],
+                                probe_tolerance_pct=settings["probe_tolerance_pct"])
+            native, other = (pairs.native, pairs.container) if pairs.native is not None \
+                else pairs.surviving
+            if len(native) >= 2:
+                groups.setdefault((*key, rt), []).append(np.log(other / native))
+    by_series: dict[tuple, tuple[float, float, int]] = {}
+    pooled: dict[tuple, list[np.ndarray]] = {}
+    for key, ds in groups.items():
+        pooled.setdefault((key[0], key[-1]), []).extend(ds)
+        spread = _pooled(ds)
+        if spread[2] >= MIN_SPREAD_PAIRS:
+            by_series[key] = spread
+    return by_series, {key: _pooled(ds) for key, ds in pooled.items()}
+
+
+def _pooled(groups: list[np.ndarray]) -> tuple[float, float, int]:
+    """(mean, pooled sd, n) of several groups of values, each about its own mean."""
+    n = sum(len(g) for g in groups)
+    dof = sum(len(g) - 1 for g in groups)
+    ss = sum(float(((g - g.mean()) ** 2).sum()) for g in groups)
+    mean = float(np.concatenate(groups).mean())
+    return mean, (float(np.sqrt(ss / dof)) if dof > 0 else float("nan")), n
+
+
+def plan_series(points: pd.DataFrame, config: dict, history: pd.DataFrame | None = None,
+                assume_spread_pct: float | None = None) -> pd.DataFrame:
+    """One row per series of ``points`` (``plan_points``): its runtimes per block, the
+    blocks a first dry run lists (``sweep.repeats``: ``blocks_first``) and those it
+    measures at the minimum, expected (NaN where unknown) and maximum (see the
+    module docstring), where the expected spread comes from (``spread_from``: series,
+    workload, assumed, none; "no comparison" for a series that compares nothing, "fixed"
+    where no decision is made) and that spread (``spread_pct``: the largest sd of d of
+    its runtimes, in percent)."""
+    by_series, by_workload = observed_spreads(
+        history if history is not None else pd.DataFrame(), config)
+    first = points[points["repeat"] == 1]
+    walks = walks_decisions(config, [SweepPoint(**{f: r[f] for f in POINT_FIELDS})
+                                     for _, r in first.iterrows()], Selection.of(config))
+    memo: dict[tuple, int | None] = {}
+
+    def blocks(series: Series, spread: dict) -> int | None:
+        key = (series.workload, series.arm, tuple(sorted(spread.items())))
+        if key not in memo:
+            memo[key] = blocks_at_spread(series, config, spread)
+        return memo[key]
+
+    rows = []
+    for key, g in first.groupby(SERIES_KEY, sort=True):
+        w, arm, nodes, gpus, ranks, threads = key
+        series = Series(w, int(nodes), int(gpus), int(ranks), int(threads), arm)
+        low, high = repeat_bounds(config, w)
+        members = series.runtimes(config)
+        compared = [rt for rt in members if rt != REFERENCE] if REFERENCE in members else []
+        spread, sources = {}, []
+        for rt in compared:
+            found = by_series.get((*key, rt))
+            source = "series"
+            if found is None or not np.isfinite(found[1]):
+                found, source = by_workload.get((w, rt)), "workload"
+            if found is None or not np.isfinite(found[1]):
+                found, source = ((0.0, assume_spread_pct / 100, 0), "assumed") \
+                    if assume_spread_pct is not None else (None, "none")
+            sources.append(source)
+            if found is not None:
+                spread[rt] = (round(found[0], 9), round(found[1], 9))
+        if not walks:  # no decision is made: the minimum of blocks
+            minimum = expected = high = low
+            sources = ["fixed"]
+        else:
+            minimum = blocks(series, {rt: (0.0, 0.0) for rt in compared})
+            expected = blocks(series, spread) if len(spread) == len(compared) else None
+        rows.append({
+            **dict(zip(SERIES_KEY, key)), "runtimes": list(g["runtime"]),
+            "runs_per_block": len(g), "blocks_first": low, "blocks_min": minimum,
+            "blocks_expected": np.nan if expected is None else expected, "blocks_max": high,
+            "spread_from": (max(sources, key=(*SPREAD_SOURCES, "none", "fixed").index)
+                            if sources else "no comparison"),
+            "spread_pct": max((s * 100 for _, s in spread.values()), default=np.nan),
+        })
+    return pd.DataFrame(rows, columns=[*SERIES_KEY, "runtimes", "runs_per_block",
+                                       "blocks_first", "blocks_min",
+                                       "blocks_expected", "blocks_max", "spread_from",
+                                       "spread_pct"])
+
+
+def scenario_points(points: pd.DataFrame, series: pd.DataFrame, column: str) -> pd.DataFrame:
+    """``points`` (``plan_points``) with each series' blocks 1..``series[column]`` (a
+    series whose count is unknown: its minimum): every run of that number of repeats."""
+    first = points[points["repeat"] == 1]
+    counts = series.set_index(SERIES_KEY)
+    counts = counts[column].fillna(counts["blocks_min"])
+    parts = [g.assign(repeat=k) for key, g in first.groupby(SERIES_KEY, sort=True)
+             for k in range(1, int(counts[key]) + 1)]
+    return pd.concat(parts, ignore_index=True) if parts else first.iloc[:0]
 
 
 # --- the plan ---------------------------------------------------------------------------------
@@ -301,15 +465,19 @@ def site_warnings(points: pd.DataFrame, support: pd.DataFrame, profile: dict, si
 
 
 def plan_warnings(points: pd.DataFrame, totals: dict, allocation_node_h: float | None) -> list[str]:
-    """Allocation and timeout warnings that hold on any site (``totals`` from ``totals_of``)."""
+    """Allocation and timeout warnings that hold on any site (``totals`` from ``totals_of``,
+    ``points`` the minimum's runs)."""
     warnings = []
     if allocation_node_h is not None:
-        for what, key in (("requested", "requested_node_h"), ("expected", "expected_node_h"),
-                          ("worst-case", "worst_node_h")):
-            if totals[key] > allocation_node_h:
-                warnings.append(f"the {what} node-hours ({totals[key]:,.1f}) exceed the "
+        repeats = totals["repeats"]
+        for what, value in (("minimum", repeats["minimum"]["requested_node_h"]),
+                            ("expected", repeats["expected"]["requested_node_h"]),
+                            ("maximum", repeats["maximum"]["requested_node_h"]),
+                            ("worst-case", totals["worst_node_h"])):
+            if value is not None and value > allocation_node_h:
+                warnings.append(f"the {what} node-hours ({value:,.1f}) exceed the "
                                 f"allocation ({allocation_node_h:,.1f})")
-    measured = points[points["expected_source"] != "requested"]
+    measured = points[(points["expected_source"] != "requested") & (points["repeat"] == 1)]
     short = measured[measured["expected_s"] > measured["runtime_min"].map(lambda r: r[0] * 60)]
     for workload, group in short.groupby("workload", sort=True):
         p = group.iloc[0]
@@ -320,17 +488,46 @@ def plan_warnings(points: pd.DataFrame, totals: dict, allocation_node_h: float |
     return warnings
 
 
-def totals_of(points: pd.DataFrame, support: pd.DataFrame, profile: dict) -> dict:
-    """Jobs and node-hours of the whole sweep, dataset jobs included."""
-    attempts = attempts_of(profile)
+def scenario_totals(runs: pd.DataFrame, series: pd.DataFrame, column: str,
+                    support: pd.DataFrame) -> dict:
+    """Runs, jobs and node-hours of one scenario (``runs``: its ``scenario_points``)."""
+    known = series[column].notna()
+    counts = series[column].fillna(series["blocks_min"]).astype(int)
     return {
-        "jobs": len(points) + len(support),
-        "point_jobs": len(points),
+        "blocks": _span(counts) if len(counts) else "0",
+        "runs": len(runs),
+        "jobs": len(runs) + len(support),
+        "requested_node_h": float(runs["requested_node_h"].sum() + support["node_h"].sum()),
+        "measured_node_h": float(runs["expected_node_h"].sum() + support["node_h"].sum()),
+        "series": len(series),
+        "series_known": int(known.sum()),
+    }
+
+
+def totals_of(scenarios: dict[str, pd.DataFrame], series: pd.DataFrame,
+              support: pd.DataFrame, profile: dict) -> dict:
+    """Jobs and node-hours of the whole sweep, dataset jobs included: the flat keys at
+    the minimum of repeats, but ``worst_node_h`` (the maximum, every attempt in full),
+    and under ``repeats`` the minimum, expected and maximum (``scenario_totals``; the
+    expected's values None where no series' spread is known)."""
+    attempts = attempts_of(profile)
+    repeats = {name: scenario_totals(scenarios[name], series, column, support)
+               for name, column in SCENARIOS.items()}
+    expected = repeats["expected"]
+    if expected["series_known"] == 0 and len(series):
+        expected.update(runs=None, jobs=None, requested_node_h=None, measured_node_h=None)
+    expected["complete"] = expected["series_known"] == expected["series"]
+    minimum = repeats["minimum"]
+    return {
+        "jobs": minimum["jobs"],
+        "point_jobs": minimum["runs"],
         "support_jobs": len(support),
         "attempts": attempts,
-        "requested_node_h": float(points["requested_node_h"].sum() + support["node_h"].sum()),
-        "worst_node_h": float(points["worst_node_h"].sum() + support["node_h"].sum() * attempts),
-        "expected_node_h": float(points["expected_node_h"].sum() + support["node_h"].sum()),
+        "requested_node_h": minimum["requested_node_h"],
+        "worst_node_h": float(scenarios["maximum"]["worst_node_h"].sum()
+                              + support["node_h"].sum() * attempts),
+        "expected_node_h": minimum["measured_node_h"],
+        "repeats": repeats,
     }
 
 
@@ -344,23 +541,92 @@ def cost_of(totals: dict, site: dict) -> dict | None:
                for what in ("requested", "worst", "expected")}}
 
 
-def summary_table(points: pd.DataFrame) -> pd.DataFrame:
-    """Per workload: jobs, nodes, runtime per attempt, node-hours, sources of expectation."""
+def summary_table(scenarios: dict[str, pd.DataFrame], series: pd.DataFrame) -> pd.DataFrame:
+    """Per workload: series, runs (minimum, expected, maximum), nodes, runtime per
+    attempt, node-hours (requested at each; the worst case; the minimum at measured wall
+    times), sources of expectation (wall times at the minimum, spreads per series)."""
     rows = []
+    points = scenarios["minimum"]
     for workload, g in points.groupby("workload", sort=True):
+        mine = series[series["workload"] == workload]
+        known = bool(mine["blocks_expected"].notna().all())
+        at = {name: scenarios[name][scenarios[name]["workload"] == workload]
+              for name in SCENARIOS}
         runtimes = sorted({tuple(r) for r in g["runtime_min"]})
         sources = g["expected_source"].value_counts()
+        spreads = mine["spread_from"].value_counts()
         rows.append({
             "workload": workload,
+            "series": len(mine),
             "jobs": len(g),
+            "runs_minimum": len(at["minimum"]),
+            "runs_expected": int(len(at["expected"])) if known else None,
+            "runs_maximum": len(at["maximum"]),
             "nodes": _span(g["nodes"]),
             "runtime_min": "; ".join(", ".join(f"{m:g}" for m in r) for r in runtimes),
             "requested_node_h": g["requested_node_h"].sum(),
-            "worst_node_h": g["worst_node_h"].sum(),
+            "requested_node_h_expected": (at["expected"]["requested_node_h"].sum() if known
+                                          else None),
+            "requested_node_h_maximum": at["maximum"]["requested_node_h"].sum(),
+            "worst_node_h": at["maximum"]["worst_node_h"].sum(),
             "expected_node_h": g["expected_node_h"].sum(),
             "expected_from": ", ".join(f"{sources[s]} {s}" for s in SOURCES if s in sources),
+            "spread_from": ", ".join(f"{spreads[s]} {s}" for s in
+                                     (*SPREAD_SOURCES, "none", "no comparison", "fixed")
+                                     if s in spreads),
         })
     return pd.DataFrame(rows)
+
+
+# --- the end of a dry run ----------------------------------------------------------------------
+
+def dry_run_summary(listed: dict, config: dict, options: str | None) -> list[str]:
+    """What a dry run on a Slurm site submits, in a few lines for its end (common.smk
+    prints them): ``listed``, {point path: (point, nodes, runtime in minutes)} of the
+    run_point jobs it lists, as their resources were evaluated; the series of the points
+    the config selects (``plan_series``); ``options`` the plugin's options from
+    the command line as each point's ``# sbatch`` line shows them (``slurm.sbatch_options``
+    of no resources), None where they could not be read."""
+    from scalesweep.imageset import used_images
+    from scalesweep.payloads import point_inputs
+
+    points = [v[0] for v in listed.values()]
+    node_h = sum(int(n or 1) * float(t or 0) for _, n, t in listed.values()) / 60
+    series = plan_series(plan_points(config, {}), config)
+    minimum = int((series["runs_per_block"] * series["blocks_min"]).sum())
+    maximum = int((series["runs_per_block"] * series["blocks_max"]).sum())
+    workloads = sorted({p.workload for p in points})
+    lines = [
+        f"points: {len(points)} run_point jobs listed above ({', '.join(workloads) or 'none'}); "
+        f"the {len(series)} series selected measure "
+        + (f"{minimum} to {maximum} runs in all, the workflow adding blocks after these "
+           f"(adaptive repeats, at most measurement.max_repeats = "
+           f"{int((config.get('measurement') or {}).get('max_repeats', 10))} blocks each)"
+           if maximum > minimum else f"{minimum} runs in all"),
+        f"Slurm jobs: {len(points)} points asking {_hours(node_h)} node-hours at attempt 1, "
+        + ("each with the plugin's options of this command line: "
+           f"{options or '(none given: no --slurm-qos ...)'}" if options is not None else
+           "the plugin's --slurm-* options of this command line could not be read and "
+           "are not shown"),
+    ]
+    datasets = sorted({config["workloads"][p.workload]["dataset"] for p in points
+                       if config["workloads"][p.workload]["payload"] == "cnn"
+                       and not Path(point_inputs(p.workload, p.runtime, config)["verified"])
+                       .exists()})
+    if datasets:
+        lines.append(f"datasets to stage and verify first ({len(DATASET_JOBS)} Slurm jobs "
+                     f"each): {', '.join(datasets)}")
+    todo = {"build": [], "pull": [], "inject": []}
+    for spec in used_images(config, points).values():
+        if spec.how in todo and not Path(spec.path).exists():
+            todo[spec.how].append(spec.path + (f" ({spec.builder}, {spec.recipe})"
+                                               if spec.how == "build" else ""))
+    images = "; ".join(f"{how}: {', '.join(paths)}" for how, paths in todo.items() if paths)
+    lines.append(f"images, on this host first: {images or 'none to build or pull'}")
+    lines.append("runs and node-hours of the whole selection at the minimum, expected and "
+                 "maximum of repeats: scalesweep plan, with the same --directory, "
+                 "--configfile, --config and --profile")
+    return lines
 
 
 # --- command line ---------------------------------------------------------------------------
@@ -383,7 +649,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--allocation-node-hours", type=_positive, metavar="N",
                    help="warn when the sweep needs more than this")
     p.add_argument("--from-campaign", nargs="*", default=[], type=Path, metavar="DIR",
-                   help="earlier campaigns whose measured wall times give the expectation")
+                   help="earlier campaigns whose measured wall times and spread give the "
+                        "expectation (besides the campaign's own runs so far)")
+    p.add_argument("--assume-spread-pct", type=_positive, metavar="PCT",
+                   help="for series nothing measured before: assume this spread (sd of "
+                        "the container/native time ratio of a block, in percent) to "
+                        "estimate their expected repeats")
     p.add_argument("--site", metavar="NAME|PATH",
                    help=f"plan for this site instead of the config's `site` (a name: "
                         f"{', '.join(known_sites())}; or a site file)")
@@ -406,55 +677,158 @@ def run(args: argparse.Namespace) -> int:
             if "/" in site_arg or site_arg.endswith((".yaml", ".yml")):
                 site_arg = str(Path(site_arg).resolve())
             config["site"] = site_arg
-            check_config(config)  # the site's facts, runtimes and engines checked again
-        history = campaign_history(args.from_campaign)
+            check_config(config, directory)  # the site's facts, runtimes and engines checked again
+        measured = history_dirs(directory, args.from_campaign)
+        history = campaign_history(measured)
         points = plan_points(config, profile, history)
+        series = plan_series(points, config, history, args.assume_spread_pct)
         support = support_jobs(config, profile)
     except (ConfigError, SiteError, SweepError) as exc:
         raise UsageError(str(exc)) from None
     site = site_of(config)
     qos = args.qos or profile.get("slurm-qos")
-    totals = totals_of(points, support, profile)
+    scenarios = {name: scenario_points(points, series, column)
+                 for name, column in SCENARIOS.items()}
+    totals = totals_of(scenarios, series, support, profile)
     cost = cost_of(totals, site)
-    warnings = plan_warnings(points, totals, args.allocation_node_hours)
-    warnings += site_warnings(points, support, profile, site, qos)
-    summary = summary_table(points)
+    if cost:
+        for scenario in totals["repeats"].values():
+            value = scenario["requested_node_h"]
+            scenario["cost"] = None if value is None else value * cost["per_node_hour"]
+    rule = repeats_rule(config, points, series)
+    warnings = plan_warnings(scenarios["minimum"], totals, args.allocation_node_hours)
+    warnings += site_warnings(scenarios["minimum"], support, profile, site, qos)
+    summary = summary_table(scenarios, series)
     if args.json:
         json.dump({"configs": configs, "profile": args.profile, "site": site["name"],
+                   "measured_before": [str(d) for d in measured], "repeats_rule": rule,
                    "totals": totals, "cost": cost, "workloads": summary.to_dict(orient="records"),
                    "warnings": warnings}, sys.stdout, indent=2, default=_json_default)
         print()
     else:
-        _print_text(configs, args, site, totals, cost, summary, support, warnings)
+        _print_text(configs, args, site, totals, cost, summary, support, warnings, rule,
+                    measured, series)
     return 1 if warnings and args.strict else 0
 
 
-def _print_text(configs, args, site, totals, cost, summary, support, warnings) -> None:
+def repeats_rule(config: dict, points: pd.DataFrame, series: pd.DataFrame) -> dict:
+    """How the repeats are decided, for the output: adaptive or not, the bounds and the
+    target (``measurement``), the pairs a comparison needs, the runs a first dry run
+    lists (``sweep.repeats`` blocks of every series)."""
+    m = config.get("measurement") or {}
+    return {
+        "adaptive": bool((series["blocks_max"] > series["blocks_first"]).any()),
+        "runtimes_selected": Selection.of(config).runtimes is not None,
+        "sweep_repeats": _span(series["blocks_first"]) if len(series) else "0",
+        "max_repeats": int(m.get("max_repeats", 10)),
+        "target_ci_pp": float(m.get("target_ci_pp", 2.0)),
+        "min_pairs": MIN_COMPARED,
+        "first_dry_run_runs": len(points),
+    }
+
+
+def _expected_note(totals: dict, series: pd.DataFrame, measured: list[Path],
+                   args: argparse.Namespace) -> str:
+    """Where the expected repeats come from, or why they are unknown."""
+    expected = totals["repeats"]["expected"]
+    spreads = series["spread_pct"].dropna()
+    sources = series["spread_from"].value_counts()
+    pct = f" {args.assume_spread_pct:g}%" if args.assume_spread_pct else ""
+    named = {"series": "series from their own pairs measured before",
+             "workload": "pooled over their workload's other series measured before",
+             "assumed": f"at the assumed spread{pct}", "none": "with nothing measured",
+             "no comparison": "comparing nothing (at their minimum)",
+             "fixed": "with fixed repeats"}
+    where = ", ".join(f"{sources[s]} {named[s]}" for s in named if s in sources)
+    if expected["runs"] is None:
+        if not measured:
+            why = ("nothing measured before: this campaign has no results/runs/ yet and no "
+                   "--from-campaign DIR was given")
+        else:
+            why = (f"the runs measured before ({', '.join(map(str, measured))}) have no "
+                   "same-block pairs of these workloads' runtimes")
+        return (f"unknown: {why}. Give --from-campaign DIR (a campaign that measured the same "
+                "workloads and runtimes) or --assume-spread-pct PCT")
+    low, high = (f"{spreads.min():.2g}", f"{spreads.max():.2g}") if len(spreads) else ("", "")
+    spread = f"; sd of ln(t/t_native) per pair {low}{'' if low == high else '-' + high}%" \
+        if len(spreads) else ""
+    prefix = "" if expected["complete"] else (
+        f"at least: the {expected['series'] - expected['series_known']} series with nothing "
+        "measured at their minimum; ")
+    return f"{prefix}{where}{spread}"
+
+
+def _print_text(configs, args, site, totals, cost, summary, support, warnings, rule,
+                measured, series) -> None:
     print(f"config: {' + '.join(configs)}; profile: {args.profile or '(none)'}; site: "
           f"{site['name']}, {site['description']}")
     kind = "Slurm jobs" if args.profile and read_profile(args.profile).get("executor") == "slurm" \
         else "jobs"
-    print(f"{totals['jobs']} {kind}: {totals['point_jobs']} sweep points (repeats "
-          f"included) + {totals['support_jobs']} dataset staging/verification; "
-          f"{totals['attempts']} attempt(s) each at most")
-    shown = summary.copy()
-    for col in ("requested_node_h", "worst_node_h", "expected_node_h"):
-        shown[col] = shown[col].map(_hours)
-    print(shown.to_string(index=False))
-    print("expected_from: point = that point measured before, nodes = same workload, runtime "
-          "and nodes measured, fit = Amdahl fit of wall time vs nodes, requested = nothing "
-          "measured (attempt 1's runtime: an upper bound)")
-    print(f"node-hours: requested {_hours(totals['requested_node_h'])} (attempt 1 of every "
-          f"job), worst case {_hours(totals['worst_node_h'])} (every attempt in full), "
-          f"expected {_hours(totals['expected_node_h'])}" +
-          ("" if args.from_campaign else " (= requested: no --from-campaign)"))
+    if rule["adaptive"]:
+        print(f"Repeats are adaptive: each series (one arm of one geometry of a workload) "
+              f"measures native and the runtime compared with it together, one run of each "
+              f"per block; after sweep.repeats ({rule['sweep_repeats']}) blocks it adds one at "
+              f"a time until every comparison has {rule['min_pairs']} same-block pairs and a "
+              f"95% CI half-width <= measurement.target_ci_pp ({rule['target_ci_pp']:g} pp), "
+              f"at most measurement.max_repeats ({rule['max_repeats']}) blocks. A first dry "
+              f"run lists the first {rule['sweep_repeats']} blocks "
+              f"({rule['first_dry_run_runs']} runs); the workflow adds the others.")
+    else:
+        why = ("a selection of runtimes (only:) makes no decision" if rule["runtimes_selected"]
+               else "measurement.adaptive is off, or max_repeats <= sweep.repeats")
+        print(f"Repeats are fixed: sweep.repeats ({rule['sweep_repeats']}) blocks per series "
+              f"({why}).")
+    repeats = totals["repeats"]
+    print(f"\nruns (one {kind[:-1]} each) and node-hours requested (nodes x attempt 1's "
+          "runtime), by the number of repeats:")
+    notes = {"minimum": "blocks per series: the fewest a series can stop at",
+             "expected": _expected_note(totals, series, measured, args),
+             "maximum": "blocks per series: measurement.max_repeats, the bound"}
+    for name in SCENARIOS:
+        r = repeats[name]
+        if r["runs"] is None:
+            print(f"  {name:<9} {notes[name]}")
+            continue
+        print(f"  {name:<9} {r['runs']:>6,} runs  {r['jobs']:>6,} {kind}  "
+              f"{_hours(r['requested_node_h']):>9} node-h  ({r['blocks']} {notes[name]})"
+              if name != "expected" else
+              f"  {name:<9} {r['runs']:>6,} runs  {r['jobs']:>6,} {kind}  "
+              f"{_hours(r['requested_node_h']):>9} node-h  ({r['blocks']} blocks per series, "
+              f"{notes[name]})")
+    print(f"  worst case {_hours(totals['worst_node_h'])} node-h: the maximum, every run "
+          f"failing until its last attempt ({totals['attempts']} at most), each in full")
     if len(support):
-        print(f"  incl. {support['node_h'].sum():,.1f} node-h of dataset staging/verification "
-              f"({len(support)} jobs x {support['runtime_min'].iloc[0]:g} min, 1 node)")
+        print(f"  jobs = runs + {len(support)} dataset staging/verification "
+              f"({support['node_h'].sum():,.1f} node-h: {len(support)} jobs x "
+              f"{support['runtime_min'].iloc[0]:g} min, 1 node)")
+    if measured:
+        print(f"  at the wall times measured before ({', '.join(map(str, measured))}): "
+              f"minimum {_hours(repeats['minimum']['measured_node_h'])}"
+              + (f", expected {_hours(repeats['expected']['measured_node_h'])}"
+                 if repeats["expected"]["measured_node_h"] is not None else "")
+              + f", maximum {_hours(repeats['maximum']['measured_node_h'])} node-h")
+    shown = summary.copy()
+    shown["runs"] = [f"{a} / {_maybe(b)} / {c}" for a, b, c in
+                     zip(shown["runs_minimum"], shown["runs_expected"], shown["runs_maximum"])]
+    shown["node_h"] = [f"{_hours(a)} / {_maybe(b, _hours)} / {_hours(c)}" for a, b, c in
+                       zip(shown["requested_node_h"], shown["requested_node_h_expected"],
+                           shown["requested_node_h_maximum"])]
+    print("\nper workload (runs and node_h: minimum / expected / maximum, ? = unknown):")
+    print(shown[["workload", "series", "runs", "nodes", "runtime_min", "node_h",
+                 "expected_from", "spread_from"]].to_string(index=False))
+    print("expected_from (wall time of a run): point = that point measured before, nodes = "
+          "same workload, runtime and nodes measured, fit = Amdahl fit of wall time vs "
+          "nodes, requested = nothing measured (attempt 1's runtime: an upper bound)")
+    print("spread_from (expected repeats): series = its own same-block pairs measured "
+          "before, workload = pooled over the workload's other series, assumed = "
+          "--assume-spread-pct, none = unknown, no comparison = native alone, fixed = "
+          "repeats not adaptive")
     if cost:
-        print(f"cost at {cost['per_node_hour']:g} {cost['unit']} per node-hour: requested "
-              f"{_hours(cost['requested'])}, worst case {_hours(cost['worst'])}, expected "
-              f"{_hours(cost['expected'])} {cost['unit']}")
+        r = repeats
+        print(f"cost at {cost['per_node_hour']:g} {cost['unit']} per node-hour: minimum "
+              f"{_hours(r['minimum']['cost'])}, expected {_maybe(r['expected']['cost'], _hours)}"
+              f", maximum {_hours(r['maximum']['cost'])}, worst case {_hours(cost['worst'])} "
+              f"{cost['unit']}")
     if args.allocation_node_hours:
         print(f"allocation: {args.allocation_node_hours:,.1f} node-hours")
     if site["slurm"]["limits"]:
@@ -465,6 +839,11 @@ def _print_text(configs, args, site, totals, cost, summary, support, warnings) -
             print(f"- {w}")
     else:
         print("\nno warnings")
+
+
+def _maybe(value, fmt=str) -> str:
+    return "?" if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else fmt(value)
 
 
 def _elapsed_h(points: pd.DataFrame, at_once: int) -> float:

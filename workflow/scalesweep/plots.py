@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from scalesweep.collect import SYNTHETIC_LABEL, llm_summary  # noqa: E402
+from scalesweep.collect import SYNTHETIC_LABEL, llm_summary, scaling_rows  # noqa: E402
 from scalesweep.report_figures import (  # noqa: E402
     DISTURBED_COLOR,
     NOT_DONE_COLOR,
@@ -45,8 +45,13 @@ def _footer(fig: plt.Figure, lines: list[tuple[str, str]]) -> None:
 
 def scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame) -> plt.Figure:
     """Measured time (mean, 95% CI error bars from scaling.csv, undisturbed repeats as
-    dots, disturbed ones hollow grey) vs ideal time, one panel per workload."""
+    dots, disturbed ones hollow grey) vs ideal time, one panel per workload. Series
+    without numbers (every baseline run disturbed) are not drawn; their notes say why."""
     sns.set_theme(style="whitegrid", context="notebook")
+    rows = scaling_rows(scaling)
+    without = ("\n".join(sorted(set(scaling["note"].drop(rows.index).dropna())))
+               if "note" in scaling else "")  # why a series has no numbers
+    scaling = rows
     workloads = sorted(scaling["workload"].unique()) if not scaling.empty else []
     fig, axes = plt.subplots(1, max(1, len(workloads)), figsize=(6 * max(1, len(workloads)), 4.5),
                              squeeze=False)
@@ -98,7 +103,8 @@ def scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame) -> plt.Figure:
         ax.set_title(workload)
         ax.legend(fontsize="small")
     if not workloads:
-        axes[0][0].text(0.5, 0.5, "no finished runs yet", ha="center", va="center")
+        axes[0][0].text(0.5, 0.5, without or "no finished runs yet", ha="center",
+                        va="center", wrap=True)
     _footer(fig, [(shared_cores_note(scaling, runs), NOT_DONE_COLOR),
                   (CI_NOTE if workloads else "", "0.25"),
                   ("hollow grey: disturbed runs, shown but left out of the statistics"

@@ -12,13 +12,17 @@ Every module that reads or writes a point's files names them by these constants:
   ends): ``scalesweep status`` tells a live run from one whose harness was killed;
 * ``interference/``: the per-node monitor records of a multi-node point; ``servers/``:
   the servers of a multi-node LLM point;
-* ``run.log``: the harness's log (the payload's output included).
+* ``run.log``: the harness's log (the payload's output included), Snakemake's log of the
+  job (deleted by Snakemake before the next attempt); ``run.<attempt>.log``: the same file
+  under the attempt's number (:func:`attempt_log`, a hard link), kept: the log of each
+  attempt, whatever ended it.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -35,12 +39,39 @@ RUNNING_JSON = "running.json"  # the owner of a run in progress (removed when it
 INTERFERENCE_DIR = "interference"  # per-node monitor records of multi-node points
 SERVERS_DIR = "servers"  # a multi-node LLM point's servers: ready and stop files, records
 RUN_LOG = "run.log"
+# the name of an attempt's own log, attempt_log(RUN_LOG, n): run.<n>.log, and of the
+# copy of its metrics.json, attempt_log(METRICS_JSON, n): metrics.<n>.json (hard links,
+# kept in place by `scalesweep rerun`)
+ATTEMPT_LOG = re.compile("|".join(rf"{re.escape(Path(f).stem)}\.\d+{re.escape(Path(f).suffix)}"
+                                  for f in (RUN_LOG, METRICS_JSON)))
 MIN_FREE_BYTES = 1 << 20  # a point's own files (logs, payload.json, metrics.json) fit
 
 
 class PointDirError(OSError):
     """The point's directory cannot be written (read-only, full): nothing was run, or the
     measurement could not be kept. The message names the path."""
+
+
+def attempt_log(log_path: str | os.PathLike, attempt: int) -> Path:
+    """The log of attempt number ``attempt`` beside the harness's log: run.log ->
+    run.<attempt>.log (and metrics.json -> metrics.<attempt>.json)."""
+    log = Path(log_path)
+    return log.with_name(f"{log.stem}.{attempt}{log.suffix}")
+
+
+def fresh_log(log_path: str | os.PathLike) -> Path:
+    """``log_path``, not shared with an earlier attempt's log: where it is still a hard
+    link of one (Snakemake deletes it before each job; a harness run without Snakemake
+    may find it), it is unlinked first, so that this attempt's lines go to a new file."""
+    log = Path(log_path)
+    try:
+        if log.stat().st_nlink > 1:
+            log.unlink()
+    except FileNotFoundError:
+        pass
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.touch()
+    return log
 
 
 def proc_start_ticks(pid: int) -> int | None:

@@ -26,7 +26,7 @@ import seaborn as sns  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from scalesweep.analysis import OVERHEAD_DEFINITION, truthy  # noqa: E402
-from scalesweep.collect import SHARED_CORES_NOTE, disturbance  # noqa: E402
+from scalesweep.collect import SHARED_CORES_NOTE, disturbance, scaling_rows  # noqa: E402
 from scalesweep.sweep import RUNTIMES, SweepPoint, scaling_count  # noqa: E402
 
 NO_DATA = "no data"
@@ -227,10 +227,16 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
     super-linear (red star), high variance (orange ring), single repeat (named in the
     point's label). Rows on shared cores get a red line saying the figure is not physical.
     """
-    if _empty(scaling, "workload", "runtime", "count", "efficiency_pct"):
+    rows = scaling_rows(scaling)
+    if _empty(rows, "workload", "runtime", "count", "efficiency_pct"):
+        # a series whose baseline runs were all disturbed: its row's note says so
+        notes = (sorted(set(scaling["note"].drop(rows.index).dropna()))
+                 if not _empty(scaling, "note") else [])
         return _finish(no_data_figure(title or "scaling efficiency",
+                                      "; ".join(notes) or
                                       "no data: no finished CNN runs to compute efficiency"),
                        not_done_note(points, _only(scaling, points)))
+    scaling = rows
     _theme()
     workloads = sorted(scaling["workload"].unique())
     fig, axes = plt.subplots(1, len(workloads), figsize=(10 * len(workloads), 5.2),

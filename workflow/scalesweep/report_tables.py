@@ -28,6 +28,7 @@ import pandas as pd
 from scipy import stats
 
 from scalesweep.analysis import CONFIDENCE, rate_stats, truthy
+from scalesweep.collect import scaling_rows
 from scalesweep.sweep import RUNTIMES
 
 GEOMETRY = ["nodes", "gpus", "ranks", "threads"]
@@ -975,7 +976,8 @@ def _rule_provenance(runs: pd.DataFrame) -> dict:
 
 def _rule_ideal(scaling: pd.DataFrame) -> dict:
     if _is_empty(scaling) or "count" not in scaling:
-        return _rule(6, NOT_APPLICABLE, "scaling.csv has no rows (no CNN scaling series)")
+        return _rule(6, NOT_APPLICABLE, "scaling.csv has no rows with numbers (no CNN "
+                     "scaling series, or none with an undisturbed baseline run)")
     ok = _finite(scaling, "linear_time_s")
     text = (f"scaling.csv: linear_time_s (the ideal the scaling figure draws dashed; the "
             f"efficiency figures draw 100%) on {int(ok.sum())} of {len(scaling)} rows")
@@ -1036,6 +1038,7 @@ def rules_table(runs: pd.DataFrame | None = None, scaling: pd.DataFrame | None =
     7. ideal lines: every scaling row has linear_time_s (the dashed ideal);
     8. error bars: every mean a figure draws (``FIGURE_CHECKS``) has its CI.
     """
+    scaling = scaling_rows(scaling)  # not the rows saying why a series has no numbers
     tables = {"runs": runs, "scaling": scaling, "llm": llm, "overhead": overhead}
     rows = [
         _rule_baseline(scaling, overhead),

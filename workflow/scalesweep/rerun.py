@@ -26,12 +26,13 @@ import time
 from pathlib import Path
 
 from scalesweep.cli import UsageError
-from scalesweep.pointdir import ATTEMPTS, METRICS_JSON, RUNS_DIR
+from scalesweep.pointdir import ATTEMPT_LOG, ATTEMPTS, METRICS_JSON, RUNS_DIR
 from scalesweep.sweep import HISTORY_DIR, SweepPoint
 
 REPO = Path(__file__).resolve().parents[2]
 AXES = [f for f in SweepPoint.__dataclass_fields__]
-# left in the point directory: the history itself, and the log of every attempt
+# left in the point directory: the history itself, the record of every attempt and the
+# log of each (run.<attempt>.log: attempts.jsonl names them; ATTEMPT_LOG)
 KEPT_IN_PLACE = {HISTORY_DIR, ATTEMPTS}
 STATE_FLAGS = {"failed": ("failed", "stale"), "disturbed": ("disturbed",),
                "missing": ("missing",)}
@@ -97,11 +98,13 @@ def history_stamp() -> str:
 
 
 def move_aside(point_dir: Path, stamp: str) -> Path | None:
-    """Move everything in ``point_dir`` but its history and attempts log into
-    ``point_dir/history/<stamp>/``; the destination, or None when there was nothing."""
+    """Move everything in ``point_dir`` but its history, attempts log and attempts' own
+    logs into ``point_dir/history/<stamp>/``; the destination, or None when there was
+    nothing."""
     if not point_dir.is_dir():
         return None
-    entries = [e for e in point_dir.iterdir() if e.name not in KEPT_IN_PLACE]
+    entries = [e for e in point_dir.iterdir()
+               if e.name not in KEPT_IN_PLACE and not ATTEMPT_LOG.fullmatch(e.name)]
     if not entries:
         return None
     dest = point_dir / HISTORY_DIR / stamp
@@ -114,15 +117,78 @@ def move_aside(point_dir: Path, stamp: str) -> Path | None:
     return dest
 
 
-def user_args(profile: str = "", configfiles=(), config_args=()) -> list[str]:
-    """The user's --profile, --configfile and --config, as given: what every command
-    scalesweep prints or runs for a campaign passes on (status, rerun)."""
+def user_args(profile: str = "", configfiles=(), config_args=(), extra=None) -> list[str]:
+    """The user's --profile, --configfile and --config, as given, ``extra`` config values
+    merged in (``config_items``): what every command scalesweep prints or runs for a
+    campaign passes on (status, rerun). One --configfile and one --config at most:
+    Snakemake keeps only the last of each on a command line."""
     out = ["--profile", profile] if profile else []
     if configfiles:
-        out += ["--configfile", *configfiles]
-    if config_args:
-        out += ["--config", *config_args]
+        out += ["--configfile", *map(str, configfiles)]
+    items = config_items(config_args, extra)
+    if items:
+        out += ["--config", *items]
     return out
+
+
+def config_items(items=(), extra=None) -> list[str]:
+    """The --config KEY=VALUE ``items`` with the ``extra`` values (a mapping, e.g.
+    {"sweep": {"repeats": 3}}) merged in as Snakemake merges the items of one --config
+    (nested mappings merge, anything else is replaced): a top-level key ``extra`` sets
+    becomes one item, at the place of the key's first item (or at the end), its value
+    the user's items for it merged with ``extra``'s; every other item stays as given.
+    Snakemake keeps only the last --config of a command line (its ``nargs="*"`` option
+    is stored, not appended): a second --config would drop the user's items."""
+    items = [str(i) for i in items]
+    if not extra:
+        return items
+    from snakemake.cli import parse_config
+    from snakemake.utils import update_config
+
+    def key(item: str) -> str:
+        return item.split("=", 1)[0]
+
+    out = list(items)
+    for name, value in extra.items():
+        mine = [i for i in out if key(i) == name]
+        try:  # Snakemake's own reading of the user's items for this key
+            merged = parse_config(mine)
+        except ValueError as exc:
+            raise UsageError(f"--config {' '.join(mine)}: {exc}") from None
+        update_config(merged, {name: _as_text(value)})
+        item = f"{name}={_config_value(merged[name])}"
+        at = out.index(mine[0]) if mine else len(out)
+        out = [i for i in out[:at] if key(i) != name] + [item] + [
+            i for i in out[at:] if key(i) != name]
+    return out
+
+
+def _as_text(value):
+    """``value`` with every scalar as the text --config's YAML reading (BaseLoader) gives
+    it: the workflow types the config's strings by the schema (config.schema_typed)."""
+    if isinstance(value, dict):
+        return {str(k): _as_text(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_text(v) for v in value]
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "null" if value is None else str(value)
+
+
+def _config_value(value) -> str:
+    """The VALUE of a --config KEY=VALUE item that Snakemake reads back as ``value``
+    (snakemake.cli.parse_config: nested values by YAML's BaseLoader, every scalar a
+    string): YAML flow style on one line, scalars plain wherever YAML allows it."""
+    import yaml
+
+    if not isinstance(value, (dict, list)):
+        return "" if value is None else str(value)
+
+    class Plain(yaml.SafeDumper):
+        yaml_implicit_resolvers: dict = {}  # every scalar is text: never quoted as one
+
+    return yaml.dump(_as_text(value), Dumper=Plain, default_flow_style=True,
+                     sort_keys=False, width=float("inf")).strip()
 
 
 def snakemake_command(args, targets: list[str]) -> list[str]:
@@ -137,11 +203,25 @@ def snakemake_command(args, targets: list[str]) -> list[str]:
         cmd += ["--directory", str(args.directory)]
     cmd += user_args(args.profile, args.configfile, args.config)
     extra = list(args.snakemake_args or [])
+    given = [a for a in extra if _config_option(a)]
+    if given:  # Snakemake would read it instead of the user's: the points chosen without it
+        raise UsageError(f"{given[0]} after --: give --config and --configfile to scalesweep "
+                         "rerun itself (before --), so the points are chosen with them and "
+                         "Snakemake reads them all in one")
     cores = {"-c", "--cores", "-j", "--jobs"}
     if not args.profile and not any(a.split("=")[0] in cores or a.startswith(("-c", "-j"))
                                     for a in extra):
         cmd += ["--cores", "all"]  # Snakemake needs a core budget to run locally
     return cmd + extra
+
+
+def _config_option(arg: str) -> bool:
+    """Whether a Snakemake argument is its --config (-C) or --configfile option, or an
+    abbreviation of one (as argparse takes it)."""
+    name = arg.split("=", 1)[0]
+    return (name.startswith("-C") and not name.startswith("--")) or (
+        name.startswith("--conf") and any(o.startswith(name) for o in
+                                          ("--config", "--configfile", "--configfiles")))
 
 
 def planned_points(cmd: list[str]) -> list[str]:
@@ -204,7 +284,8 @@ def run(args) -> int:
     cmd = snakemake_command(args, targets)
     print(f"Measuring {len(chosen)} point(s) again:")
     for _, row in chosen.iterrows():
-        why = (f"{row['state']}{': ' + str(row['reason'])[:100] if row['reason'] else ''}"
+        # (a failed metrics.json's reason: "<file>: <field> is <value>, expected <kind>")
+        why = (f"{row['state']}{': ' + str(row['reason'])[:200] if row['reason'] else ''}"
                if row["path"] not in partners else
                f"its block partner {partners[row['path']]} is measured again: a pair is "
                "two runs measured together")
@@ -237,7 +318,66 @@ def run(args) -> int:
         dest = move_aside(directory / RUNS_DIR / path, stamp)
         if dest is not None:
             print(f"  kept {path} -> {dest.relative_to(directory)}")
-    return subprocess.call(cmd)
+    return run_snakemake(cmd, directory)
+
+
+def run_snakemake(cmd: list[str], directory: Path) -> int:
+    """Run Snakemake and pass it a Ctrl-C (or SIGTERM) the way it expects one: once, to
+    its whole process group, and wait for it to end; its exit status.
+
+    Snakemake stops on SIGINT by waiting for its running jobs, which stop because a
+    terminal's Ctrl-C reached them too (its local jobs share its process group; a Slurm
+    job is cancelled); it then releases its lock. So Snakemake runs in a process group
+    of its own, which gets the first SIGINT or SIGTERM that reaches this process
+    (``kill -INT`` of it alone, or Ctrl-C in a terminal, which does not reach that group
+    itself); later ones are not passed on (a second Ctrl-C would cut Snakemake's own
+    stopping short), and this process waits for Snakemake whatever comes. Killing
+    Snakemake instead would leave its jobs running and its lock behind. A lock still
+    left when it has ended (its owner gone: it was killed) is released, and the command
+    that did it printed.
+    """
+    import signal
+
+    forwarded: list[str] = []  # the signal passed on
+    started: list[subprocess.Popen] = []
+
+    def forward(signum, _frame):
+        if forwarded:
+            print(f"scalesweep rerun: Snakemake is stopping (it got {forwarded[0]}); "
+                  "waiting for it to end", file=sys.stderr, flush=True)
+            return
+        forwarded.append(signal.Signals(signum).name)
+        print(f"scalesweep rerun: {forwarded[0]}: stopping Snakemake and its jobs; waiting "
+              "for it to end (it releases its lock)", file=sys.stderr, flush=True)
+        for proc in started:
+            try:
+                os.killpg(proc.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if forwarded:  # stopped before Snakemake started
+            return 128 + signal.Signals[forwarded[0]].value
+        # a process group of its own (Python 3.10 has no process_group=0: setpgid in the child)
+        group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+        started.append(subprocess.Popen(cmd, **group))
+        rc = started[0].wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    from scalesweep.status import stale_lock
+
+    left = stale_lock(directory)
+    if left:  # this Snakemake's (the rerun starts only without one): release it
+        unlock = [a for a in cmd if not a.startswith(f"{RUNS_DIR}/")] + ["--unlock"]
+        print(f"scalesweep rerun: Snakemake ended ({rc}) and left its lock "
+              f"({', '.join(str(p) for p in left)}); releasing it:\n$ {shlex.join(unlock)}",
+              file=sys.stderr, flush=True)
+        subprocess.run(unlock, stdout=subprocess.DEVNULL)
+    if rc < 0:  # killed by a signal: as a shell reports it
+        return 128 - rc
+    return rc
 
 
 def add_parser(sub) -> None:
@@ -257,8 +397,11 @@ def add_parser(sub) -> None:
                    help="print what would be measured again and the command; change nothing")
     p.add_argument("--directory", "-d", default=".", help="campaign directory (default: .)")
     p.add_argument("--profile", default="", help="Snakemake profile, e.g. profiles/local-slurm")
-    p.add_argument("--configfile", nargs="+", default=[], help="as for snakemake")
-    p.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
+    # action extend: a repeated --config or --configfile adds up (Snakemake gets them all
+    # in one, as it reads only the last of each)
+    p.add_argument("--configfile", nargs="+", action="extend", default=[],
+                   help="as for snakemake")
+    p.add_argument("--config", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="as for snakemake")
     p.add_argument("snakemake_args", nargs="*", metavar="-- SNAKEMAKE_ARGS",
                    help="further snakemake arguments, after --")

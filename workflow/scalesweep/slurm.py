@@ -1,7 +1,8 @@
 """Slurm resources of one sweep point, for snakemake-executor-plugin-slurm (2.8.0).
 
-Every function here is pure: a sweep point + its workload + the config (+ the attempt)
-in, plain values out; the machine's rules come from the config's site
+Every function here is pure (but ``snakemake_args``, which reads the command line as
+Snakemake does): a sweep point + its workload + the config (+ the attempt) in, plain
+values out; the machine's rules come from the config's site
 (``scalesweep.site``: ``node``, ``launch.gpu_bind``, ``slurm``, ``storage``).
 ``workflow/rules/common.smk`` wraps them as the resource functions of ``rule run_point``;
 the plugin turns them into the ``sbatch`` line.
@@ -49,11 +50,14 @@ local cluster, ``tests/test_slurm_profile.py`` pins it):
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import re
 import shlex
 from pathlib import Path
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from scalesweep.hostenv import ENV_REF, expand_vars
 from scalesweep.site import site_of
@@ -204,25 +208,69 @@ def account_problem(raw: str | int | None, environ: Any) -> str | None:
 # a user following OLCF's documentation would type by hand.
 
 
+def snakemake_args(argv: Sequence[str], cwds: Sequence[str | None]) -> Any:
+    """The command line ``argv`` (``sys.argv[1:]`` of a ``snakemake`` run) read as
+    Snakemake reads it: by its own parser (``snakemake.cli.parse_args``, the profiles
+    applied), which is also what Snakemake makes the executor plugin's settings from.
+    Relative paths in it (a profile) are relative to the directory Snakemake started in,
+    which ``--directory`` left: the first of ``cwds`` (e.g. the shell's $PWD, then the
+    current directory) in which the command line reads. None where it does not read (a
+    command line that is not Snakemake's)."""
+    from snakemake.cli import parse_args
+
+    here = os.getcwd()
+    for cwd in dict.fromkeys(c for c in cwds if c and os.path.isdir(c)):
+        sink = io.StringIO()  # parse_args says again which profiles it uses
+        try:
+            os.chdir(cwd)
+            with contextlib.redirect_stderr(sink), contextlib.redirect_stdout(sink):
+                return parse_args(list(argv))[1]
+        except (SystemExit, Exception):  # informational: never stops the workflow
+            continue
+        finally:
+            os.chdir(here)
+    return None
+
+
+def plugin_settings(args: Any) -> Any:
+    """The Slurm plugin's settings (its ExecutorSettings: ``--slurm-qos``,
+    ``--slurm-requeue``, ``--slurm-reservation`` ...) of a command line read by
+    ``snakemake_args``, made by the plugin's own registry entry as Snakemake makes them
+    (``ExecutorPluginRegistry().get_plugin("slurm").get_settings(args)``); None without
+    a command line, or for another executor."""
+    if args is None or getattr(args, "executor", None) != "slurm":
+        return None
+    from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
+
+    try:
+        return ExecutorPluginRegistry().get_plugin("slurm").get_settings(args)
+    except Exception:  # a setting the plugin refuses: Snakemake itself says so
+        return None
+
+
 def _plugin_quote(value: Any) -> str:
     """The plugin's safe_quote: shlex.quote, '' for an empty value."""
     text = str(value)
     return shlex.quote(text) if text else "''"
 
 
-def sbatch_options(resources: Any, threads: int | None = None) -> str:
+def sbatch_options(resources: Any, threads: int | None = None, settings: Any = None) -> str:
     """The options snakemake-executor-plugin-slurm (2.8.0) puts on a job's ``sbatch``
-    line, rendered from the job's evaluated ``resources`` (anything with ``.get``), in its
-    order (``submit_string.get_submit_command`` then ``utils.set_gres_string``)::
+    line, rendered from the job's evaluated ``resources`` (anything with ``.get``) and the
+    plugin's ``settings`` (its ExecutorSettings: the user's ``--slurm-*`` options;
+    ``plugin_settings``), in its order (``submit_string.get_submit_command`` then
+    ``utils.set_gres_string``)::
 
         -A ACCOUNT -p PARTITION [--clusters C] -t RUNTIME [-C CONSTRAINT] [--qos=Q]
-        [--mem-per-cpu M | --mem M] --nodes=N [--ntasks-per-gpu=T | --ntasks=T]
+        [--mem-per-cpu M | --mem M] --nodes=N [--requeue | --no-requeue] [--qos=Q]
+        [--reservation=R] [--exclude=NODES] [--ntasks-per-gpu=T | --ntasks=T]
         [--ntasks-per-node=R | --ntasks=T] --cpus-per-task=C [SLURM_EXTRA] [--gres=G] [--gpus=G]
 
-    Left out, being the plugin's own and not the job's: ``--parsable``, ``--job-name``,
-    ``--output``, ``--export=ALL``, ``--comment``, ``-D <workdir>``, ``--wrap``; and what
-    comes from its settings, not from resources: ``--qos`` (``--slurm-qos``), ``--requeue``,
-    ``--reservation``, ``--exclude`` of failed nodes. The account is the first named
+    (the first ``--qos`` from a ``qos`` resource, the second from ``--slurm-qos``; the
+    nodes excluded are those of ``--slurm-exclude-failed-nodes``, sorted: the plugin joins
+    them from a set, and adds the nodes jobs fail on as it goes). Left out, being the
+    plugin's own and not the job's: ``--parsable``, ``--job-name``, ``--output``,
+    ``--export=ALL``, ``--comment``, ``-D <workdir>``, ``--wrap``. The account is the first named
     (the plugin submits with it; it may also canonicalise it through ``sacctmgr``); with
     no account or partition the plugin guesses one, and none is shown. ``threads``: the
     job's threads (``--cpus-per-task`` without a ``cpus_per_task`` resource), by default
@@ -260,6 +308,7 @@ def sbatch_options(resources: Any, threads: int | None = None) -> str:
     nodes = get("nodes")
     if nodes is not None:
         opts.append(f"--nodes={nodes}")
+    opts += settings_options(settings)
     gpu = get("gpu")
     gres = get("gres")
     gpu_job = bool(gpu or "gpu" in str(gres or ""))
@@ -303,48 +352,60 @@ def sbatch_options(resources: Any, threads: int | None = None) -> str:
     return " ".join(opts)
 
 
+def settings_options(settings: Any) -> list[str]:
+    """The options the plugin adds to every job's ``sbatch`` from its ``settings``, in its
+    order (after ``--nodes``): see ``sbatch_options``; none for ``None``."""
+    if settings is None:
+        return []
+    opts = []
+    if getattr(settings, "requeue", False):
+        opts.append("--requeue")
+    elif getattr(settings, "no_requeue", False):
+        opts.append("--no-requeue")
+    if getattr(settings, "qos", None):
+        opts.append(f"--qos={_plugin_quote(settings.qos)}")
+    if getattr(settings, "reservation", None):
+        opts.append(f"--reservation={_plugin_quote(settings.reservation)}")
+    excluded = sorted({n.strip() for n in
+                       str(getattr(settings, "exclude_failed_nodes", None) or "").split(",")
+                       if n.strip()})
+    if excluded:
+        opts.append(f"--exclude={','.join(excluded)}")
+    return opts
+
+
 # Where a point's own path goes in a srun line shared by every repeat of its geometry
 # (only characters shlex leaves unquoted: the line quotes alike with the real path).
 POINT_SLOT = "@@POINT@@"
-
-
-def planned_data_dir(workload: dict, config: dict, inputs: dict[str, str]) -> str:
-    """The directory a point's payload reads, as its run binds it (payloads.cnn_invocation,
-    without reading the dataset): the node-local copy of a dataset staged there, else the
-    dataset or the model."""
-    from scalesweep.payloads import node_local_dir
-
-    if workload.get("payload") == "cnn":
-        return node_local_dir(config, workload["dataset"]) or inputs["dataset"]
-    return inputs.get("model") or inputs.get("dataset") or "."
 
 
 def srun_template(point: SweepPoint, workload: dict, config: dict, runs_dir: str) -> str:
     """The point's launch as a shell line, as the job runs it: several ranks started by
     ``srun`` with the point's geometry, one process directly:
     ``VAR=value ... srun --nodes=N --ntasks=... [apptainer exec ... IMAGE] python
-    <payload> ...`` (the variables the runtime needs on the host, ``launch.launch_env``).
-    The payload's own arguments are shown as ``...`` (they name staged files that do not
-    exist while planning), and the point's directory, ``<runs_dir>/<point.path>``, as
-    ``<runs_dir>/POINT_SLOT``: the line is the same for every repeat of a geometry
-    (:func:`srun_line` fills the slot)."""
+    <payload> <its arguments>`` (the variables the runtime needs on the host,
+    ``launch.launch_env``; the payload's arguments as its run builds them,
+    ``payloads.planned_invocation``), with the point's directory,
+    ``<runs_dir>/<point.path>``, as ``<runs_dir>/POINT_SLOT``: the line is the same for
+    every repeat of a geometry (:func:`srun_line` fills the slot)."""
     from scalesweep.launch import launch_command, launch_env, shell_line
-    from scalesweep.payloads import CNN_PAYLOAD, LLM_PAYLOAD, image_location, point_inputs
+    from scalesweep.payloads import image_location, planned_invocation, point_inputs
     from scalesweep.pointlaunch import build_launch
     from scalesweep.sweep import is_native
 
     inputs = point_inputs(point.workload, point.runtime, config)
     # the image's path as run_point gives it (absolute: the campaign directory's)
     image = "" if is_native(point.runtime) else str(Path(image_location(config, point.workload, point.runtime)).resolve())
-    payload = {"cnn": CNN_PAYLOAD, "llm": LLM_PAYLOAD}[workload["payload"]]
+    out_dir = f"{runs_dir}/{POINT_SLOT}"
+    inv = planned_invocation(point, workload, config, inputs, Path(out_dir))
     launch = build_launch(
         point,
         workload,
         config,
-        payload_args=["..."],
-        payload=payload,
-        data_dir=planned_data_dir(workload, config, inputs),
-        out_dir=f"{runs_dir}/{POINT_SLOT}",
+        payload_args=inv.args,
+        payload=inv.script,
+        data_dir=inv.data_dir,
+        out_dir=out_dir,
         image=image,
         # what runs inside the job: several ranks through the point's own srun; one
         # process (DataParallel, an LLM server) directly in the plugin's job step

@@ -13,12 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from scalesweep.adaptive import asked_points, walks_decisions
 from scalesweep.cli import UsageError
 from scalesweep.collect import extra_repeats, point_states
 from scalesweep.config import ConfigError, config_sources
 from scalesweep.pointdir import (FAILURE_JSON, METRICS_JSON, RUNNING_JSON, RUNS_DIR, boot_id,
                                  proc_start_ticks)
-from scalesweep.sweep import SweepError, SweepPoint, check_selection, sweep_points
+from scalesweep.sweep import (Selection, SweepError, SweepPoint, check_selection,
+                              sweep_points)
 
 
 def sacct_fields(job_ids, fields: str, timeout: float = 30) -> dict[str, list[str]]:
@@ -238,8 +240,12 @@ def _ownership(directory: Path, path: str, state: str, queued,
 def status_table(config: dict, directory: Path):
     requested = sweep_points(config)
     results = str(directory / "results")
-    # repeats the workflow added (adaptive repeats, replacements of disturbed runs) count too
-    table = point_states(sorted([*requested, *extra_repeats(requested, results)]), results,
+    # repeats the workflow added (adaptive repeats, replacements of disturbed runs) count
+    # too: those its decisions ask for (measured, deleted or not yet measured) and those
+    # on disk (asked for by decisions since changed, or under an earlier config)
+    if walks_decisions(config, requested, Selection.of(config)):
+        requested = sorted({*requested, *asked_points(requested, config, results)})
+    table = point_states(sorted({*requested, *extra_repeats(requested, results)}), results,
                          config=config)
     in_flight = [_in_flight(directory, p, s) for p, s in zip(table["path"], table["state"])]
     table.loc[in_flight, "state"] = "running"
@@ -305,14 +311,16 @@ def stale_report_line(freshness: dict | None, rerun: str) -> str | None:
             f"--report {REPORT_HTML}")
 
 
-def _replacement_advice(config: dict, directory: Path, disturbed, rerun: str) -> list[str]:
+def _replacement_advice(config: dict, directory: Path, disturbed, command) -> list[str]:
     """How the disturbed runs' series get replacements: by the same command while a
     series is below its maximum of repeats (the workflow adds blocks until it has the
-    undisturbed repeats it needs), by a raised maximum once it is there."""
+    undisturbed repeats it needs), by a raised maximum once it is there. ``command(extra)``:
+    the user's snakemake command with the ``extra`` config values merged into its own
+    (``rerun.user_args``)."""
     from scalesweep.adaptive import Series, repeat_bounds
     from scalesweep.sweep import SweepPoint
 
-    kinds: dict[str, tuple[str, int, bool]] = {}
+    kinds: dict[str, tuple[str, int, bool, str, int]] = {}
     for path in disturbed["path"]:
         point = SweepPoint.from_path(path)
         series = Series.of(point)
@@ -328,7 +336,7 @@ def _replacement_advice(config: dict, directory: Path, disturbed, rerun: str) ->
             kind = "below"
         else:
             kind = "at_max"
-        kinds[series.path] = (kind, high, high > low)
+        kinds[series.path] = (kind, high, high > low, point.workload, done)
     lines = []
     enough = sorted(k for k, v in kinds.items() if v[0] == "enough")
     if enough:
@@ -336,14 +344,19 @@ def _replacement_advice(config: dict, directory: Path, disturbed, rerun: str) ->
     if any(v[0] == "below" for v in kinds.values()):
         lines.append("Re-running the same command measures replacement blocks (series "
                      "below their maximum of repeats):")
-        lines.append(f"  {rerun}")
-    for series, (kind, high, adaptive) in sorted(kinds.items()):
+        lines.append(f"  {command(None)}")
+    for series, (kind, high, adaptive, workload, done) in sorted(kinds.items()):
         if kind != "at_max":
             continue
-        key = ("measurement='{max_repeats: %d}'" % (high + 2) if adaptive
-               else "sweep='{repeats: %d}'" % (high + 1))
+        # past the repeats on disk (some measured under an earlier, higher setting), and
+        # sweep.repeats where the workload takes it from (sweep.workload_axes)
+        top = max(high, done)
+        own = "repeats" in (config["workloads"][workload].get("sweep") or {})
+        raised = ({"measurement": {"max_repeats": top + 2}} if adaptive
+                  else {"workloads": {workload: {"sweep": {"repeats": top + 1}}}} if own
+                  else {"sweep": {"repeats": top + 1}})
         lines.append(f"{series}: at its maximum of {high} repeats; to replace its disturbed "
-                     f"runs: {rerun} --config {key}")
+                     f"runs: {command(raised)}")
     return lines
 
 
@@ -366,8 +379,16 @@ def run(args) -> int:
     from scalesweep.rerun import user_args
 
     here = ["--directory", str(directory)] if str(directory) not in (".", "") else []
-    rerun = shlex.join(["snakemake", *here, *user_args(args.profile, args.configfile or [],
-                                                      args.config or [])])
+
+    def command(extra: dict | None = None) -> str:
+        """The user's snakemake command; ``extra`` config values merged into its one
+        --config, over the items Snakemake reads (the user's, or else the profile's
+        config:, which an explicit --config replaces)."""
+        items = sources.config_args if extra else args.config or []
+        return shlex.join(["snakemake", *here, *user_args(args.profile, args.configfile or [],
+                                                          items, extra)])
+
+    rerun = command()
     outside_counts = outside["state"].value_counts().reindex(STATES, fill_value=0)
     locks = stale_lock(directory)  # left by a killed run: the next one refuses to start
     freshness = report_freshness(directory)
@@ -402,7 +423,7 @@ def run(args) -> int:
               "marked in runs.csv): something else used the CPU during the measurement:")
         for _, row in disturbed.iterrows():
             print(f"  {row['path']}: {row['reason']}")
-        for line in _replacement_advice(config, directory, disturbed, rerun):
+        for line in _replacement_advice(config, directory, disturbed, command):
             print(line)
         print("To measure the disturbed runs again in place instead (each kept in its "
               "point's history/):")
@@ -443,9 +464,11 @@ def rerun_points_command(args, selection: list[str]) -> str:
 def add_parser(sub) -> None:
     p = sub.add_parser("status", help="requested sweep points by state (done, disturbed, failed, running, stale, missing)")
     p.add_argument("--directory", "-d", default=".", help="campaign directory (default: .)")
-    p.add_argument("--configfile", nargs="*", metavar="FILE",
+    # action extend: a repeated --config or --configfile adds up (the commands printed
+    # carry them all in one, as Snakemake reads only the last of each)
+    p.add_argument("--configfile", nargs="*", action="extend", metavar="FILE",
                    help="config files merged over DIR/config/config.yaml, as for snakemake")
-    p.add_argument("--config", nargs="+", metavar="KEY=VALUE",
+    p.add_argument("--config", nargs="+", action="extend", metavar="KEY=VALUE",
                    help="config values, as for snakemake (e.g. only='{workloads: [llm]}' "
                         "to list only the selected points)")
     p.add_argument("--profile", default="",

@@ -82,6 +82,7 @@ try:
         image_manifest=image_manifest_of(config, point.workload, point.runtime),
         extra=inv.extra,
         stage_from=inv.stage_from,
+        dataset=inv.dataset,
         measurement=config["measurement"],
         site=site,
         order=run_order(point, config),
