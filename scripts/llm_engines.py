@@ -62,6 +62,11 @@ LLAMA_SERVER_TIMING_FIELDS = ("prompt_n", "prompt_ms", "predicted_n", "predicted
 # (``Engine.sets_ctx``) runs the model with: llamacpp's n_ctx, torch's KV cache; the
 # payload's --ctx default, and the bound the workflow checks max_tokens against.
 DEFAULT_CTX = 2048
+# The context Ollama runs a model with where nobody sets num_ctx (this payload sets none:
+# OllamaEngine.sets_ctx): 4096 tokens since Ollama v0.6.7 (ollama/ollama#10452), so for
+# v0.9.0, the version containers/apptainer/ollama.def pins; OLLAMA_CONTEXT_LENGTH in the
+# server's environment changes it. The bound the workflow checks max_tokens against.
+OLLAMA_DEFAULT_CTX = 4096
 
 
 class PointError(RuntimeError):
@@ -610,6 +615,7 @@ class Engine:
     model_sources: ClassVar[tuple[str, ...]] = ("synthetic", "gguf-file")
     max_gpus: ClassVar[int | None] = None  # None: any number
     sets_ctx: ClassVar[bool] = True  # runs the model with --ctx's context (DEFAULT_CTX)
+    ctx: ClassVar[int] = DEFAULT_CTX  # the context it runs a model with by default
 
     @classmethod
     def add_arguments(cls, ap: argparse.ArgumentParser) -> None:
@@ -775,6 +781,7 @@ class OllamaEngine(HttpEngine):
     model_sources = ("synthetic", "gguf-file", "ollama")
     health_path = "/api/version"
     sets_ctx = False  # Ollama's own num_ctx
+    ctx = OLLAMA_DEFAULT_CTX
 
     @classmethod
     def add_arguments(cls, ap: argparse.ArgumentParser) -> None:

@@ -15,7 +15,9 @@ Sources:
 
 The dataset is written to a temporary sibling directory and renamed into place only after
 its manifest is written and verified, so an interrupted staging leaves nothing that looks
-complete. `verify` re-checks a staged dataset against its manifest.
+complete. `verify` re-checks a staged dataset against its manifest, every file's digest
+(the workflow's verify rule), and records what a run's cheap check needs
+(MANIFEST.state.json) where an older staging left none.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
 from scalesweep.dataset import (  # noqa: E402
-    IMAGE_ERRORS, INFO, DatasetError, sha256_file, stage_copy, verify, write_manifest)
+    IMAGE_ERRORS, INFO, STATE, DatasetError, sha256_file, stage_copy, verify, write_manifest)
 from scalesweep.metrics import write_json_atomic  # noqa: E402
 
 FASHION_CLASSES = [
@@ -271,10 +273,12 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--image-size", type=int, default=64)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", required=True)
-    v = sub.add_parser("verify", help="check a staged dataset against its manifest")
+    v = sub.add_parser("verify", help="check a staged dataset against its manifest (every "
+                       f"file's digest), and record {STATE} where it has none")
     v.add_argument("root")
     v.add_argument("--report", help="write a JSON verification record here")
-    c = sub.add_parser("copy", help="copy a verified dataset (e.g. to node-local NVMe) and verify the copy")
+    c = sub.add_parser("copy", help="copy a staged dataset (e.g. to node-local NVMe) and check "
+                       "the copy by sizes and times")
     c.add_argument("src")
     c.add_argument("dest")
     args = p.parse_args(argv)
@@ -284,14 +288,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "copy":
             t0 = time.time()
             stage_copy(args.src, args.dest)
-            print(f"{args.dest}: staged and verified in {time.time() - t0:.2f} s")
+            print(f"{args.dest}: copied and checked in {time.time() - t0:.2f} s")
             return 0
         t0 = time.time()
-        n = verify(args.root)
+        state = Path(args.root) / STATE
+        had_state = state.is_file()
+        n = verify(args.root, record=True)
         record = {"dataset": args.root, "files": n, "verified_s": round(time.time() - t0, 3)}
         if args.report:
             write_json_atomic(args.report, record)
         print(f"{args.root}: {n} files match the manifest")
+        if not had_state:
+            print(f"{state}: recorded (staged by an older version): each run's check of the "
+                  "dataset is cheap from now on")
         return 0
     except DatasetError as exc:
         message = str(exc)

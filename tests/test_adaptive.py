@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shlex
 
 import numpy as np
 import pytest
@@ -205,20 +206,124 @@ def test_the_repeats_a_decision_asked_for_are_points_status_knows(tmp_path):
     from scalesweep.status import status_table
 
     cfg = _config()
-    results = tmp_path / "results"
     minimum = sweep_points(cfg)
-    assert asked_points(minimum, cfg, results) == sorted(minimum)  # no decision yet
+    assert asked_points(minimum, cfg, tmp_path) == sorted(minimum)  # no decision yet
     rng = np.random.default_rng(0)
     noisy = _runs(10 + rng.normal(0, 1, 3), 10 + rng.normal(0, 1, 3))
     after3 = decide(SERIES, 3, noisy, cfg)
     assert after3["more"]
-    decision_path(results, SERIES, 3).parent.mkdir(parents=True)
-    decision_path(results, SERIES, 3).write_text(json.dumps(after3))
+    decision_path(tmp_path, SERIES, 3).parent.mkdir(parents=True)
+    decision_path(tmp_path, SERIES, 3).write_text(json.dumps(after3))
     fourth = [SERIES.point(rt, 4) for rt in SERIES.runtimes(cfg)]
-    assert asked_points(minimum, cfg, results) == sorted([*minimum, *fourth])
+    assert asked_points(minimum, cfg, tmp_path) == sorted([*minimum, *fourth])
     table = status_table(cfg, tmp_path)
     assert sorted(table["path"]) == sorted(p.path for p in [*minimum, *fourth])
     assert set(table["state"]) == {"missing"}
     # the current config's maximum bounds the walk, as in the workflow
     cfg["measurement"]["max_repeats"] = 3
-    assert asked_points(minimum, cfg, results) == sorted(minimum)
+    assert asked_points(minimum, cfg, tmp_path) == sorted(minimum)
+
+
+# --- decision files: one path, and a file of another shape (review of #26) ----------------
+
+BAD_DECISIONS = {
+    "empty object": ("{}", "no series, round, enough"),
+    "a list": ("[]", "a JSON list, not a decision"),
+    "an older schema": (json.dumps({"series": "cnn_ddp/native-aa/n1-g0-r1-t1", "round": 3,
+                                    "enough": False}), "series is 'cnn_ddp/native-aa/"),
+    "a comparison of another shape": (json.dumps({
+        "series": {"workload": "cnn_ddp"}, "round": 3, "enough": False,
+        "comparisons": {"native-aa": {"n": "5"}}}), "comparisons.native-aa.n is '5'"),
+    "not JSON": ('{"series": ', "not readable as JSON"),
+}
+
+
+@pytest.mark.parametrize("text,why", BAD_DECISIONS.values(), ids=BAD_DECISIONS)
+def test_status_names_a_decision_file_it_cannot_walk_and_counts_it_as_not_made(
+        tmp_path, capsys, text, why):
+    """A decision file that parses to another shape ({}, a list, an older schema) used to
+    end `scalesweep status` (and rerun) in a KeyError or TypeError traceback. It counts
+    as not made (its series asks for its minimum only), and status names the file, why,
+    and how to have it made anew; --json carries it too."""
+    from conftest import config_text
+    from scalesweep.adaptive import decision_path, series_of
+    from scalesweep.cli import main
+
+    cfg = _config(runtimes=("native",), aa_calibration=True)  # repeats 3, max_repeats 6
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text(config_text(cfg))
+    minimum = sweep_points(cfg)
+    bad = decision_path(tmp_path, series_of(minimum)[0], 3)
+    bad.parent.mkdir(parents=True)
+    bad.write_text(text)
+
+    assert main(["status", "-d", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(minimum)} requested points: " in out, out
+    assert f"  {bad}: {why}" in out, out
+    assert f"rm {shlex.quote(str(bad))}" in out, out
+    assert main(["status", "-d", str(tmp_path), "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert sum(status["counts"].values()) == len(minimum)
+    (problem,) = status["unreadable_decisions"]
+    assert problem["file"] == str(bad) and problem["problem"].startswith(why)
+
+
+def test_a_decision_of_this_version_is_walked_and_one_of_another_shape_is_named():
+    """read_decision, which the workflow's walk (common.smk series_walk: refused, naming
+    the file) and status's (counted as not made) share: a decision decide() wrote
+    reads back as itself; another shape gives why, never an exception."""
+    from scalesweep.adaptive import decision_problem
+
+    rng = np.random.default_rng(0)
+    made = json.loads(json.dumps(decide(SERIES, 3, _runs(10 + rng.normal(0, 1, 3),
+                                                        10 + rng.normal(0, 1, 3)), _config())))
+    assert decision_problem(made) is None
+    for text, why in BAD_DECISIONS.values():
+        try:
+            record = json.loads(text)
+        except ValueError:
+            continue
+        assert decision_problem(record).startswith(why)
+
+
+def test_a_final_json_of_another_shape_is_named_not_a_traceback(tmp_path):
+    """status's advice for disturbed runs reads each series' final.json (rule
+    series_done): one of another shape is named and read as no decision."""
+    from scalesweep.adaptive import final_path
+    from scalesweep.status import last_decision
+
+    final = final_path(tmp_path, SERIES)
+    final.parent.mkdir(parents=True)
+    for text, why in [("[]", "a JSON list, not a series record"),
+                      ('{"last_decision": {}}', "last_decision: no series, round, enough"),
+                      ('{"last_decision": ', "not readable as JSON")]:
+        final.write_text(text)
+        problems = []
+        assert last_decision(tmp_path, SERIES, problems) == {}
+        assert [(f, w[:len(why)]) for f, w in problems] == [(str(final), why)]
+    final.write_text(json.dumps({"last_decision": None}))  # no decision made: nothing wrong
+    problems = []
+    assert last_decision(tmp_path, SERIES, problems) == {} and problems == []
+
+
+def test_the_decision_files_paths_are_stated_once():
+    """Where the decisions go is one fact (scalesweep.adaptive.DECISION_JSON, FINAL_JSON,
+    from sweep.BLOCK_DIR's geometry): the workflow's rules and `scalesweep status` take it
+    from there, and no other file builds the path again."""
+    from scalesweep.adaptive import DECISION_JSON, FINAL_JSON, SERIES_DIR
+    from scalesweep.sweep import BLOCK_DIR
+
+    assert BLOCK_DIR == SERIES_DIR + "/rep{repeat}"
+    assert DECISION_JSON == f"results/decisions/{SERIES_DIR}/after{{round}}.json"
+    assert FINAL_JSON == f"results/decisions/{SERIES_DIR}/final.json"
+    needles = ('"results/decisions', "'results/decisions", "after{round}.json",
+               "after{{round}}.json", '/final.json"', '"final.json"')
+    code = [*(REPO / "workflow" / "rules").glob("*.smk"), REPO / "Snakefile",
+            *(REPO / "workflow" / "scalesweep").glob("*.py"),
+            *(REPO / "workflow" / "scripts").glob("*.py")]
+    holders = sorted(str(p.relative_to(REPO)) for p in code
+                     if any(n in p.read_text() for n in needles))
+    assert holders == ["workflow/scalesweep/adaptive.py"]
+    run_smk = (REPO / "workflow" / "rules" / "run.smk").read_text()
+    assert "        DECISION_JSON,\n" in run_smk and "        FINAL_JSON,\n" in run_smk

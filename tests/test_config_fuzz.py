@@ -156,12 +156,36 @@ def test_max_tokens_is_bounded_by_a_gguf_files_own_context(tmp_path):
                                     max_tokens=512))
         assert f"workloads.llm.max_tokens: 512 does not fit the context of model 'm' (512 tokens: " \
                f"the context_length in {path}" in str(err.value)
-    # a file that says nothing: the engine's n_ctx bounds it (Ollama sets none of its own)
+    # a file that says nothing: the engine's context bounds it (the payload's --ctx for
+    # llamacpp; Ollama's own default num_ctx, which the payload does not set)
     path.write_bytes(b"GGUF" + b"\0" * 64)
-    big = llm_engines().DEFAULT_CTX
-    with pytest.raises(ConfigError, match=f"max_tokens: {big} does not fit .*engine llamacpp's n_ctx {big}"):
+    engines = llm_engines()
+    big = engines.DEFAULT_CTX
+    with pytest.raises(ConfigError, match=f"max_tokens: {big} does not fit .*engine llamacpp's context {big}"):
         check_config(llm_config({"source": "gguf-file", "path": str(path)}, max_tokens=big))
     check_config(llm_config({"source": "gguf-file", "path": str(path)}, engine="ollama", max_tokens=big))
+    ollama = engines.OLLAMA_DEFAULT_CTX
+    with pytest.raises(ConfigError, match=f"max_tokens: {ollama} does not fit .*engine ollama's context "
+                                          f"{ollama}: OLLAMA_DEFAULT_CTX"):
+        check_config(llm_config({"source": "gguf-file", "path": str(path)}, engine="ollama",
+                                max_tokens=ollama))
+    # a GGUF path as the staging job reads it: relative to the campaign directory
+    (tmp_path / "campaign").mkdir()
+    w = gguf.GGUFWriter(str(tmp_path / "campaign" / "rel.gguf"), "llama")
+    w.add_context_length(256)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    with pytest.raises(ConfigError, match="max_tokens: 300 does not fit .*256 tokens"):
+        check_config(llm_config({"source": "gguf-file", "path": "rel.gguf"}, max_tokens=300),
+                     directory=tmp_path / "campaign")
+
+
+def test_an_ollama_registry_model_is_bounded_by_ollamas_own_context():
+    from scalesweep.config import llm_engines
+
+    ctx = llm_engines().OLLAMA_DEFAULT_CTX
+    with pytest.raises(ConfigError, match=f"max_tokens: 1000000000000 does not fit .*ollama's context {ctx}"):
+        check_config(llm_config({"source": "ollama", "name": "llama3"}, engine="ollama",
+                                max_tokens=10**12))
 
 
 def test_counts_and_sizes_that_reach_a_payload_are_bounded():
@@ -208,5 +232,14 @@ def test_a_dataset_source_is_checked_only_where_staging_will_read_it(tmp_path):
     elsewhere = tmp_path / "other-campaign"
     (elsewhere / "resources" / "datasets" / "tiny").mkdir(parents=True)
     check_config(copy.deepcopy(cfg), elsewhere)  # staged already: its source is not read again
+    # a run measuring only other workloads stages nothing of this one
+    other = copy.deepcopy(cfg)
+    other["workloads"]["llm"] = {"payload": "llm", "model": "m"}
+    other["models"] = {"m": {"source": "synthetic"}}
+    other["sweep"]["ranks_per_node"] = [1]
+    check_config({**copy.deepcopy(other), "only": {"workloads": ["llm"]}}, tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match="datasets.tiny.path: 'idx' does not exist"):
+        check_config({**copy.deepcopy(other), "only": {"workloads": ["cnn_ddp"]}},
+                     tmp_path / "nowhere")
     cfg["site"] = "local-slurm"  # staging is a Slurm job there: the path is the cluster's
     check_config(copy.deepcopy(cfg), tmp_path / "nowhere")

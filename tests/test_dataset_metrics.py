@@ -96,6 +96,132 @@ def test_a_changed_dataset_is_refused_by_the_check_of_every_run_naming_the_file(
         check_staged(copy)
 
 
+def staged_an_hour_ago(src: Path, dest: Path) -> Path:
+    """A copy of dataset ``src`` whose images were written an hour ago (their times tell,
+    not racily new), its manifest and state written now."""
+    from scalesweep.dataset import write_manifest
+
+    shutil.copytree(src, dest)
+    hour_ago = time.time_ns() - 3600 * 10**9
+    for f in dest.rglob("*.png"):
+        os.utime(f, ns=(hour_ago, hour_ago))
+    write_manifest(dest)
+    return dest
+
+
+def flip_keeping_size_and_time(victim: Path) -> None:
+    """A byte of ``victim`` changed, its size and time as they were: only a digest sees it."""
+    st = victim.stat()
+    data = victim.read_bytes()
+    victim.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_the_verify_rule_records_the_state_an_older_staging_left_out(tmp_path, synthetic_ds):
+    """A dataset staged before MANIFEST.state.json was kept was hashed whole by the check
+    of every run (on every node). The verify rule (stage_dataset.py verify) records the
+    state after its full check, so that every later check is cheap; a failed check
+    records nothing."""
+    from scalesweep.dataset import STATE, check_staged
+
+    ds = staged_an_hour_ago(synthetic_ds, tmp_path / "tiny")
+    (ds / STATE).unlink()
+    proc = subprocess.run([*STAGE, "verify", str(ds)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{ds / STATE}: recorded" in proc.stdout
+    state = json.loads((ds / STATE).read_text())
+    assert sorted(state["files"]) == sorted(str(f.relative_to(ds)) for f in ds.rglob("*.png"))
+    victim = sorted((ds / "a").iterdir())[0]
+    flip_keeping_size_and_time(victim)
+    assert check_staged(ds) == 16  # cheap now: a file of its staged size and time is not read
+    (ds / STATE).unlink()
+    proc = subprocess.run([*STAGE, "verify", str(ds)], capture_output=True, text=True)
+    assert proc.returncode == 1 and f"a/{victim.name}" in proc.stderr, proc.stderr
+    assert not (ds / STATE).exists()
+
+
+def test_a_node_local_copy_is_checked_by_sizes_and_times_and_a_stale_one_replaced(
+        tmp_path, synthetic_ds):
+    """stage_copy (on every node of a point, just after the harness checked the source)
+    reads no file to check its copy: the staging's record, which the copy carries, and
+    the times the copy keeps. A copy already there is kept only if its manifest is the
+    source's (a restaged source is copied anew) and its files' sizes are as staged."""
+    from scalesweep.dataset import write_manifest
+
+    src = staged_an_hour_ago(synthetic_ds, tmp_path / "tiny")
+    victim = sorted((src / "a").iterdir())[0]
+    flip_keeping_size_and_time(victim)  # only a digest would see it
+    dest = stage_copy(src, tmp_path / "nvme" / "tiny")
+    assert (dest / "a" / victim.name).read_bytes() == victim.read_bytes()  # not hashed
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["tiny"]  # no temporary left
+
+    (dest / "b" / "00000.png").write_bytes(b"truncated")  # the copy damaged: copied anew
+    assert stage_copy(src, dest) == dest
+    assert (dest / "b" / "00000.png").read_bytes() == (src / "b" / "00000.png").read_bytes()
+
+    (src / "b" / "extra.png").write_bytes((src / "b" / "00000.png").read_bytes())
+    write_manifest(src)  # restaged: the copy's own manifest still matches the copy
+    assert stage_copy(src, dest) == dest
+    assert (dest / "b" / "extra.png").is_file() and verify(dest) == 17
+
+
+DAMAGED_STATE = {  # MANIFEST.state.json made wrong, and what the message says of it
+    "not a mapping": (lambda s: [1, 2], "is [1, 2], expected a mapping"),
+    "files a list": (lambda s: {**s, "files": list(s["files"])},
+                     "files is ['a/00000.png', "),
+    "an entry a number": (lambda s: {**s, "files": {**s["files"], "a/00000.png": 5}},
+                          "files['a/00000.png'] is 5, expected [size, mtime_ns] (two integers)"),
+    "an entry short": (lambda s: {**s, "files": {**s["files"], "a/00000.png": [1]}},
+                       "files['a/00000.png'] is [1], expected [size, mtime_ns]"),
+    "written_ns text": (lambda s: {**s, "written_ns": "yesterday"},
+                        "written_ns is 'yesterday', expected an integer (nanoseconds)"),
+    "manifest_sha256 null": (lambda s: {**s, "manifest_sha256": None},
+                             "manifest_sha256 is None, expected a sha256 string"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGED_STATE))
+def test_a_malformed_state_is_a_dataset_error_naming_it(tmp_path, synthetic_ds, damage):
+    """Whatever shape MANIFEST.state.json has, the check of every run says what is wrong
+    with it, naming the file and how to restage (never an AttributeError or TypeError:
+    the harness would end with a traceback and no failure record)."""
+    from scalesweep.dataset import STATE, check_staged
+
+    ds = stage_copy(synthetic_ds, tmp_path / "tiny")
+    make, expected = DAMAGED_STATE[damage]
+    (ds / STATE).write_text(json.dumps(make(json.loads((ds / STATE).read_text()))))
+    for check in (check_staged, verify):
+        with pytest.raises(DatasetError) as err:
+            check(ds)
+        assert f"{ds / STATE}: {expected}" in str(err.value)
+        assert "--forcerun resources/datasets/tiny" in str(err.value)
+
+
+def test_a_file_that_cannot_be_read_is_a_dataset_error_naming_it(tmp_path, synthetic_ds):
+    """An image replaced by a dangling link (stat and open fail: ENOENT), and, where
+    permissions hold (not root), one that cannot be opened (EACCES): named, with how to
+    restage, by the check of every run and by verify."""
+    from scalesweep.dataset import check_staged
+
+    ds = stage_copy(synthetic_ds, tmp_path / "tiny")
+    victim = sorted((ds / "a").iterdir())[0]
+    victim.unlink()
+    victim.symlink_to(tmp_path / "gone.png")
+    for check in (check_staged, verify):
+        with pytest.raises(DatasetError) as err:
+            check(ds)
+        assert f"{ds}: a/{victim.name} cannot be read (No such file or directory)" in str(err.value)
+        assert "--forcerun resources/datasets/tiny" in str(err.value)
+    if os.geteuid() == 0:
+        return  # root reads a file of mode 000
+    victim.unlink()
+    victim.write_bytes(b"x")
+    victim.chmod(0)
+    with pytest.raises(DatasetError) as err:
+        verify(ds)
+    assert f"a/{victim.name} cannot be read (Permission denied)" in str(err.value)
+
+
 @pytest.mark.skipif(not Path(FASHION).is_dir(), reason="dataset-fashion-mnist not installed")
 @pytest.mark.parametrize("damage", ["truncated", "flipped"])
 def test_a_damaged_source_archive_is_refused_naming_it(tmp_path, damage):

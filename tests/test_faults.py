@@ -397,6 +397,13 @@ def test_metrics_that_cannot_be_written_after_the_run_name_the_path(tmp_path, mo
     assert str(out / "metrics.json") in str(exc.value)
     assert "No space left on device" in str(exc.value)
     assert not (out / "running.json").exists()
+    # the attempt's record says so (written after the metrics, never "done" before them)
+    from scalesweep.failures import read_attempts
+
+    (attempt,) = read_attempts(out)
+    assert (attempt["state"], attempt["exit_code"]) == ("failed", 74)
+    assert attempt["reason"] == str(exc.value)
+    assert json.loads((out / "failure.json").read_text())["reason"] == str(exc.value)
 
 
 # --- 4. bad input: shell metacharacters in a workload name -------------------------------------

@@ -324,3 +324,22 @@ def test_embedded_default_repeats_minimum_expected_maximum(tmp_path):
     assert f"expected  {2 * 2 * expected + 2 * low:>6,} runs" in text
     assert "at least: the 1 series with nothing measured at their minimum; 1 series from " \
            "their own pairs measured before, 1 pooled over their workload's other series" in text
+
+
+def test_plan_reads_the_measurement_settings_validation_filled_in(tmp_path):
+    """measurement.max_repeats and target_ci_pp have one default, the schema's
+    (workflow/schemas/config.schema.yaml), which validation fills in: the plan reads the
+    validated values and restates neither (a second default could drift from the
+    schema's). A config that sets neither plans with the schema's."""
+    import re
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    measurement = schema["properties"]["measurement"]["properties"]
+    source = (REPO / "workflow" / "scalesweep" / "plan.py").read_text()
+    for key in ("max_repeats", "target_ci_pp"):
+        assert not re.search(rf"""get\(\s*['"]{key}['"]\s*,""", source), key
+    cfg = frontier_like(tmp_path, nodes=(1,), repeats=3)
+    assert "measurement" not in cfg
+    rule = run_plan(*write_config(tmp_path, cfg))["repeats_rule"]
+    assert rule["max_repeats"] == measurement["max_repeats"]["default"]
+    assert rule["target_ci_pp"] == measurement["target_ci_pp"]["default"]

@@ -407,3 +407,31 @@ def test_a_payload_record_its_readers_cannot_use_fails_the_attempt_and_keeps_no_
     assert "payload.json: ttft_s is 'n/a', expected a mapping of statistics" in failure["reason"]
     (attempt,) = read_attempts(out)
     assert attempt["state"] == "failed" and attempt["reason"] == failure["reason"]
+
+
+def test_a_hang_up_of_rerun_stops_snakemake_as_a_ctrl_c_and_its_lock_goes(tmp_path):
+    """The terminal or ssh session of `scalesweep rerun` gone (SIGHUP to it alone):
+    Snakemake, in a process group of its own, gets a Ctrl-C's SIGINT, stops its job and
+    releases its lock; nothing of it runs on unwatched."""
+    (tmp_path / "Snakefile").write_text(
+        'rule all:\n    output: "done"\n    shell: "touch started; sleep 60; touch {output}"\n')
+    cmd = [SNAKEMAKE, "-s", str(tmp_path / "Snakefile"), "--cores", "1",
+           "--directory", str(tmp_path)]
+    code = ("import sys; from pathlib import Path; from scalesweep.rerun import run_snakemake; "
+            f"sys.exit(run_snakemake({cmd!r}, Path({str(tmp_path)!r})))")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
+    rerun = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    try:
+        wait_for(lambda: (tmp_path / "started").exists(), "the job started")
+        rerun.send_signal(signal.SIGHUP)
+        _, err = rerun.communicate(timeout=60)
+        survivors = gone_within(str(tmp_path), 10)
+    finally:
+        rerun.kill()
+        kill_all(str(tmp_path))
+    assert "SIGHUP: stopping Snakemake and its jobs" in err, err
+    assert rerun.returncode != 0 and not (tmp_path / "done").exists()
+    assert not survivors, survivors
+    locks = tmp_path / ".snakemake" / "locks"
+    assert not (locks.is_dir() and list(locks.iterdir())), err

@@ -221,6 +221,14 @@ def test_plan_site_option_overrides_the_configs_site(tmp_path):
     assert json.loads(out.stdout)["site"] == "made-up"
     out = scalesweep("plan", "-d", tmp_path, "--site", "nowhere", cwd=tmp_path)
     assert out.returncode == 2 and "unknown site 'nowhere'" in out.stderr
+    # the config is checked on --site's site alone: a dataset source that the config's own
+    # site (local: no scheduler) would read here is the cluster's there
+    config = gpu_sweep("local")
+    config["datasets"]["tiny"] = {"source": "fashion-mnist", "path": "/nonexistent/fm",
+                                  "image_size": 64}
+    (tmp_path / "config" / "config.yaml").write_text(config_text(config))
+    out = scalesweep("plan", "-d", tmp_path, "--site", "made-up.yaml", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
 
 
 def test_the_sweep_is_checked_against_the_sites_node(tmp_path):

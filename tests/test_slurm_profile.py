@@ -10,6 +10,7 @@ real dry runs of the Frontier and Odo designs through their profiles.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import shlex
@@ -577,6 +578,84 @@ def test_the_command_lines_slurm_options_as_snakemake_reads_them(tmp_path):
     assert settings.qos == "debug" and not settings.requeue
     assert snakemake_args(argv, [str(tmp_path)]) is None  # no profiles/frontier there
     assert plugin_settings(snakemake_args(["-n"], [str(REPO)])) is None
+
+
+def test_the_command_line_is_read_without_changing_directory(tmp_path):
+    """Snakemake's own process reads its command line (common.smk, while the workflow is
+    parsed) after --directory moved it: a relative --profile, or $SNAKEMAKE_PROFILE, is
+    read from the directory Snakemake started in and passed on absolute, and the current
+    directory never changes, not even for a moment (os.chdir's audit event: the local
+    jobs' threads of the same process start processes and open relative paths)."""
+    script = f"""
+import json, os, sys
+sys.path.insert(0, {str(REPO / "workflow")!r})
+chdirs = []
+sys.addaudithook(lambda event, args: chdirs.append(str(args[0])) if event == "os.chdir" else None)
+from scalesweep.slurm import plugin_settings, snakemake_args
+given = snakemake_args(["-n", "--profile", "profiles/frontier", "--slurm-qos", "debug"],
+                       [{str(REPO)!r}])
+os.environ["SNAKEMAKE_PROFILE"] = "profiles/frontier"
+from_env = snakemake_args(["-n"], [None, {str(REPO)!r}])
+print(json.dumps({{"chdirs": chdirs, "cwd": os.getcwd(), "profile": given.profile,
+                  "executors": [given.executor, from_env.executor],
+                  "qos": plugin_settings(given).qos}}))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "SNAKEMAKE_PROFILE"}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.splitlines()[-1])
+    assert seen["chdirs"] == [], seen
+    assert seen["cwd"] == os.path.realpath(tmp_path)
+    assert seen["profile"] == [str(REPO / "profiles" / "frontier")]
+    assert seen["executors"] == ["slurm", "slurm"] and seen["qos"] == "debug"
+
+
+def test_inside_a_slurm_job_the_workflow_prints_no_summary_note(campaign):
+    """Every Slurm job parses the workflow again while the campaign is measured (no
+    runs.csv yet): the partial-summary note (common.smk summary_note) would stat every
+    point's metrics.json in every job (the points squared, on Lustre) and land in every
+    job's log. Outside a job it is said (1 of 2 points measured); inside one, not."""
+    from conftest import SNAKEMAKE
+
+    config = tiny_config()
+    wd = campaign(config)
+    done = wd / "results" / "runs" / sweep_points(config)[0].path / "metrics.json"
+    done.parent.mkdir(parents=True)
+    done.write_text("{}")
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
+    env.setdefault("USER", "root")
+
+    def parsed(**extra) -> str:
+        proc = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory",
+                               str(wd), "--list-rules"], cwd=wd, env={**env, **extra},
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        return proc.stdout + proc.stderr
+
+    assert "results/summary/runs.csv is not made yet: 1 of 2 points" in parsed()
+    assert "is not made yet" not in parsed(SLURM_JOB_ID="4242")
+
+
+def test_a_dry_run_summary_that_cannot_be_made_is_one_line_naming_why(frontier, capsys):
+    """The summary ending a dry run is printed from an atexit callback, where an
+    exception shows as "Exception ignored in atexit callback" and a traceback: one that
+    cannot be made (here: a listed point of a workload the config lacks) is one line
+    on stderr naming the error, and nothing on stdout; one that can, the summary."""
+    from scalesweep.plan import print_dry_run_summary
+
+    gone = SweepPoint("gone", "native", 1, 0, 1, 1, 1)
+    print_dry_run_summary({gone.path: (gone, 1, 30)}, frontier, None)
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == ("scalesweep: no summary of this dry run (KeyError: 'gone'); the jobs "
+                   "listed above are what it would submit\n")
+    point = the_point(frontier, workload="cnn_ddp", runtime="apptainer", nodes=2, repeat=1)
+    print_dry_run_summary({point.path: (point, 2, 30)}, frontier, ExecutorSettings(qos="debug"))
+    out, err = capsys.readouterr()
+    assert out.startswith("\nscalesweep, this dry run:\n  points: 1 run_point jobs listed "
+                          "above (cnn_ddp)") and err == ""
+    assert "each with the plugin's options of this command line: --qos=debug" in out
 
 
 def test_dry_run_prints_each_points_sbatch_and_srun(tmp_path, monkeypatch):

@@ -62,6 +62,24 @@ SITE = site_of(config)
 # Slurm resources are ~25% of `snakemake -n` on a 10,000-point sweep.
 SLURM_SITE = SITE["scheduler"] == "slurm"
 
+
+def in_slurm_job():
+    """Whether this Snakemake runs inside a Slurm job (the Slurm plugin's job step keeps
+    SLURM_JOB_ID): every job parses the workflow again, to run that one job."""
+    return "SLURM_JOB_ID" in os.environ
+
+
+# What this run refused while planning (our WorkflowError from an input, params or
+# resource function: Snakemake stops); a dry run then ends with no summary of its jobs.
+REFUSED = []
+
+
+def refusal(message):
+    """The WorkflowError refusing ``message`` while planning, recorded in REFUSED."""
+    REFUSED.append(message)
+    return WorkflowError(message)
+
+
 try:
     POINTS = sweep_points(config)  # the whole sweep: what the summary and report cover
     # --config only=...: what this invocation measures (all of POINTS without it)
@@ -144,7 +162,11 @@ def summary_note(runs_csv):
     summary (``runs_csv``) waits for all of them, and a report needs it ("marked for
     report but does not exist"): how to summarise and report what was measured. None
     where the summary exists, analysis.partial is on, or nothing or everything is
-    measured."""
+    measured; and inside a Slurm job, which parses the workflow again while the summary
+    is not made yet: it would stat every point's metrics.json (per job: the campaign's
+    points squared on Lustre) and print the note into every job's log."""
+    if in_slurm_job():
+        return None
     if Path(runs_csv).exists() or config["analysis"]["partial"]:
         return None
     files = metrics_files()
@@ -168,7 +190,7 @@ def remeasure_note():
     metrics.json first; the harness keeps each measurement as metrics.<attempt>.json
     beside it, but the campaign is measured again. Says so, and how to make the input
     anew alone. None when every input is there (one stat each) or inside a Slurm job."""
-    if "SLURM_JOB_ID" in os.environ:
+    if in_slurm_job():
         return None
     gone = {}
     for workload, runtime in sorted({(p.workload, p.runtime) for p in SELECTED}):
@@ -391,8 +413,12 @@ def measurement_threads(wildcards):
 # --- Interleaved blocks and adaptive repeats (scalesweep.adaptive) ----------------------
 from scalesweep.sweep import workload_runtimes  # noqa: E402
 from scalesweep.adaptive import (  # noqa: E402
+    DECISION_JSON,
+    FINAL_JSON,
+    SERIES_DIR,
     Series,
     asked_blocks,
+    read_decision,
     repeat_bounds,
     run_priority,
     series_of,
@@ -402,6 +428,9 @@ from scalesweep.adaptive import (  # noqa: E402
 SERIES = series_of(SELECTED)  # the series this run measures
 SERIES_INDEX = {s: i for i, s in enumerate(SERIES)}
 ADAPTIVE = walks_decisions(config, SELECTED, SELECTION)
+# the logs of run.smk's repeats_decision and series_done (outputs: DECISION_JSON, FINAL_JSON)
+DECISION_LOG = f"logs/decisions/{SERIES_DIR}/after{{round}}.log"
+FINAL_LOG = f"logs/decisions/{SERIES_DIR}/final.log"
 
 
 def point_priority(wildcards):
@@ -418,16 +447,13 @@ def series_point_metrics(series, repeats):
     ]
 
 
-def decision_file(series, round_):
-    return f"results/decisions/{series.path}/after{round_}.json"
-
-
 def series_walk(series):
     """(metrics files, decision files) the series has asked for so far: the minimum of
     blocks, then one more block per decision that wanted more (scalesweep.adaptive.
     asked_blocks, which `scalesweep status` uses too). Raises Snakemake's
     IncompleteCheckpointException at the first decision not yet made (the workflow then
-    waits for it and asks again)."""
+    waits for it and asks again); refuses, naming it, a decision file that cannot be
+    walked (scalesweep.adaptive.read_decision)."""
     decisions = []
 
     def decision(round_):
@@ -435,8 +461,13 @@ def series_walk(series):
             0
         ]
         decisions.append(out)
-        with open(out) as fh:
-            return json.load(fh)
+        made, problem = read_decision(out)
+        if problem:
+            raise refusal(
+                f"scalesweep: {out}: {problem}. Delete it and run again: the decision "
+                "is made anew from its series' runs"
+            )
+        return made
 
     blocks = asked_blocks(series, config, decision)
     return series_point_metrics(series, range(1, blocks + 1)), decisions
@@ -544,7 +575,7 @@ def series_final_files():
     either (the aggregation then takes what exists and waits for nothing)."""
     if not ADAPTIVE or config.get("analysis", {}).get("partial", False):
         return []
-    return [f"results/decisions/{s.path}/final.json" for s in SERIES]
+    return [FINAL_JSON.format(**s.as_dict()) for s in SERIES]
 
 
 # --- Slurm: run_point's resources for snakemake-executor-plugin-slurm -------------------
@@ -570,7 +601,7 @@ def point_slurm(wildcards, attempt=1):
         try:
             request = slurm_request(point, run_workload(wildcards), config, attempt)
         except SlurmConfigError as exc:
-            raise WorkflowError(f"scalesweep config: {exc}") from None
+            raise refusal(f"scalesweep config: {exc}") from None
         _SLURM_REQUESTS[(point, attempt)] = request
     return request
 
@@ -673,13 +704,13 @@ def profile_check(wildcards, resources):
     be submitted without their geometry, RUN_POINT_SLURM_RESOURCES) and a Slurm account
     taken from a variable that is unset. Not inside a Slurm job: it was checked where the
     job was submitted, and the job's environment need not carry SBATCH_ACCOUNT."""
-    if "SLURM_JOB_ID" in os.environ:
+    if in_slurm_job():
         return ""
     key = (resources.get("slurm_account"), resources.get("slurm_partition"))
     if key not in _PROFILE_PROBLEMS:  # the same default-resources for every job
         _PROFILE_PROBLEMS[key] = profile_problem(*key)
     if _PROFILE_PROBLEMS[key]:
-        raise WorkflowError(f"scalesweep: {_PROFILE_PROBLEMS[key]}")
+        raise refusal(f"scalesweep: {_PROFILE_PROBLEMS[key]}")
     return ""
 
 
@@ -716,48 +747,56 @@ def profile_problem(account, partition):
 # srun_template: the harness's own launch, with the payload's arguments). One params
 # function, also the profile check: one call per job. A dry run ends with a summary
 # (scalesweep.plan.dry_run_summary).
-# (workload, runtime, nodes, gpus, ranks, threads) -> srun line with slurm.POINT_SLOT:
-# every repeat of a geometry shares it, but for its directory
 import atexit  # noqa: E402
 
 from scalesweep.slurm import (  # noqa: E402
     POINT_SLOT,
     plugin_settings,
     sbatch_options,
-    settings_options,
     snakemake_args,
     srun_template,
 )
 
+# (workload, runtime, nodes, gpus, ranks, threads) -> srun line with slurm.POINT_SLOT:
+# every repeat of a geometry shares it, but for its directory
 _SRUN_LINES = {}
-# this run's command line as Snakemake reads it (scalesweep.slurm.snakemake_args), read
-# once: "args", "settings" (the Slurm plugin's, as it submits with them); "listed": the
-# points a dry run lists
-_SUBMISSION = {}
-
-
-def submission():
-    if "args" not in _SUBMISSION:
-        args = snakemake_args(sys.argv[1:], [os.environ.get("PWD"), os.getcwd()])
-        _SUBMISSION.update(args=args, settings=plugin_settings(args))
-    return _SUBMISSION
+# This run's command line as Snakemake read it (scalesweep.slurm.snakemake_args), read
+# once, here while the workflow is parsed (never while jobs run), its relative paths (a
+# --profile) from the directory Snakemake started in: the shell's $PWD, else this one
+# (the current directory is never changed). On a Slurm site outside a Slurm job only;
+# None else, or where it does not read.
+SUBMISSION_ARGS = (
+    snakemake_args(sys.argv[1:], [os.environ.get("PWD"), os.getcwd()])
+    if SLURM_SITE and not in_slurm_job()
+    else None
+)
+# the Slurm plugin's settings of it (--slurm-qos ...), as the plugin submits with them
+SLURM_SETTINGS = plugin_settings(SUBMISSION_ARGS)
+DRY_RUN = bool(getattr(SUBMISSION_ARGS, "dryrun", False))
+# the run_point jobs a dry run lists: point path -> (point, nodes, runtime)
+DRY_RUN_LISTED = {}
 
 
 def print_dry_run_summary():
-    """The end of a dry run on a Slurm site (registered by launch_comment)."""
-    from scalesweep.plan import dry_run_summary
+    """The end of a dry run on a Slurm site (atexit: Snakemake runs no onsuccess or
+    onerror hook in a dry run; scalesweep.plan.print_dry_run_summary, one line where it
+    cannot be made). Nothing where no run_point job was listed or this run refused one
+    (REFUSED: Snakemake stopped)."""
+    if DRY_RUN_LISTED and not REFUSED:
+        from scalesweep.plan import print_dry_run_summary as print_summary
 
-    settings = submission()["settings"]
-    options = None if settings is None else " ".join(settings_options(settings))
-    lines = dry_run_summary(_SUBMISSION["listed"], config, options)
-    print("\nscalesweep, this dry run:\n" + "\n".join(f"  {line}" for line in lines))
+        print_summary(DRY_RUN_LISTED, config, SLURM_SETTINGS)
+
+
+if DRY_RUN:
+    atexit.register(print_dry_run_summary)
 
 
 def launch_comment(wildcards, resources):
     """profile_check, then on a Slurm site, outside a Slurm job, the comment; "" else
     (inside the job the params are evaluated again, and nothing prints them)."""
     profile_check(wildcards, resources)
-    if not SLURM_SITE or "SLURM_JOB_ID" in os.environ:
+    if not SLURM_SITE or in_slurm_job():
         return ""
     point = point_of(wildcards)
     key = (
@@ -775,18 +814,20 @@ def launch_comment(wildcards, resources):
         except Exception as exc:  # informational: never stops a submission
             srun = f"(launch line not shown: {type(exc).__name__}: {exc})"
         _SRUN_LINES[key] = srun
-    settings = submission()["settings"]
-    if getattr(_SUBMISSION["args"], "dryrun", False):
-        listed = _SUBMISSION.setdefault("listed", {})
-        if not listed:
-            atexit.register(print_dry_run_summary)
-        listed[point.path] = (point, resources.get("nodes"), resources.get("runtime"))
+    if DRY_RUN:
+        DRY_RUN_LISTED[point.path] = (
+            point,
+            resources.get("nodes"),
+            resources.get("runtime"),
+        )
     # one line, whatever a path holds
     unknown = (
-        "" if settings is not None else " [the plugin's --slurm-* options: unknown]"
+        ""
+        if SLURM_SETTINGS is not None
+        else " [the plugin's --slurm-* options: unknown]"
     )
     comment = (
-        f"  # sbatch {sbatch_options(resources, settings=settings)}{unknown} ; "
+        f"  # sbatch {sbatch_options(resources, settings=SLURM_SETTINGS)}{unknown} ; "
         f"{srun.replace(POINT_SLOT, point.path)}"
     )
     return comment.replace("\n", " ").replace("\r", " ")

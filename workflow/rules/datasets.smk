@@ -23,6 +23,10 @@ rule stage_dataset:
         " --out {output:q} > {log:q} 2>&1"
 
 
+# Every file's digest, once; a dataset an older version staged gets its
+# MANIFEST.state.json here, so that each run's own check is cheap (sizes and times:
+# scalesweep.dataset.check_staged). Touching the staged directory re-runs nothing:
+# rerun-triggers [input] (profiles/default).
 rule verify_dataset:
     input:
         rules.stage_dataset.output,

@@ -47,9 +47,10 @@ checkpoint repeats_decision:
     input:
         decision_inputs,
     output:
-        "results/decisions/{workload}/{arm}/n{nodes}-g{gpus}-r{ranks}-t{threads}/after{round}.json",
+        # scalesweep.adaptive.DECISION_JSON: `scalesweep status` reads it there too
+        DECISION_JSON,
     log:
-        "logs/decisions/{workload}/{arm}/n{nodes}-g{gpus}-r{ranks}-t{threads}/after{round}.log",
+        DECISION_LOG,
     localrule: True
     conda:
         "../../envs/scalesweep.yaml"
@@ -63,9 +64,9 @@ rule series_done:
     input:
         series_inputs,
     output:
-        "results/decisions/{workload}/{arm}/n{nodes}-g{gpus}-r{ranks}-t{threads}/final.json",
+        FINAL_JSON,
     log:
-        "logs/decisions/{workload}/{arm}/n{nodes}-g{gpus}-r{ranks}-t{threads}/final.log",
+        FINAL_LOG,
     localrule: True
     conda:
         "../../envs/scalesweep.yaml"

@@ -9,10 +9,10 @@ until every container's overhead has a 95% CI half-width of at most
 ``measurement.target_ci_pp`` and every runtime has at least the minimum of undisturbed
 repeats, or ``measurement.max_repeats`` blocks were measured.
 
-Pure functions, but ``recorded_decision``; the workflow (``workflow/rules/run.smk``)
-chains the decisions with a checkpoint per block, so an interrupted campaign continues
-where it stopped; `scalesweep status` counts the same runs from the decisions on disk
-(``asked_points``).
+Pure functions, but ``read_decision`` and ``recorded_decision``; the workflow
+(``workflow/rules/run.smk``) chains the decisions with a checkpoint per block, so an
+interrupted campaign continues where it stopped; `scalesweep status` counts the same runs
+from the decisions on disk (``asked_points``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from scalesweep.sweep import (
+    BLOCK_DIR,
     REFERENCE,
     Selection,
     SweepPoint,
@@ -35,13 +36,20 @@ from scalesweep.sweep import (
     workload_axes,
 )
 
-# results/decisions/<series>/after<round>.json, final.json
 # a comparison's CI from fewer undisturbed repeats per side is not trusted, whatever
 # sweep.repeats says: with 3 or 4 pairs a narrow CI under run-to-run drift is mostly a
 # fluke, and stopping on it adds false faster/slower verdicts (simulated in
 # tests/test_verdict_simulation.py: +0.3-0.45 points at 3, +0.03 at 5)
 MIN_COMPARED = 5
-SERIES_DIR = "{workload}/{arm}/n{nodes}-g{gpus}-r{ranks}-t{threads}"
+# a series' directory: the geometry part of its blocks' (sweep.BLOCK_DIR without rep<k>)
+SERIES_DIR, _, _REPEAT = BLOCK_DIR.rpartition("/")
+assert _REPEAT == "rep{repeat}", BLOCK_DIR
+# The decisions of a series, relative to the campaign directory: the checkpoint
+# repeats_decision writes DECISION_JSON after each block, rule series_done FINAL_JSON
+# (workflow/rules/run.smk); `scalesweep status` reads them (decision_path, final_path).
+DECISIONS_DIR = "results/decisions"
+DECISION_JSON = f"{DECISIONS_DIR}/{SERIES_DIR}/after{{round}}.json"
+FINAL_JSON = f"{DECISIONS_DIR}/{SERIES_DIR}/final.json"
 
 
 @dataclass(frozen=True, order=True)
@@ -107,10 +115,60 @@ def walks_decisions(config: dict, points: Iterable[SweepPoint], selection: Selec
     return is_adaptive(config, points) and selection.runtimes is None
 
 
-def decision_path(results: str | Path, series: Series, round_: int) -> Path:
-    """The decision after block ``round_`` of ``series``, as the workflow's checkpoint
-    repeats_decision writes it (workflow/rules/run.smk)."""
-    return Path(results, "decisions", series.path, f"after{round_}.json")
+def decision_path(directory: str | Path, series: Series, round_: int) -> Path:
+    """The decision after block ``round_`` of ``series`` in the campaign ``directory``,
+    as the workflow's checkpoint repeats_decision writes it (``DECISION_JSON``)."""
+    return Path(directory, DECISION_JSON.format(round=round_, **series.as_dict()))
+
+
+def final_path(directory: str | Path, series: Series) -> Path:
+    """The record of a series' runs and last decision in the campaign ``directory``, as
+    the workflow's rule series_done writes it (``FINAL_JSON``)."""
+    return Path(directory, FINAL_JSON.format(**series.as_dict()))
+
+
+def decision_problem(record: Any) -> str | None:
+    """Why ``record`` (a decision file's JSON) is not a decision ``wants_more`` can
+    walk (another shape: {}, a list, an older schema), or None."""
+    if not isinstance(record, dict):
+        return f"a JSON {type(record).__name__}, not a decision (an object)"
+    missing = [k for k in ("series", "round", "enough") if k not in record]
+    if missing:
+        return f"no {', '.join(missing)} (not a decision of this version)"
+    series, round_ = record["series"], record["round"]
+    if not isinstance(series, dict) or not isinstance(series.get("workload"), str):
+        return f"series is {series!r}, not an object naming its workload"
+    if isinstance(round_, bool) or not isinstance(round_, int):
+        return f"round is {round_!r}, not an integer"
+    valid = record.get("valid_repeats") or {}
+    if not isinstance(valid, dict) or not all(isinstance(v, list) for v in valid.values()):
+        return f"valid_repeats is {valid!r}, not an object of lists"
+    comparisons = record.get("comparisons") or {}
+    if not isinstance(comparisons, dict):
+        return f"comparisons is {comparisons!r}, not an object"
+    for runtime, c in comparisons.items():
+        if not isinstance(c, dict):
+            return f"comparisons.{runtime} is {c!r}, not an object"
+        for key in ("n", "n_native", "ci_half_width_pp"):
+            value = c.get(key)
+            if value is not None and (isinstance(value, bool)
+                                      or not isinstance(value, (int, float))):
+                return f"comparisons.{runtime}.{key} is {value!r}, not a number"
+    return None
+
+
+def read_decision(path: str | Path) -> tuple[dict | None, str | None]:
+    """(the decision in the file ``path``, None), or (None, why it cannot be walked:
+    unreadable, not JSON, another shape: ``decision_problem``), or (None, None) where
+    there is no such file (the decision is not made yet)."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as exc:
+        return None, f"not readable as JSON ({exc})"
+    problem = decision_problem(record)
+    return (None, problem) if problem else (record, None)
 
 
 def asked_blocks(series: Series, config: dict,
@@ -131,25 +189,30 @@ def asked_blocks(series: Series, config: dict,
     return blocks
 
 
-def recorded_decision(results: str | Path, series: Series, round_: int) -> dict | None:
-    """The decision after block ``round_`` as recorded on disk; None without one (or an
-    unreadable one: the workflow makes it again)."""
-    try:
-        return json.loads(decision_path(results, series, round_).read_text())
-    except (OSError, ValueError):
-        return None
+def recorded_decision(directory: str | Path, series: Series, round_: int,
+                      problems: list[tuple[str, str]] | None = None) -> dict | None:
+    """The decision after block ``round_`` as recorded in the campaign ``directory``;
+    None without one, or with one that cannot be walked (``read_decision``), which is
+    then added to ``problems`` as (file, why)."""
+    path = decision_path(directory, series, round_)
+    record, problem = read_decision(path)
+    if problem and problems is not None:
+        problems.append((str(path), problem))
+    return record
 
 
-def asked_points(points: Iterable[SweepPoint], config: dict,
-                 results: str | Path) -> list[SweepPoint]:
-    """Every run the series of ``points`` ask for by the decisions recorded under
-    ``results`` (``asked_blocks``): the runs the workflow measures, whether measured yet
-    or not (a deleted extra repeat among them)."""
+def asked_points(points: Iterable[SweepPoint], config: dict, directory: str | Path,
+                 problems: list[tuple[str, str]] | None = None) -> list[SweepPoint]:
+    """Every run the series of ``points`` ask for by the decisions recorded in the
+    campaign ``directory`` (``asked_blocks``): the runs the workflow measures, whether
+    measured yet or not (a deleted extra repeat among them). A decision file that cannot
+    be walked counts as not made (its series stops there) and goes to ``problems``."""
     return sorted(
         series.point(rt, k)
         for series in series_of(points)
         for k in range(1, asked_blocks(
-            series, config, functools.partial(recorded_decision, results, series)) + 1)
+            series, config,
+            functools.partial(recorded_decision, directory, series, problems=problems)) + 1)
         for rt in series.runtimes(config))
 
 

@@ -57,7 +57,7 @@ COLUMNS: dict[str, Column] = {c.name: c for c in [
     Column("data_load_s", MEASUREMENT, "s"),
     Column("staging_s", MEASUREMENT, "s"),
     Column("concurrency_levels", MEASUREMENT, "JSON per level"),
-    Column("peak_rss_mb", MEASUREMENT, "MB"),
+    Column("peak_rss_mb", MEASUREMENT, "MiB"),  # as metrics.FIELDS
     Column("harness_wall_s", MEASUREMENT, "s"),
     Column("harness_overhead_s", MEASUREMENT, "s"),
     Column("outside_cpu_pct", MEASUREMENT, "%"),

@@ -116,7 +116,7 @@ def check_config(config: dict, directory: str | Path = ".") -> None:
     check_runtimes(config)
     check_images(config)
     check_engines(config)
-    check_payload_bounds(config)
+    check_payload_bounds(config, directory)
 
 
 def check_dataset_sources(config: dict, directory: str | Path = ".") -> None:
@@ -130,14 +130,15 @@ def check_dataset_sources(config: dict, directory: str | Path = ".") -> None:
     a synthetic one reads none."""
     from scalesweep.dataset import STAGED_DIR
     from scalesweep.site import site_of
-    from scalesweep.sweep import enabled_workloads
+    from scalesweep.sweep import Selection, enabled_workloads
 
     site = site_of(config)
     if site["scheduler"] != "none":
         return
     datasets = config.get("datasets") or {}
+    chosen = Selection.of(config).workloads  # only: {workloads: [...]}: the others stage nothing
     used = {config["workloads"][w].get("dataset") for w in enabled_workloads(config)
-            if config["workloads"][w].get("payload") == "cnn"}
+            if config["workloads"][w].get("payload") == "cnn" and (chosen is None or w in chosen)}
     for name in sorted(n for n in used if n in datasets):
         ds = datasets[name]
         if ds["source"] == "synthetic" or Path(directory, STAGED_DIR, name).is_dir():
@@ -210,21 +211,23 @@ def llm_engines():
     return payload_script("llm_engines")
 
 
-def model_context(model: dict) -> tuple[int | None, str]:
+def model_context(model: dict, directory: str | Path = ".") -> tuple[int | None, str]:
     """(context length in tokens, where it comes from) of a config ``models.<name>``: a
     synthetic model's is its generator's (scripts/make_synthetic_llm.py, which
     stage_model runs with its defaults), a GGUF file's its metadata where the file is
-    readable now; None where unknown before staging (an Ollama registry model)."""
+    readable now (its path as stage_model reads it: '~' expanded, relative to the
+    campaign ``directory``, where the staging job runs); None where unknown before
+    staging (an Ollama registry model: the engine's own context bounds it)."""
     if model.get("source") == "synthetic":
         ctx = payload_script("make_synthetic_llm").SyntheticConfig().ctx
         return ctx, "its generator's context_length, scripts/make_synthetic_llm.py"
     if model.get("source") == "gguf-file" and model.get("path"):
-        path = Path(model["path"]).expanduser()
+        path = Path(directory, Path(model["path"]).expanduser())
         return llm_engines().gguf_context_length(path), f"the context_length in {path}"
     return None, ""
 
 
-def check_payload_bounds(config: dict) -> None:
+def check_payload_bounds(config: dict, directory: str | Path = ".") -> None:
     """What the schema cannot bound alone, before any job: an LLM workload's max_tokens
     against the context its model runs with (a request stops at the context, and a
     "length" finish there is not max_tokens), a CNN's image size against the smallest the
@@ -242,12 +245,15 @@ def check_payload_bounds(config: dict) -> None:
                                   f"(scripts/train_cnn.py): set image_size to {least} or more")
         if wl.get("payload") != "llm":
             continue
-        model_ctx, source = model_context((config.get("models") or {}).get(wl.get("model"), {}) or {})
+        model_ctx, source = model_context((config.get("models") or {}).get(wl.get("model"), {}) or {},
+                                          directory)
         engine = llm_engines().engine_class(wl["engine"])
         limits = [(model_ctx, f"{model_ctx} tokens: {source}")]
-        if engine.sets_ctx:
-            limits.append((llm_engines().DEFAULT_CTX, f"engine {engine.name}'s n_ctx "
-                                                     f"{llm_engines().DEFAULT_CTX}: DEFAULT_CTX in scripts/llm_engines.py"))
+        # the context the engine runs every model with: the payload's --ctx (llamacpp,
+        # torch), or Ollama's own default num_ctx (the payload sets none)
+        limits.append((engine.ctx, f"engine {engine.name}'s context {engine.ctx}: "
+                                   f"{'DEFAULT_CTX' if engine.sets_ctx else 'OLLAMA_DEFAULT_CTX'} "
+                                   "in scripts/llm_engines.py"))
         limits = [(n, why) for n, why in limits if n]
         bound = min((n for n, _ in limits), default=None)
         if bound is not None and wl["max_tokens"] >= bound:

@@ -36,7 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from scalesweep.dataset import DatasetError, check_staged
+from scalesweep.dataset import STATE, DatasetError, check_staged
 from scalesweep.failures import (append_attempt, exit_reason, failure_reason, start_attempt,
                                  termination_recorder, write_failure)
 from scalesweep.hostenv import with_user
@@ -55,8 +55,10 @@ from scalesweep.metrics import (
     write_metrics,
 )
 from scalesweep.pointdir import (
+    ATTEMPTS,
     FAILURE_JSON,
     INTERFERENCE_DIR,
+    METRICS_JSON,
     PAYLOAD_JSON,
     RUNNING_JSON,
     SERVERS_DIR,
@@ -373,6 +375,7 @@ def execute(
         raise PointDirError(f"cannot write {running}: {exc.strerror or exc}") from None
     # every process of the payload carries it (scalesweep.interference, scalesweep.reaper)
     token = new_token()
+    held = 0  # a SIGINT or SIGTERM that came during the last cleanup
     try:
         with subreaper():
             try:
@@ -381,12 +384,14 @@ def execute(
                                 stage_from=stage_from, dataset=dataset,
                                 measurement=measurement, site=site, order=order)
             finally:  # interrupted, or failed in the harness: nothing of the payload stays
-                _stop_leftovers(token, log_path)
+                _, held = _stop_leftovers(token, log_path)
     finally:  # a SIGKILLed harness leaves it: `scalesweep status` finds its owner gone
         try:
             running.unlink(missing_ok=True)
         except OSError:
             pass
+        if held:  # held, not dropped: it has its effect now (the attempt has ended)
+            signal.raise_signal(held)
 
 
 def _execute(point, launch, metrics_path: Path, log_path, *, token, image_manifest, extra,
@@ -450,6 +455,11 @@ def _execute(point, launch, metrics_path: Path, log_path, *, token, image_manife
             attempt["staging_s"] = time.perf_counter() - t_stage
             if rc != 0:
                 attempt["reason"] = f"node-local staging failed (exit code {rc})"
+        if dataset and not dataset_problem and not (Path(dataset) / STATE).is_file():
+            script = Path(launch.code_root) / "scripts" / "stage_dataset.py"
+            log.write(f"# {Path(dataset) / STATE} missing (staged by an older version): the "
+                      "check of every run hashes every file of the dataset; record it once "
+                      f"(it measures nothing): python {script} verify {dataset}\n")
         log.write(f"# {attempt['command']}\n")
         log.flush()
     speed = None
@@ -476,9 +486,11 @@ def _execute(point, launch, metrics_path: Path, log_path, *, token, image_manife
             # the ranks' memory over the window: into metrics.json (not attempts.jsonl)
             extra = {**(extra or {}), "memory_timeline": memory.record()}
         # what the payload started and left running (before the machine probe after it)
-        left = _stop_leftovers(token, log_path)
+        left, stopped_by = _stop_leftovers(token, log_path, record)
         if left:
             attempt["left_running"] = left
+        if stopped_by and rc == 0:
+            rc = -stopped_by  # ends as killed by it (recorded when it came), not measured
         if rc == 0:
             speed.run("after")
         extra = {**extra, "probe": speed.record()}
@@ -535,13 +547,24 @@ def _run_llm_servers_and_client(servers: Launch, client: Launch, env: dict, log_
             _stop_group(srv)
 
 
-def _stop_leftovers(token: str, log_path) -> list[str]:
-    """``scalesweep.reaper.stop_leftovers``, not cut short by a second Ctrl-C or SIGTERM
-    (they would leave the rest running); what it stopped goes into the log."""
+def _stop_leftovers(token: str, log_path, record=None) -> tuple[list[str], int]:
+    """``scalesweep.reaper.stop_leftovers``, not cut short by a Ctrl-C or SIGTERM (they
+    would leave the rest running), nor deaf to one: the first is held until the cleanup
+    ends, and recorded the moment it comes (``record``: the attempt's
+    ``termination_recorder``, as while the payload runs). Returns what it stopped (also
+    written to the log) and the signal held (0: none), for the caller to end with."""
+    held: list[int] = []
+
+    def hold(signum, _frame):
+        if not held:
+            held.append(signum)
+        if record is not None:
+            record(signum)
+
     previous = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
-            previous[sig] = signal.signal(sig, signal.SIG_IGN)
+            previous[sig] = signal.signal(sig, hold)
         except ValueError:  # not the main thread
             pass
     try:
@@ -556,7 +579,7 @@ def _stop_leftovers(token: str, log_path) -> list[str]:
                           f"after {LEFTOVER_GRACE_S:g} s): {'; '.join(left)}\n")
         except OSError:
             pass
-    return left
+    return left, (held[0] if held else 0)
 
 
 def _stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
@@ -588,7 +611,8 @@ def keep_copy(metrics_path: Path, attempt: int | None) -> None:
     """metrics.<attempt>.json beside metrics.json, a hard link: Snakemake deletes a job's
     output before it runs the job again (a deleted dataset, model or image it reads is
     staged anew and re-runs every finished point that reads it), and the measurement
-    stays. Nothing where the filesystem has no hard links."""
+    stays. Nothing where the filesystem has no hard links; another failure is raised (the
+    harness says so and keeps the measurement: ``_after_measured``)."""
     if attempt is None:
         return
     try:
@@ -667,17 +691,38 @@ def _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_
         write_failure(out_dir, attempt)
         print(f"point {point.path} failed: {attempt['reason']}; log: {attempt['log']}", file=sys.stderr)
         return 70
-    attempt["state"] = "done"
     try:
-        append_attempt(out_dir, attempt)
         write_metrics(metrics_path, record)
-        keep_copy(metrics_path, attempt.get("attempt"))
     except OSError as exc:  # full or gone read-only under the run: say where
-        raise PointDirError(f"the run finished but its metrics could not be written to "
-                            f"{metrics_path}: {exc.strerror or exc}") from exc
-    payload_json.unlink(missing_ok=True)
-    (out_dir / FAILURE_JSON).unlink(missing_ok=True)
+        problem = (f"the run finished but its metrics could not be written to "
+                   f"{metrics_path}: {exc.strerror or exc}")
+        attempt.update(reason=problem, state="failed", exit_code=74)  # EX_IOERR (run_point.py)
+        try:
+            write_failure(out_dir, attempt)
+        except OSError:  # the same disk: the console and the log say it
+            pass
+        raise PointDirError(problem) from exc
+    # measured: nothing from here on fails the run (Snakemake would delete metrics.json)
+    attempt["state"] = "done"
+    _after_measured(point, f"completing its line in {out_dir / ATTEMPTS}",
+                    append_attempt, out_dir, attempt)
+    n = attempt.get("attempt")
+    if n is not None:
+        _after_measured(point, f"keeping its copy {attempt_log(metrics_path, n)}",
+                        keep_copy, metrics_path, n)
+    for stale in (payload_json, out_dir / FAILURE_JSON):
+        _after_measured(point, f"removing {stale}", stale.unlink, True)
     return 0
+
+
+def _after_measured(point, what: str, step, *args) -> None:
+    """A step after metrics.json is written: one that fails (a full disk, EIO, EACCES)
+    leaves the measurement as it is, and says so on stderr (the run's log)."""
+    try:
+        step(*args)
+    except OSError as exc:
+        print(f"scalesweep: point {point.path} is measured ({METRICS_JSON} written), but "
+              f"{what} failed: {exc.strerror or exc}", file=sys.stderr)
 
 
 def _forward_termination(proc: subprocess.Popen, record=None) -> dict:

@@ -70,6 +70,9 @@ KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "list": ("a list", lambda v: isinstance(v, list)),
     "texts": ("a list of text", lambda v: isinstance(v, list)
               and all(isinstance(x, str) for x in v)),
+    # records before the interference monitor listed its reasons gave one text
+    "text or texts": ("text or a list of text", lambda v: isinstance(v, str) or (
+        isinstance(v, list) and all(isinstance(x, str) for x in v))),
     "numbers": ("a non-empty list of finite numbers", lambda v: isinstance(v, list)
                 and bool(v) and all(_is_number(x, True) for x in v)),
     "summary": ("a mapping of statistics (n, mean, p50, ...) to finite numbers",
@@ -97,10 +100,11 @@ RUN_FIELDS = (
     Field("image", "mapping"), Field("image.content_digest", "text"),
     Field("slurm", "mapping"), Field("slurm.job_id", "job"), Field("slurm_job_id", "job"),
     Field("versions", "mapping"), Field("host", "mapping"),
-    Field("engine", "mapping"), Field("model", "mapping"), Field("dataset", "mapping"),
+    Field("engine", "mapping"), Field("engine.name", "text"),
+    Field("model", "mapping"), Field("model.name", "text"), Field("dataset", "mapping"),
     Field("runtime_provenance", "mapping"), Field("mpi", "mapping"),
     Field("disturbed", "flag"),
-    Field("interference", "mapping"), Field("interference.reasons", "texts"),
+    Field("interference", "mapping"), Field("interference.reasons", "text or texts"),
     Field("interference.outside_cpu_pct_max", "number", "%"),
     Field("interference.steal_pct_max", "number", "%"),
     Field("interference.load1_max", "number"),

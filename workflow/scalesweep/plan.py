@@ -72,10 +72,10 @@ from scalesweep import fits
 from scalesweep.adaptive import (MIN_COMPARED, Series, blocks_at_spread, repeat_bounds,
                                  walks_decisions)
 from scalesweep.cli import UsageError
-from scalesweep.config import ConfigError, check_config, config_sources
+from scalesweep.config import ConfigError, config_sources, validated
 from scalesweep.pointdir import RUNS_DIR
 from scalesweep.site import SiteError, known_sites, site_of
-from scalesweep.slurm import runtime_min
+from scalesweep.slurm import runtime_min, settings_options
 from scalesweep.sweep import REFERENCE, Selection, SweepError, SweepPoint, selected_points
 
 REPO = Path(__file__).resolve().parents[2]
@@ -601,7 +601,7 @@ def dry_run_summary(listed: dict, config: dict, options: str | None) -> list[str
         f"the {len(series)} series selected measure "
         + (f"{minimum} to {maximum} runs in all, the workflow adding blocks after these "
            f"(adaptive repeats, at most measurement.max_repeats = "
-           f"{int((config.get('measurement') or {}).get('max_repeats', 10))} blocks each)"
+           f"{config['measurement']['max_repeats']} blocks each)"
            if maximum > minimum else f"{minimum} runs in all"),
         f"Slurm jobs: {len(points)} points asking {_hours(node_h)} node-hours at attempt 1, "
         + ("each with the plugin's options of this command line: "
@@ -627,6 +627,23 @@ def dry_run_summary(listed: dict, config: dict, options: str | None) -> list[str
                  "maximum of repeats: scalesweep plan, with the same --directory, "
                  "--configfile, --config and --profile")
     return lines
+
+
+def print_dry_run_summary(listed: dict, config: dict, settings, out=None, err=None) -> None:
+    """``dry_run_summary`` under its heading on ``out`` (stdout), at the end of a dry run
+    on a Slurm site (common.smk, from atexit); ``settings`` the Slurm plugin's of the
+    command line (``slurm.plugin_settings``), None where they could not be read. Where
+    the summary cannot be made, one line on ``err`` (stderr) naming the error instead (in
+    an atexit callback an exception prints as "Exception ignored" and a traceback)."""
+    try:
+        options = None if settings is None else " ".join(settings_options(settings))
+        lines = dry_run_summary(listed, config, options)
+    except Exception as exc:  # informational: the jobs listed above stand
+        print(f"scalesweep: no summary of this dry run ({type(exc).__name__}: {exc}); the "
+              "jobs listed above are what it would submit", file=err or sys.stderr)
+        return
+    print("\nscalesweep, this dry run:\n" + "\n".join(f"  {line}" for line in lines),
+          file=out or sys.stdout)
 
 
 # --- command line ---------------------------------------------------------------------------
@@ -671,13 +688,15 @@ def run(args: argparse.Namespace) -> int:
         sources = config_sources(directory, args.configfile, args.config, args.profile)
         configs = [str(f) for f in sources.files()] + [f"--config {c}"
                                                       for c in sources.config_args]
-        config = sources.load()
         if args.site:  # a path relative to the current directory, as on any command line
             site_arg = args.site
             if "/" in site_arg or site_arg.endswith((".yaml", ".yml")):
                 site_arg = str(Path(site_arg).resolve())
-            config["site"] = site_arg
-            check_config(config, directory)  # the site's facts, runtimes and engines checked again
+            # the config checked once, on that site (its datasets are staged there, not
+            # on the config's own site: a source path of the latter is not read)
+            config = validated({**sources.raw(), "site": site_arg}, directory)
+        else:
+            config = sources.load()
         measured = history_dirs(directory, args.from_campaign)
         history = campaign_history(measured)
         points = plan_points(config, profile, history)
@@ -715,13 +734,13 @@ def repeats_rule(config: dict, points: pd.DataFrame, series: pd.DataFrame) -> di
     """How the repeats are decided, for the output: adaptive or not, the bounds and the
     target (``measurement``), the pairs a comparison needs, the runs a first dry run
     lists (``sweep.repeats`` blocks of every series)."""
-    m = config.get("measurement") or {}
+    m = config["measurement"]  # validated: the schema's defaults filled in
     return {
         "adaptive": bool((series["blocks_max"] > series["blocks_first"]).any()),
         "runtimes_selected": Selection.of(config).runtimes is not None,
         "sweep_repeats": _span(series["blocks_first"]) if len(series) else "0",
-        "max_repeats": int(m.get("max_repeats", 10)),
-        "target_ci_pp": float(m.get("target_ci_pp", 2.0)),
+        "max_repeats": m["max_repeats"],
+        "target_ci_pp": float(m["target_ci_pp"]),
         "min_pairs": MIN_COMPARED,
         "first_dry_run_runs": len(points),
     }

@@ -340,28 +340,45 @@ def run_snakemake(cmd: list[str], directory: Path) -> int:
 
     forwarded: list[str] = []  # the signal passed on
     started: list[subprocess.Popen] = []
+    # a hang-up (the terminal or ssh session gone) stops Snakemake as a Ctrl-C does:
+    # otherwise it would run on in its own process group, unwatched, and its lock stay
+    passed = {signal.SIGINT: signal.SIGINT, signal.SIGTERM: signal.SIGTERM,
+              signal.SIGHUP: signal.SIGINT}
+
+    def say(text: str) -> None:
+        try:
+            print(f"scalesweep rerun: {text}", file=sys.stderr, flush=True)
+        except OSError:  # the terminal is gone (SIGHUP): say nothing, go on
+            pass
 
     def forward(signum, _frame):
         if forwarded:
-            print(f"scalesweep rerun: Snakemake is stopping (it got {forwarded[0]}); "
-                  "waiting for it to end", file=sys.stderr, flush=True)
+            say(f"Snakemake is stopping (it got {forwarded[0]}); waiting for it to end")
             return
         forwarded.append(signal.Signals(signum).name)
-        print(f"scalesweep rerun: {forwarded[0]}: stopping Snakemake and its jobs; waiting "
-              "for it to end (it releases its lock)", file=sys.stderr, flush=True)
+        say(f"{forwarded[0]}: stopping Snakemake and its jobs; waiting for it to end (it "
+            "releases its lock)")
         for proc in started:
             try:
-                os.killpg(proc.pid, signum)
+                os.killpg(proc.pid, passed[signum])
             except ProcessLookupError:
                 pass
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    def own_group() -> None:  # in the child: a process group of its own, signals as usual
+        os.setpgrp()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, passed)
+
+    previous = {sig: signal.signal(sig, forward) for sig in passed}
     try:
         if forwarded:  # stopped before Snakemake started
             return 128 + signal.Signals[forwarded[0]].value
-        # a process group of its own (Python 3.10 has no process_group=0: setpgid in the child)
-        group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
-        started.append(subprocess.Popen(cmd, **group))
+        # held while Snakemake starts: a signal that comes then is passed on once it is
+        # in `started` (never lost between the fork and the list)
+        signal.pthread_sigmask(signal.SIG_BLOCK, passed)
+        try:
+            started.append(subprocess.Popen(cmd, preexec_fn=own_group))
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, passed)
         rc = started[0].wait()
     finally:
         for sig, handler in previous.items():
@@ -371,9 +388,8 @@ def run_snakemake(cmd: list[str], directory: Path) -> int:
     left = stale_lock(directory)
     if left:  # this Snakemake's (the rerun starts only without one): release it
         unlock = [a for a in cmd if not a.startswith(f"{RUNS_DIR}/")] + ["--unlock"]
-        print(f"scalesweep rerun: Snakemake ended ({rc}) and left its lock "
-              f"({', '.join(str(p) for p in left)}); releasing it:\n$ {shlex.join(unlock)}",
-              file=sys.stderr, flush=True)
+        say(f"Snakemake ended ({rc}) and left its lock ({', '.join(str(p) for p in left)}); "
+            f"releasing it:\n$ {shlex.join(unlock)}")
         subprocess.run(unlock, stdout=subprocess.DEVNULL)
     if rc < 0:  # killed by a signal: as a shell reports it
         return 128 - rc

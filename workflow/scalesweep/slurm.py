@@ -1,8 +1,8 @@
 """Slurm resources of one sweep point, for snakemake-executor-plugin-slurm (2.8.0).
 
-Every function here is pure (but ``snakemake_args``, which reads the command line as
-Snakemake does): a sweep point + its workload + the config (+ the attempt) in, plain
-values out; the machine's rules come from the config's site
+Every function here is pure (but ``snakemake_args`` and ``started_argv``, which read the
+command line as Snakemake does): a sweep point + its workload + the config (+ the
+attempt) in, plain values out; the machine's rules come from the config's site
 (``scalesweep.site``: ``node``, ``launch.gpu_bind``, ``slurm``, ``storage``).
 ``workflow/rules/common.smk`` wraps them as the resource functions of ``rule run_point``;
 the plugin turns them into the ``sbatch`` line.
@@ -208,27 +208,77 @@ def account_problem(raw: str | int | None, environ: Any) -> str | None:
 # a user following OLCF's documentation would type by hand.
 
 
-def snakemake_args(argv: Sequence[str], cwds: Sequence[str | None]) -> Any:
+# Options whose relative path Snakemake resolves against the directory it started in,
+# which --directory has left by the time the workflow is parsed.
+PATH_OPTIONS = ("--profile", "--workflow-profile", "--snakefile", "-s")
+
+
+def started_argv(argv: Sequence[str], start: str, environ: Any = os.environ) -> list[str] | None:
+    """``argv`` as Snakemake read it when it started in ``start``, made to read the same
+    from any directory, never changing directory: each relative path of ``PATH_OPTIONS``
+    (and ``$SNAKEMAKE_PROFILE`` without a ``--profile``) that exists under ``start`` made
+    absolute there; without ``--snakefile``, the Snakefile Snakemake finds in ``start``
+    (its workflow profile, profiles/default, is looked for beside it). A path that is not
+    under ``start`` stays as given (a profile name Snakemake looks up in its config
+    directories), unless it exists relative to the current directory: then the command line
+    did not start in ``start``, and None."""
+    def absolute(value: str) -> str | None:
+        if os.path.isabs(value) or value == "none":
+            return value
+        there = os.path.join(start, value)
+        if os.path.exists(there):
+            return there
+        return None if os.path.exists(value) else value
+
+    argv = list(argv)
+    end = argv.index("--") if "--" in argv else len(argv)
+    head, tail = argv[:end], argv[end:]
+    named = {a.partition("=")[0] for a in head}
+    if "--profile" not in named and environ.get("SNAKEMAKE_PROFILE"):
+        head += ["--profile", environ["SNAKEMAKE_PROFILE"]]
+    if not named & {"--snakefile", "-s"}:
+        from snakemake.common import SNAKEFILE_CHOICES
+
+        found = [c for c in SNAKEFILE_CHOICES if os.path.isfile(os.path.join(start, c))]
+        head += ["--snakefile", str(found[0])] if found else []
+    out: list[str] = []
+    i = 0
+    while i < len(head):
+        name, eq, value = head[i].partition("=")
+        if name in PATH_OPTIONS and (eq or i + 1 < len(head)):
+            path = absolute(value if eq else head[i + 1])
+            if path is None:
+                return None
+            out += [f"{name}={path}"] if eq else [name, path]
+            i += 1 if eq else 2
+            continue
+        out.append(head[i])
+        i += 1
+    return out + tail
+
+
+def snakemake_args(argv: Sequence[str], starts: Sequence[str | None]) -> Any:
     """The command line ``argv`` (``sys.argv[1:]`` of a ``snakemake`` run) read as
     Snakemake reads it: by its own parser (``snakemake.cli.parse_args``, the profiles
     applied), which is also what Snakemake makes the executor plugin's settings from.
     Relative paths in it (a profile) are relative to the directory Snakemake started in,
-    which ``--directory`` left: the first of ``cwds`` (e.g. the shell's $PWD, then the
-    current directory) in which the command line reads. None where it does not read (a
-    command line that is not Snakemake's)."""
+    which ``--directory`` left: the first of ``starts`` (e.g. the shell's $PWD, then the
+    current directory) from which the command line reads (``started_argv``: made
+    absolute, the current directory never changed). None where it does not read (a
+    command line that is not Snakemake's). Call it while the workflow is parsed: it
+    redirects sys.stdout and sys.stderr for a moment."""
     from snakemake.cli import parse_args
 
-    here = os.getcwd()
-    for cwd in dict.fromkeys(c for c in cwds if c and os.path.isdir(c)):
+    for start in dict.fromkeys(s for s in starts if s and os.path.isdir(s)):
+        absolute = started_argv(argv, start)
+        if absolute is None:
+            continue
         sink = io.StringIO()  # parse_args says again which profiles it uses
         try:
-            os.chdir(cwd)
             with contextlib.redirect_stderr(sink), contextlib.redirect_stdout(sink):
-                return parse_args(list(argv))[1]
+                return parse_args(absolute)[1]
         except (SystemExit, Exception):  # informational: never stops the workflow
             continue
-        finally:
-            os.chdir(here)
     return None
 
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scalesweep.adaptive import asked_points, walks_decisions
+from scalesweep.adaptive import asked_points, decision_problem, final_path, walks_decisions
 from scalesweep.cli import UsageError
 from scalesweep.collect import extra_repeats, point_states
 from scalesweep.config import ConfigError, config_sources
@@ -237,14 +237,18 @@ def _ownership(directory: Path, path: str, state: str, queued,
     return "stale", f"stale: marked incomplete by a Snakemake run that is gone ({who})"
 
 
-def status_table(config: dict, directory: Path):
+def status_table(config: dict, directory: Path,
+                 problems: list[tuple[str, str]] | None = None):
+    """Every requested point's state; a decision file that cannot be walked (counted as
+    not made) goes to ``problems`` as (file, why)."""
     requested = sweep_points(config)
     results = str(directory / "results")
     # repeats the workflow added (adaptive repeats, replacements of disturbed runs) count
     # too: those its decisions ask for (measured, deleted or not yet measured) and those
     # on disk (asked for by decisions since changed, or under an earlier config)
     if walks_decisions(config, requested, Selection.of(config)):
-        requested = sorted({*requested, *asked_points(requested, config, results)})
+        requested = sorted({*requested, *asked_points(requested, config, directory,
+                                                      problems)})
     table = point_states(sorted({*requested, *extra_repeats(requested, results)}), results,
                          config=config)
     in_flight = [_in_flight(directory, p, s) for p, s in zip(table["path"], table["state"])]
@@ -311,12 +315,36 @@ def stale_report_line(freshness: dict | None, rerun: str) -> str | None:
             f"--report {REPORT_HTML}")
 
 
-def _replacement_advice(config: dict, directory: Path, disturbed, command) -> list[str]:
+def last_decision(directory: Path, series, problems: list[tuple[str, str]]) -> dict:
+    """The last decision of ``series`` as its final.json records it ({} without one); a
+    file that cannot be read as such goes to ``problems`` as (file, why)."""
+    final = final_path(directory, series)
+    try:
+        record = json.loads(final.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        problems.append((str(final), f"not readable as JSON ({exc})"))
+        return {}
+    if not isinstance(record, dict):
+        problems.append((str(final), f"a JSON {type(record).__name__}, not a series "
+                                     "record (an object)"))
+        return {}
+    last = record.get("last_decision")
+    why = None if last is None else decision_problem(last)
+    if why:
+        problems.append((str(final), f"last_decision: {why}"))
+        return {}
+    return last or {}
+
+
+def _replacement_advice(config: dict, directory: Path, disturbed, command,
+                        problems: list[tuple[str, str]]) -> list[str]:
     """How the disturbed runs' series get replacements: by the same command while a
     series is below its maximum of repeats (the workflow adds blocks until it has the
     undisturbed repeats it needs), by a raised maximum once it is there. ``command(extra)``:
     the user's snakemake command with the ``extra`` config values merged into its own
-    (``rerun.user_args``)."""
+    (``rerun.user_args``). A final.json that cannot be read goes to ``problems``."""
     from scalesweep.adaptive import Series, repeat_bounds
     from scalesweep.sweep import SweepPoint
 
@@ -325,8 +353,7 @@ def _replacement_advice(config: dict, directory: Path, disturbed, command) -> li
         point = SweepPoint.from_path(path)
         series = Series.of(point)
         low, high = repeat_bounds(config, point.workload)
-        final = directory / "results" / "decisions" / series.path / "final.json"
-        decision = (json.loads(final.read_text()).get("last_decision") or {}) if final.is_file() else {}
+        decision = last_decision(directory, series, problems)
         series_dir = directory / RUNS_DIR / series.path
         done = max((int(p.name[3:]) for p in series_dir.glob("rep*")
                     if p.name[3:].isdigit()), default=0)
@@ -367,7 +394,8 @@ def run(args) -> int:
                                  args.profile or None)
         config = sources.load()
         selection = check_selection(sweep_points(config), config)
-        table = status_table(config, directory)
+        problems: list[tuple[str, str]] = []  # decision files that cannot be read
+        table = status_table(config, directory, problems)
     except (ConfigError, SweepError) as exc:
         raise UsageError(str(exc)) from None
     # `--config only=...`: the selected points; the others are counted, not listed
@@ -392,6 +420,9 @@ def run(args) -> int:
     outside_counts = outside["state"].value_counts().reindex(STATES, fill_value=0)
     locks = stale_lock(directory)  # left by a killed run: the next one refuses to start
     freshness = report_freshness(directory)
+    advice = (_replacement_advice(config, directory, disturbed, command, problems)
+              if len(disturbed) else [])
+    problems = list(dict.fromkeys(problems))  # a final.json: once per disturbed run
     if args.json:
         json.dump({"counts": counts.to_dict(), "points": table.to_dict(orient="records"),
                    "unlock_command": f"{rerun} --unlock" if locks else None,
@@ -400,11 +431,20 @@ def run(args) -> int:
                                                                      f"{REPORT_HTML}"},
                    "outside_selection": {"selection": selection.describe(),
                                          "points": len(outside),
-                                         "counts": outside_counts.to_dict()}},
+                                         "counts": outside_counts.to_dict()},
+                   "unreadable_decisions": [{"file": f, "problem": why}
+                                            for f, why in problems]},
                   sys.stdout, indent=2, default=str)
         print()
         return 0
     print(f"{len(table)} requested points: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    if problems:
+        print(f"{len(problems)} decision file(s) of adaptive repeats cannot be read, and count "
+              "as not made (a series' blocks after one are not listed):")
+        for path, why in problems:
+            print(f"  {path}: {why}")
+        print("  Delete them (the next snakemake run makes each anew from its series' "
+              "runs): rm " + shlex.join(sorted({path for path, _ in problems})))
     stale_report = stale_report_line(freshness, rerun)
     if stale_report:
         print(stale_report)
@@ -423,7 +463,7 @@ def run(args) -> int:
               "marked in runs.csv): something else used the CPU during the measurement:")
         for _, row in disturbed.iterrows():
             print(f"  {row['path']}: {row['reason']}")
-        for line in _replacement_advice(config, directory, disturbed, command):
+        for line in advice:
             print(line)
         print("To measure the disturbed runs again in place instead (each kept in its "
               "point's history/):")

@@ -20,18 +20,25 @@ ap.add_argument("--config", required=True, help="the workflow's effective config
 ap.add_argument("--metrics", required=True, help="results/runs/<point>/metrics.json")
 ap.add_argument("--log", help="the harness's log (default: run.log beside metrics.json)")
 args = ap.parse_args()
-# scalesweep.pointdir.RUN_LOG: the package is importable only once the config is read
-args.log = args.log or str(Path(args.metrics).parent / "run.log")
+try:
+    config = json.loads(Path(args.config).read_text())
+    sys.path.insert(0, str(Path(config["_code_root"]) / "workflow"))
+except (OSError, ValueError, KeyError, TypeError) as exc:  # written by the workflow (common.smk)
+    print(f"scalesweep: cannot read the workflow's config {args.config} ({exc}); run the point "
+          "through snakemake, which writes it; the point was not run", file=sys.stderr)
+    sys.exit(78)  # EX_CONFIG
 
+from scalesweep.pointdir import RUN_LOG, fresh_log  # noqa: E402
+
+args.log = args.log or str(Path(args.metrics).parent / RUN_LOG)
 try:  # a read-only results directory stops here, before anything runs
-    Path(args.log).parent.mkdir(parents=True, exist_ok=True)
-    sys.stderr = open(args.log, "a")
+    # this attempt's own file from the first line on: outside Snakemake (which deletes it)
+    # run.log may still be the previous attempt's run.<n>.log (a hard link)
+    sys.stderr = open(fresh_log(args.log), "a")
 except OSError as exc:
     print(f"scalesweep: cannot write {exc.filename or args.log}: {exc.strerror or exc} (a "
           "read-only results directory?); the point was not run", file=sys.stderr)
     sys.exit(74)  # EX_IOERR
-config = json.loads(Path(args.config).read_text())
-sys.path.insert(0, str(Path(config["_code_root"]) / "workflow"))
 
 from scalesweep.harness import execute  # noqa: E402
 from scalesweep.hostenv import with_user  # noqa: E402
