@@ -183,7 +183,7 @@ def test_partial_aggregation_leaves_out_series_without_baseline_or_native(campai
                         "--config", "analysis={partial: true}")
     assert out.returncode == 0
     log = (wd / "logs/aggregate.log").read_text()
-    assert "has no finished undisturbed baseline count 1; left out" in log
+    assert "no finished run of its baseline count 1; left out" in log
     assert "has no finished native run; left out" in log
     import pandas as pd
     points = pd.read_csv(wd / "results/summary/points.csv")
