@@ -46,7 +46,8 @@ rule all:
         requested_metrics,
         rules.aggregate.output,
         rules.plot_scaling.output,
-        rules.plot_llm.output,
+        # the LLM figure where the sweep has an LLM workload (it would be empty elsewhere)
+        rules.plot_llm.output if report_workloads("llm") else [],
         rules.fits.output,
         expand(rules.plot_fit.output, zip, **fit_series()),
         expand(rules.container_startup.output, runtime=container_runtimes()),
@@ -62,5 +63,6 @@ rule all:
         expand(rules.report_memory.output, workload=report_workloads()),
         rules.report_memory_tables.output,
         rules.report_summary.output,
+        rules.report_pages.output,
         rules.report_drift.output,
         expand(rules.report_memory_timeline.output, workload=report_workloads()),

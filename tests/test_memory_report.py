@@ -121,8 +121,11 @@ def test_figure_bands_per_runtime_and_geometry():
     table = mr.timeline_table(recs)
     fig = mr.memory_timeline_figure(table, title="cnn: memory over time")
     axes = [ax for ax in fig.axes if ax.get_xlabel()]
-    assert len(axes) == 4  # 2 geometries x (total, largest rank): no GPU column
+    # 2 geometries x (total, largest rank), no GPU column; the 1-rank row's largest rank
+    # is its total: said, not drawn again
+    assert len(axes) == 3
     text = texts(fig)
+    assert "n1-g0-r1-t1: one rank per run" in text
     assert "cnn: memory over time" in text
     assert "n1-g0-r1-t1" in text and "n1-g0-r2-t1" in text
     assert "native: n=3, run ~10 s" in text and "charliecloud: n=3" in text
@@ -147,3 +150,15 @@ def test_figure_gpu_column_one_repeat_and_no_data():
     points = pd.DataFrame([dict(workload="cnn", runtime="native", nodes=1, gpus=0, ranks=1,
                                 threads=1, repeat=1, state="failed", reason="x", log="l")])
     assert "NOT IN THIS FIGURE" in texts(mr.memory_timeline_figure(pd.DataFrame(), points))
+
+
+def test_one_rank_draws_one_panel_with_its_geometry_once():
+    """An LLM point (one rank: the payload and its server): the largest rank is the sum,
+    so the figure has the one panel, not two identical ones (issue #27)."""
+    table = mr.timeline_table(records(*[metrics(rt, rep, ranks=1, base=100 + rep)
+                                        for rt in ("native", "charliecloud")
+                                        for rep in (1, 2)]))
+    fig = mr.memory_timeline_figure(table, title="llm: memory over time")
+    assert len(fig.axes) == 1 and fig.axes[0].get_ylabel() == mr.METRICS[0][1]
+    assert fig.axes[0].get_title(loc="left") == "n1-g0-r1-t1"
+    assert fig.axes[0].get_legend() is not None

@@ -1,10 +1,14 @@
 """The publishable report end to end: a tiny real sweep in which one point really fails
 (its payload is SIGKILLed), the partial report made anyway (analysis.partial), opened in
-a real headless Chromium; then the re-run that completes the sweep and the report."""
+a real headless Chromium (driven by a script run in the page: what its first screen
+shows, a table item opened, every figure); then the re-run that completes the sweep and
+the report."""
 
 from __future__ import annotations
 
 import base64
+import html as html_module
+import io
 import json
 import os
 import re
@@ -33,14 +37,18 @@ CONTAINER = all(have(t) for t in CONTAINER_TOOLS)
 TARGET = f"cnn_ddp/{'charliecloud' if CONTAINER else 'native'}/n1-g0-r2-t1/rep2/native"
 
 
+TABLES = ("runs", "scaling", "llm", "overhead", "epochs", "provenance", "missing", "startup",
+          "accuracy_parity", "achieved_rate", "mpi", "memory", "made", "significance",
+          "rules", "drift")
+
+
 def report_items(container: bool) -> list[str]:
-    """Every report() item this campaign must have in report.html."""
-    items = [f"results/summary/{t}.csv" for t in (
-        "runs", "scaling", "llm", "overhead", "epochs", "provenance", "missing", "startup",
-        "accuracy_parity", "achieved_rate", "mpi", "memory", "made", "significance",
-        "rules", "drift")]
-    items += ["results/plots/scaling.png", "results/plots/llm.png",
-              "results/plots/completeness.png", "results/plots/drift.png"]
+    """Every report() item this campaign must have in report.html: each table as its CSV
+    and as its HTML page, the first screen as a page of its own, the figures."""
+    items = [f"results/summary/{t}.{kind}" for t in TABLES for kind in ("csv", "html")]
+    items.append("results/summary/front.html")
+    items += ["results/plots/scaling.png", "results/plots/completeness.png",
+              "results/plots/drift.png"]  # no LLM workload: no LLM figure (it would be empty)
     items += [f"results/plots/{kind}/{WORKLOAD}.png"
               for kind in ("efficiency", "overhead", "epoch_times", "memory",
                            "memory_timeline")]
@@ -72,11 +80,12 @@ def chromium() -> str:
                 " apt-get install chromium (tools/install.sh --test installs it)")
 
 
-def headless(binary: str, html: Path, tmp: Path, *mode: str) -> subprocess.CompletedProcess:
+def headless(binary: str, html: Path, tmp: Path, *mode: str,
+             size: tuple[int, int] = (1400, 2000)) -> subprocess.CompletedProcess:
     return subprocess.run(
         [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
          "--no-first-run", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", f"--user-data-dir={tmp}", "--window-size=1400,2000",
+         "--disable-sync", f"--user-data-dir={tmp}", f"--window-size={size[0]},{size[1]}",
          "--virtual-time-budget=10000", *mode, html.resolve().as_uri()],
         capture_output=True, text=True, timeout=180,
     )
@@ -93,26 +102,135 @@ def without_scripts(html: str) -> str:
     return re.sub(r"<script\b.*?</script>", "", html, flags=re.S)
 
 
-def opening(report: Path, view: dict) -> Path:
-    """A copy of report.html that, once loaded, shows `view` (what clicking through the
-    menu to a result does): the report has no URL for a result."""
+def injected(report: Path, script: str, name: str) -> Path:
+    """A copy of report.html with `script` run in it (a reader's clicks, or a probe)."""
     html = report.read_text()
     at = html.rindex("</body>")
-    script = ('<script>window.addEventListener("load", function () { setTimeout(function () '
-              f'{{ app.setView({json.dumps(view)}); }}, 300); }});</script>')
-    copy = report.with_name("report-view.html")
-    copy.write_text(html[:at] + script + html[at:])
+    copy = report.with_name(name)
+    copy.write_text(html[:at] + f"<script>{script}</script>" + html[at:])
     return copy
 
 
-def screenshot_ok(shot: Path) -> None:
+def opening(report: Path, view: dict) -> Path:
+    """A copy of report.html that, once loaded, shows `view` (what clicking through the
+    menu to a result does): the report has no URL for a result."""
+    return injected(report, 'window.addEventListener("load", function () { setTimeout('
+                    f'function () {{ app.setView({json.dumps(view)}); }}, 300); }});',
+                    "report-view.html")
+
+
+def screenshot_ok(shot: Path, size: tuple[int, int] = (1400, 2000)) -> None:
     from PIL import Image
 
     assert shot.is_file() and shot.stat().st_size > 20_000, f"no screenshot {shot}"
     with Image.open(shot) as img:
-        assert img.size == (1400, 2000)
+        assert img.size == size
         colors = img.convert("RGB").getcolors(maxcolors=1 << 20)
     assert colors is None or len(colors) > 50, f"{shot} is (nearly) one colour"
+
+
+# The first screen: report.html as it opens in a browser window of this size, no click.
+FIRST_SCREEN = (1400, 900)
+# What report.html shows, read in Chromium by a script run in it once the report has
+# rendered: the verdict table and caveats of the first screen (their text; each row on the
+# screen and not covered by anything: its centre hits it), every figure as the browser
+# decodes it, and one table item opened as a reader opens it (the content pane's frame
+# shows the item) and rendered (its page in a frame the probe can read: the header, the
+# rows, the rows after a click on a column's header). JSON in <pre id="probe">.
+PROBE = r"""
+(function () {
+  function seen(el) {
+    var r = el.getBoundingClientRect();
+    if (!r.width || !r.height || r.top < 0 || r.left < 0 || r.bottom > innerHeight ||
+        r.right > innerWidth) { return false; }
+    var hit = document.elementFromPoint((r.left + r.right) / 2, (r.top + r.bottom) / 2);
+    return !!hit && (hit === el || el.contains(hit));
+  }
+  function texts(cells) { return Array.prototype.map.call(cells, function (c) {
+    return c.textContent.trim(); }); }
+  function rows(table) { return Array.prototype.map.call(table.tBodies[0].rows, function (r) {
+    return texts(r.cells); }); }
+  function done(out) {
+    var pre = document.createElement("pre");
+    pre.id = "probe";
+    pre.textContent = JSON.stringify(out);
+    document.body.appendChild(pre);
+  }
+  function wait(ms) { return new Promise(function (ok) { setTimeout(ok, ms); }); }
+  window.addEventListener("load", function () { wait(500).then(function () {
+    var out = {viewport: [innerWidth, innerHeight], figures: {}};
+    var verdicts = document.getElementById("scalesweep-verdicts");
+    if (verdicts) {
+      out.verdicts = {head: texts(verdicts.tHead.rows[0].cells), rows: rows(verdicts),
+                      seen: Array.prototype.map.call(verdicts.tBodies[0].rows, seen)};
+    }
+    var caveats = document.getElementById("scalesweep-caveats");
+    if (caveats) {
+      out.caveats = {text: caveats.textContent, top: caveats.getBoundingClientRect().top};
+    }
+    out.front = (document.querySelector(".scalesweep-front") || {}).textContent || "";
+    var figures = Object.keys(results).filter(function (p) {
+      return results[p].mime_type === "image/png"; });
+    return Promise.all(figures.map(function (p) { return new Promise(function (ok) {
+      var img = new Image();
+      img.onload = function () { out.figures[p] = [img.naturalWidth, img.naturalHeight]; ok(); };
+      img.onerror = function () { out.figures[p] = [0, 0]; ok(); };
+      img.src = results[p].data_uri;
+    }); })).then(function () {
+      var item = results[__TABLE__];
+      app.setView({content: "html", contentPath: item.data_uri, resultPath: __TABLE__});
+      return wait(300).then(function () {
+        var frame = document.querySelector("iframe");
+        out.opened = {shows_item: !!frame && frame.getAttribute("src") === item.data_uri,
+                      seen: !!frame && seen(frame)};
+        return fetch(item.data_uri);
+      });
+    }).then(function (r) { return r.text(); }).then(function (page) {
+      return new Promise(function (ok) {
+        var frame = document.createElement("iframe");
+        frame.onload = function () { ok(frame.contentDocument); };
+        frame.srcdoc = page;
+        document.body.appendChild(frame);
+      });
+    }).then(function (doc) {
+      var table = doc.querySelector("table.sortable");
+      out.table = {head: texts(table.tHead.rows[0].cells), rows: rows(table),
+                   common: texts(doc.querySelectorAll("ul.common li b"))};
+      var col = out.table.head.indexOf(__SORT__);
+      table.tHead.rows[0].cells[col].click();
+      table.tHead.rows[0].cells[col].click();
+      out.table.sorted = rows(table).map(function (r) { return r[col]; });
+      done(out);
+    });
+  }).catch(function (e) { done({error: String(e) + " " + e.stack}); }); });
+})();
+"""
+
+
+def probe(browser: str, report: Path, tmp: Path, table: str, sort: str) -> dict:
+    """What report.html shows in Chromium (PROBE), with `table` opened, sorted by `sort`."""
+    script = PROBE.replace("__TABLE__", json.dumps(table)).replace("__SORT__", json.dumps(sort))
+    page = injected(report, script, "report-probe.html")
+    proc = headless(browser, page, tmp / "profile-probe", "--dump-dom", size=FIRST_SCREEN)
+    match = re.search(r'<pre id="probe">(.*?)</pre>', proc.stdout, flags=re.S)
+    assert match, f"the probe did not report: {proc.stderr[-2000:]}"
+    out = json.loads(html_module.unescape(match.group(1)))
+    assert "error" not in out, out["error"]
+    return out
+
+
+def figure_ok(data: bytes, name: str) -> None:
+    """A figure with something drawn: many colours, and coloured marks (the data; axes,
+    grid and text are grey)."""
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as img:
+        colors = img.convert("RGB").getcolors(maxcolors=1 << 20)
+        hsv = np.asarray(img.convert("HSV"))
+    assert colors is None or len(colors) > 50, f"{name} is (nearly) one colour"
+    saturated = int(((hsv[..., 1] > 80) & (hsv[..., 2] > 60)).sum())
+    assert saturated > hsv[..., 0].size / 2000, f"{name} draws nothing in colour"
 
 
 def kill_target_payload(marker: str, stop: Path, killed: list, deadline: float) -> None:
@@ -251,6 +369,62 @@ def test_partial_report_renders_in_chromium(partial_campaign, tmp_path):
     assert efficiency["labels"]["workload"] == WORKLOAD
     assert efficiency["labels"]["scale"] == "nodes 1, ranks 1-2"
     shutil.copy(tmp_path / "report.png", wd / "report-partial.png")
+
+
+def test_first_screen_shows_the_verdicts_and_tables_render_in_chromium(partial_campaign,
+                                                                       tmp_path):
+    """report.html as it opens, no click, in a 1400x900 window: the verdict table with
+    overhead.csv's verdicts and numbers, every row on the screen; the caveats name the
+    failed point; every figure decodes and draws something; a table item opens as a table
+    (provenance: one row per run, every column either in the table or listed once above
+    it, sorting on a click)."""
+    wd, container = partial_campaign
+    report = wd / "report.html"
+    browser = chromium()
+    shot = tmp_path / "first-screen.png"
+    headless(browser, report, tmp_path / "profile-first", f"--screenshot={shot}",
+             size=FIRST_SCREEN)
+    screenshot_ok(shot, FIRST_SCREEN)
+    shutil.copy(shot, wd / "report-first-screen.png")
+    seen = probe(browser, report, tmp_path, "results/summary/provenance.html", "repeat")
+    # the page's viewport: the window less what the browser takes (headless: the same)
+    width, height = seen["viewport"]
+    assert width == FIRST_SCREEN[0] and FIRST_SCREEN[1] * 0.75 < height <= FIRST_SCREEN[1]
+
+    overhead = pd.read_csv(wd / "results/summary/overhead.csv")
+    if overhead.empty:
+        assert "verdicts" not in seen and "No container comparison" in seen["front"]
+    else:
+        shown = seen["verdicts"]
+        assert shown["head"][:4] == ["workload", "point", "runtime", "verdict"], shown["head"]
+        assert len(shown["rows"]) == len(overhead) and all(shown["seen"]), shown
+        for (_, row), cells in zip(overhead.iterrows(), shown["rows"]):
+            text = " | ".join(cells)
+            assert cells[2] == row["runtime"] and row["verdict_text"] in text, text
+            for value in ("overhead_pct", "overhead_ci95_low_pct", "overhead_ci95_high_pct"):
+                assert pd.isna(row[value]) or f"{row[value]:+.1f}%" in text, text
+            assert f"{row['n']} " in cells[5], cells
+    missing = pd.read_csv(wd / "results/summary/missing.csv")
+    assert list(missing["path"]) == [TARGET]
+    assert TARGET in seen["caveats"]["text"] and "1 failed" in seen["caveats"]["text"]
+    assert seen["caveats"]["top"] < height, "the caveats start on the first screen"
+
+    results = embedded(report.read_text(errors="replace"), "results")
+    figures = [p for p, r in results.items() if r["mime_type"] == "image/png"]
+    assert figures and sorted(seen["figures"]) == sorted(figures)
+    assert "results/plots/llm.png" not in figures  # no LLM workload here
+    for path in figures:
+        assert min(seen["figures"][path]) > 0, f"{path} does not decode in Chromium"
+        figure_ok((wd / path).read_bytes(), path)
+
+    assert seen["opened"] == {"shows_item": True, "seen": True}, seen["opened"]
+    provenance = pd.read_csv(wd / "results/summary/provenance.csv")
+    table = seen["table"]
+    assert len(table["rows"]) == len(provenance) and len(table["head"]) > 3, table["head"]
+    assert sorted(table["head"] + table["common"]) == sorted(provenance.columns)
+    assert "path" in table["head"] and "git_commit" in table["common"]  # one commit here
+    repeats = [int(r) for r in table["sorted"]]
+    assert repeats == sorted(provenance["repeat"], reverse=True), repeats
 
 
 def test_rerun_redoes_only_the_failed_point_and_completes_the_report(partial_campaign):

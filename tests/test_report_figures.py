@@ -371,7 +371,191 @@ def test_llm_figure_one_row_per_model_with_the_tables_ci_and_synthetic_label():
     assert "llm: tiny (synthetic weights)" in text and "llm: real" in text
     assert "synthetic weights: random-weight model" in text
     real = table[(table["model"] == "real") & (table["runtime"] == "native")].iloc[0]
-    time_axes = [ax for ax in fig.axes if ax.get_title() == "llm: real"][0]
+    time_axes = [ax for ax in fig.axes if ax.get_title(loc="left") == "llm: real"][0]
     assert (pytest.approx(real["ci95_low"]), pytest.approx(real["ci95_high"])) in [
         (pytest.approx(lo), pytest.approx(hi)) for lo, hi in errorbar_segments(time_axes)]
     assert rf.NO_DATA not in text and "no finished LLM runs" in texts(plots.llm_figure(pd.DataFrame()))
+
+
+# --- layout: titles that fit, legends beside the data (issue #27) ---------------------------
+
+# The quickstart's LLM model label (its runs.csv): long, and flagged synthetic.
+QUICKSTART_MODEL = "scalesweep-synthetic-llama-29M-random"
+
+
+def _outside(inner, outer, slack=1.0) -> bool:
+    return (inner.x0 < outer.x0 - slack or inner.x1 > outer.x1 + slack
+            or inner.y0 < outer.y0 - slack or inner.y1 > outer.y1 + slack)
+
+
+def layout_problems(fig) -> list[str]:
+    """Titles, footers, annotations and legends that leave the figure, and legends that
+    cover an axes (they belong beside the data)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    problems = []
+    visible = [ax for ax in fig.axes if ax.axison]
+    texts_ = list(fig.texts)
+    for ax in fig.axes:
+        texts_ += [ax.title, ax._left_title, ax._right_title, *ax.texts]
+        legend = ax.get_legend()
+        if legend is not None:
+            texts_ += legend.get_texts()
+            box = legend.get_window_extent(renderer)
+            problems += [f"legend of {ax.get_title(loc='left') or ax.get_title()!r} covers "
+                         "an axes" for other in visible
+                         if box.overlaps(other.get_window_extent(renderer))]
+    for text in texts_:
+        if text.get_text() and text.get_visible() and _outside(
+                text.get_window_extent(renderer), fig.bbox):
+            problems.append(f"cut off: {text.get_text()!r}")
+    for ax in visible:  # value labels stay in their axes: off it they run under the legend
+        box = ax.get_window_extent(renderer)
+        problems += [f"label {t.get_text()!r} leaves its axes" for t in ax.texts
+                     if t.get_text() and _outside(t.get_window_extent(renderer), box)]
+    return problems
+
+
+def llm_runs(model=QUICKSTART_MODEL, synthetic=True):
+    from scalesweep import collect
+
+    rows = []
+    for rt, rep in [(rt, rep) for rt in ("native", "native-aa", "charliecloud")
+                    for rep in (1, 2, 3)]:
+        rows.append(collect.run_row({
+            "point": dict(workload="llm", runtime=rt, nodes=1, gpus=0, ranks=1, threads=2,
+                          repeat=rep),
+            "wall_s": 2.5 + rep * 0.1, "tokens_per_s": 190.0 + rep,
+            "model": {"name": model, "synthetic": synthetic}}, f"{rt}{rep}", "llm"))
+    return pd.DataFrame(rows)
+
+
+def test_llm_figure_title_once_per_row_fits_and_legend_beside_the_data():
+    from scalesweep import plots
+
+    fig = plots.llm_figure(llm_runs())
+    assert layout_problems(fig) == []
+    title = f"llm: {QUICKSTART_MODEL} (synthetic weights)"
+    titles = [t for ax in fig.axes for t in (ax.get_title(), ax.get_title(loc="left"))
+              if t.replace("\n", " ") == title]
+    assert len(titles) == 1, [ax.get_title(loc="left") for ax in fig.axes]
+    assert sum(ax.get_legend() is not None for ax in fig.axes) == 1
+
+
+def test_scaling_figure_legend_beside_and_says_why_no_law_is_fitted():
+    from scalesweep import plots
+
+    table = pd.DataFrame(dict(workload="cnn_ddp", runtime=["native", "native", "charliecloud",
+                                                            "charliecloud"],
+                              threads=1, count=[1, 2, 1, 2], time_s=[7.1, 3.8, 7.0, 3.7],
+                              ci95_low=[6.9, 3.7, 6.8, 3.6], ci95_high=[7.3, 3.9, 7.2, 3.8],
+                              linear_time_s=[7.1, 3.55, 7.0, 3.5]))
+    fig = plots.scaling_figure(table, pd.DataFrame())
+    assert layout_problems(fig) == []
+    assert ("no scaling-law fit for cnn_ddp charliecloud, cnn_ddp native: 2 counts swept "
+            "(1, 2), amdahl needs 3, usl needs 4") in texts(fig).replace("\n", " ")
+    four = pd.concat([table, table.assign(count=table["count"] * 4)])
+    assert "no scaling-law fit" not in texts(plots.scaling_figure(four, pd.DataFrame()))
+
+
+def test_memory_figure_error_bars_are_the_95_ci_of_the_bars_and_name_the_measure():
+    from scalesweep.analysis import describe_repeats
+
+    # the quickstart's cnn_ddp peaks (runs.csv peak_rss_mb, MiB), 1 rank
+    peaks = {"native": [760.7, 712.4, 721.0, 748.3, 687.2], "charliecloud": [725.5, 756.3,
+                                                                             751.5, 738.4]}
+    runs = pd.DataFrame([dict(workload="cnn_ddp", payload="cnn", runtime=rt, count=1, nodes=1,
+                              gpus=0, threads=1, repeat=i, peak_rss_mb=v)
+                         for rt, values in peaks.items() for i, v in enumerate(values, 1)])
+    fig = rf.memory_figure(runs, title="cnn_ddp: peak memory")
+    expected = describe_repeats(runs, ["runtime"], "peak_rss_mb")
+    drawn = np.array(sorted(errorbar_segments(fig.axes[0])))
+    assert drawn == pytest.approx(np.array(sorted(zip(expected["ci95_low"],
+                                                      expected["ci95_high"]))))
+    text = texts(fig).replace("\n", " ")
+    assert "reported_peak_rss_mb_mean" in text and "ru_maxrss" in text
+    assert "peak_rank_rss_mb" in text and "no error bars" not in text
+    assert layout_problems(fig) == []
+
+
+def test_other_figures_keep_titles_and_legends_inside_the_figure_beside_the_data():
+    startup = rf.startup_samples([{"runtime": "charliecloud", "probes": {
+        probe: {side: {"samples_s": [base * f for f in (1.0, 1.1, 0.9)]}
+                for side, base in (("native", 0.01), ("container", 0.02))}
+        for probe in rf.STARTUP_PROBES}}])
+    figures = {
+        "efficiency": rf.efficiency_figure(scaling(flag_2="high_variance",
+                                                   runtimes=("native", "charliecloud"))),
+        "overhead": rf.overhead_figure(overhead(runtimes=("native-aa", "charliecloud"))),
+        "startup": rf.startup_figure(startup),
+    }
+    for name, fig in figures.items():
+        assert layout_problems(fig) == [], name
+
+
+def test_fit_figures_only_for_series_swept_at_enough_counts():
+    from conftest import tiny_config
+    from scalesweep import fits
+    from scalesweep.sweep import sweep_points
+
+    config = tiny_config()  # 1 and 2 ranks: nothing to fit, no figure listed
+    assert fits.figure_series(sweep_points(config), config) == []
+    config["sweep"]["nodes"] = [1, 2]  # counts 1, 2, 4
+    assert fits.figure_series(sweep_points(config), config) == [("cnn_ddp", "native")]
+    assert not fits.can_fit([1, 2, 2]) and fits.can_fit([1, 2, 4])
+
+
+def report_items() -> list[tuple[str, dict]]:
+    """(path, keywords) of every report() item of the workflow's rule files."""
+    import ast
+    from pathlib import Path
+
+    rules = Path(__file__).resolve().parents[1] / "workflow" / "rules"
+    items = []
+    for smk in sorted(rules.glob("*.smk")):
+        text = smk.read_text()
+        for start in [i for i in range(len(text)) if text.startswith("report(", i)
+                      and not text[i - 1].isalnum() and not text[i - 1] == "_"]:
+            depth, end = 0, start + len("report")
+            while True:
+                depth += {"(": 1, ")": -1}.get(text[end], 0)
+                end += 1
+                if depth == 0:
+                    break
+            call = ast.parse(text[start:end], mode="eval").body
+            # literal paths only: not a mention in a comment ("report() items"), not
+            # common.smk's report_table (its tables' categories are REPORT_TABLES')
+            if call.args and isinstance(call.args[0], ast.Constant):
+                keywords = {k.arg: getattr(k.value, "value", None) for k in call.keywords}
+                items.append((call.args[0].value, keywords))
+    return items
+
+
+def test_every_figure_has_a_category_and_subcategory_never_other():
+    items = report_items()
+    figures = [(path, kw) for path, kw in items if path.endswith(".png")]
+    assert len(figures) >= 10
+    for path, kw in figures:
+        assert kw.get("category") and kw.get("subcategory"), path
+    # Snakemake files an item without a subcategory under "Other": never beside a figure
+    with_figures = {kw["category"] for _, kw in figures}
+    assert [path for path, kw in items
+            if kw.get("category") in with_figures and not kw.get("subcategory")] == []
+
+
+def test_overhead_value_labels_never_cover_another_point():
+    from matplotlib.collections import PathCollection
+
+    df = overhead(runtimes=("native-aa", "charliecloud")).assign(
+        verdict="inconclusive", repeats_needed=8)  # both at +3%: side by side, same height
+    fig = rf.overhead_figure(df)
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    markers = [ax.transData.transform(xy) for c in ax.collections
+               if isinstance(c, PathCollection) for xy in c.get_offsets()]
+    assert len(markers) == 4 and len(ax.texts) == 4
+    for label in ax.texts:
+        box, own_x = label.get_window_extent(renderer), ax.transData.transform(label.xy)[0]
+        assert not [m for m in markers if abs(m[0] - own_x) > 1 and box.contains(*m)], \
+            label.get_text()

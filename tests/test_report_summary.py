@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
+from html.parser import HTMLParser
 from pathlib import Path
 
 import jinja2
@@ -21,7 +23,9 @@ from docutils.core import publish_parts
 from scipy import stats
 
 from conftest import REPO, tiny_config
+from scalesweep import report_pages as rp
 from scalesweep import report_tables as rt
+from scalesweep.collect import SHARED_CORES_NOTE, SYNTHETIC_LABEL
 from scalesweep.cli import main
 from scalesweep.status import report_freshness
 
@@ -324,6 +328,17 @@ def test_made_table_time_range_runs_and_commits():
     assert items["made from"] == "runs.csv, overhead.csv"
 
 
+def test_made_table_names_the_site_and_machine():
+    site = {"name": "local", "description": "The machine", "scheduler": "none",
+            "node": {"cores": 2, "gpus": 0}}
+    made = rt.made_table(runs_table(n=1), None, 0, "c", site=site)
+    items = dict(made.values)
+    assert made["item"].tolist()[2:4] == ["site", "machine"]
+    assert items["site"] == "local: The machine (sites/local.yaml)"
+    assert items["machine"] == "per node 2 cores, no GPU, scheduler none; hosts node1 (4 runs)"
+    assert "site" not in dict(rt.made_table(runs_table(n=1), None, 0, "c").values)
+
+
 def test_made_table_of_no_runs_and_the_workflow_commit(tmp_path):
     made = dict(rt.made_table(pd.DataFrame(), None, time.time() * 1e9, "unknown").values)
     assert made["runs"].startswith("0 (0 disturbed") and "no runs" in made.values()
@@ -358,28 +373,253 @@ def render_landing_page(cwd: Path, files: list[str]) -> str:
         os.chdir(here)
 
 
-def test_landing_page_embeds_made_significance_and_rules(tmp_path):
+def test_landing_page_embeds_the_first_screen_and_the_rules(tmp_path):
     summary = tmp_path / "results/summary"
     summary.mkdir(parents=True)
     c = clean_campaign()
     made = rt.made_table(c["runs"], c["points"], pd.Timestamp("2025-03-01 01:45:10", tz="UTC"),
                          "c" * 40, ["runs.csv"])
     significance = rt.significance_table(c["overhead"])
-    # the front page: made.csv with the statements of many comparisons
-    rt.with_significance(made, significance).to_csv(summary / "made.csv", index=False)
-    significance.to_csv(summary / "significance.csv", index=False)
+    made = rt.with_significance(made, significance)
     c["runs"].loc[0, "git_commit"] = None
-    rt.rules_table(**c).to_csv(summary / "rules.csv", index=False)
-    names = [f"results/summary/{n}.csv" for n in ("made", "significance", "rules")]
+    rules = rt.rules_table(**c)
+    rules.to_csv(summary / "rules.csv", index=False)
+    overhead = pd.DataFrame([{**overhead_row(1), "verdict_text": "equivalent within +-5% (x)"}])
+    front = rp.front_page({**c, "overhead": overhead, "made": made, "rules": rules,
+                           "significance": significance, "missing": c["points"].iloc[:0]})
+    (summary / "front.html").write_text(front)
+    names = ["results/summary/front.html", "results/summary/rules.csv"]
     # halt_level 2: any docutils warning (bad markup in a cell) fails here
     html = render_landing_page(tmp_path, names)
-    assert "2025-03-01 01:45:10 UTC" in html and "2025-03-01 01:29:00 UTC" in html
+    assert html.index('id="scalesweep-verdicts"') < html.index("How to read it")
+    assert "<b>equivalent</b> within +-5% (x)" in html and "2025-03-01 01:29:00 UTC" in html
+    assert ".scalesweep-front" in html  # the landing page's layout rules
     assert "Benchmarking rules" in html and "git_commit missing in 1" in html
+    assert "Benchmarking rule not met: provenance complete" in html  # a caveat, on top
     assert "chance alone would give about" in html
     assert "System Message" not in html
-    # a report made without them (another target) renders without the tables, no error
+    # a report made without them (another target) renders without them, no error
     bare = render_landing_page(tmp_path / "results", [])
     assert "scalesweep measured every sweep point" in bare and "<table" not in bare
+    assert "scalesweep-front" not in bare
+
+
+# --- the first screen: verdicts, caveats, scaling, the campaign -----------------------------------
+
+class _Tables(HTMLParser):
+    """Every <table id=...> of a page: its rows of cell texts; and every <ul id=...>'s items."""
+
+    def __init__(self, page: str):
+        super().__init__()
+        self.tables, self.lists, self._table, self._list, self._cell = {}, {}, None, None, None
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "table" and attrs.get("id"):
+            self._table = self.tables.setdefault(attrs["id"], [])
+        elif tag == "ul" and attrs.get("id"):
+            self._list = self.lists.setdefault(attrs["id"], [])
+        elif tag == "tr" and self._table is not None:
+            self._table.append([])
+        elif tag in ("td", "th") and self._table is not None:
+            self._cell = []
+        elif tag == "li" and self._list is not None:
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._table is not None and self._cell is not None:
+            self._table[-1].append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "li" and self._list is not None and self._cell is not None:
+            self._list.append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "table":
+            self._table = None
+        elif tag == "ul":
+            self._list = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def verdict_campaign() -> dict:
+    """One row of every kind the verdict table shows, as aggregate writes overhead.csv."""
+    rows = [
+        {**overhead_row(1), "verdict_text": "equivalent within +-5% (overhead 0.0%, ...)",
+         "n_disturbed": 0, "shared_cores": False, "note": ""},
+        {**overhead_row(2, verdict="slower", low=2.0, high=6.0, p=0.001, eq_p=0.6),
+         "verdict_text": "slower by 4.0% (...)", "n_disturbed": 2, "n_pairs_split": 1,
+         "shared_cores": True, "note": SHARED_CORES_NOTE},
+        {**overhead_row(2, runtime="native-aa", verdict="inconclusive", low=np.nan,
+                        high=np.nan, paired=False, n=1, overhead=1.5),
+         "verdict_text": "inconclusive: about 3 more repeats needed (...)",
+         "repeats_needed": 3, "n_native": 1},
+        {**overhead_row(1), "workload": "llm", "model": "tiny",
+         "model_label": f"tiny ({SYNTHETIC_LABEL})", "verdict_text": "equivalent (llm)"},
+    ]
+    return {"overhead": pd.DataFrame(rows)}
+
+
+def test_front_page_verdicts_are_overhead_csv_s_rows():
+    tables = verdict_campaign()
+    page = _Tables(rp.front_page(tables))
+    head, *rows = page.tables[rp.VERDICT_TABLE_ID]
+    assert head == ["workload", "point", "runtime", "verdict", "overhead, 95% CI", "pairs",
+                    "left out", "labels"]
+    assert [r[0] for r in rows] == ["cnn", "cnn", "cnn", "llm (tiny)"]
+    assert rows[0][1] == "1 node, 1 rank x 1 thread" and rows[1][1] == "1 node, 2 ranks x 1 thread"
+    assert [r[2] for r in rows] == ["apptainer", "apptainer", "native-aa", "apptainer"]
+    # the sentence as overhead.csv has it, its verdict in bold
+    assert [r[3] for r in rows] == tables["overhead"]["verdict_text"].tolist()
+    assert "<b>slower</b> by 4.0% (...)" in rp.front_page(tables)
+    assert rows[0][4] == "+0.0% [-1.0% .. +1.0%]" and rows[1][4] == "+4.0% [+2.0% .. +6.0%]"
+    assert rows[2][4] == "+1.5% (no 95% CI)"
+    assert rows[0][5] == "4 same-block pairs"
+    assert rp.verdict_rows(pd.DataFrame([overhead_row(n=1)]))["pairs"][0] == "1 same-block pair"
+    assert rows[2][5] == "unpaired: 1 native, 1 native-aa runs"
+    assert rows[0][6] == "none"
+    assert rows[1][6] == "2 disturbed runs; 1 pair measured too far apart"
+    assert "shared cores: not physical" in rows[1][7] and rows[0][7] == ""
+    assert rows[2][7].startswith("A/A check") and rows[3][7] == SYNTHETIC_LABEL
+    page = rp.front_page(tables)
+    assert re.search(r'class="ss-label ss-warn" title="[^"]*">synthetic weights<', page)  # red
+
+
+def test_front_page_without_comparisons_or_scaling_says_so():
+    page = rp.front_page({"overhead": pd.DataFrame(), "scaling": pd.DataFrame()})
+    assert "No container comparison: overhead.csv has no rows" in page
+    assert "No scaling series" in page and rp.VERDICT_TABLE_ID not in page
+
+
+def test_front_page_scaling_efficiency_per_count_with_its_ci():
+    scaling = scaling_table(flag="").assign(scaling="strong")
+    scaling.loc[3, "flag"] = "high_variance"
+    page = _Tables(rp.front_page({"scaling": scaling}))
+    head, *rows = page.tables[rp.SCALING_TABLE_ID]
+    assert head == ["workload", "runtime", "threads", "count 1", "count 2", "labels"]
+    assert [r[:3] for r in rows] == [["cnn", "native", "1"], ["cnn", "apptainer", "1"]]
+    assert rows[0][3] == "100% (baseline: 10 s, n=4)"
+    eff = 1000 / 5.5 / 2
+    assert rows[0][4] == f"{eff:.1f}% [{eff - 2:.1f} .. {eff + 2:.1f}], n=4"
+    assert rows[1][4].endswith("(high variance)")
+
+
+def clean_front() -> dict:
+    """Every table the caveats read, of a campaign none of them applies to."""
+    c = clean_campaign()
+    overhead = pd.DataFrame([{**overhead_row(1), "n_disturbed": 0, "n_pairs_split": 0,
+                              "n_pairs_machine_differs": 0, "shared_cores": False}])
+    return {"runs": c["runs"], "overhead": overhead, "scaling": c["scaling"].assign(flag=""),
+            "llm": pd.DataFrame(), "missing": c["points"].iloc[:0],
+            "fits": pd.DataFrame([{"workload": "cnn", "runtime": "native", "model": "amdahl",
+                                   "status": "ok", "reason": ""}]),
+            "rules": rt.rules_table(**c), "significance": rt.significance_table(overhead)}
+
+
+def _broken(name):
+    def change(t):
+        if name == "missing":
+            t["missing"] = points_table(("failed",), ["killed by signal SIGKILL"])
+        elif name == "disturbed":
+            t["runs"].loc[3, "disturbed"] = True
+        elif name == "shared":
+            t["overhead"]["shared_cores"] = True
+        elif name == "synthetic":
+            t["llm"] = pd.DataFrame([{"workload": "llm", "model": "tiny", "runtime": "native",
+                                      "model_label": f"tiny ({SYNTHETIC_LABEL})"}])
+        elif name == "aa":
+            t["overhead"] = pd.concat([t["overhead"], pd.DataFrame([
+                {**overhead_row(2, runtime="native-aa", verdict="slower", low=1, high=3)}])])
+        elif name == "inconclusive":
+            t["overhead"]["verdict"] = "inconclusive"
+            t["overhead"]["repeats_needed"] = 4
+        elif name == "no_ci":
+            t["overhead"]["overhead_ci95_low_pct"] = np.nan
+        elif name == "pairs":
+            t["overhead"]["n_pairs_machine_differs"] = 2
+        elif name == "fdr":
+            t["significance"].loc[0, "claims_not_bh_significant"] = "cnn apptainer n1-g0-r1-t1"
+        elif name == "flag":
+            t["scaling"].loc[1, "flag"] = "single_repeat"
+        elif name == "fits":
+            t["fits"].loc[0, ["status", "reason"]] = ["too_few_points", "2 counts; needs 3"]
+        elif name == "commits":
+            t["runs"].loc[0, "git_commit"] = "b" * 40
+        elif name == "rule":
+            t["rules"].loc[6, ["passed", "evidence"]] = ["no", "without: cnn native"]
+    return change
+
+
+CAVEATS = {
+    "missing": "1 requested point not finished (1 failed): cnn/native/n1-g0-r2-t1/rep1/native "
+               "(killed by signal SIGKILL)",
+    "disturbed": "1 of 16 runs were disturbed",
+    "shared": f"Measured on shared cores (overhead.csv): {SHARED_CORES_NOTE}.",
+    "synthetic": f"LLM inference on a model with {SYNTHETIC_LABEL} (tiny)",
+    "aa": "reads slower or faster where nothing differs (cnn native-aa n1-g0-r2-t1: slower)",
+    "inconclusive": "1 of 1 container comparisons are inconclusive: cnn apptainer n1-g0-r1-t1; "
+                    "about 4 more repeats each would settle them",
+    "no_ci": "1 comparison without a 95% CI",
+    "pairs": "Pairs left out of the verdicts: 0 measured too far apart, 2 whose machine-speed",
+    "fdr": "cnn apptainer n1-g0-r1-t1 not significant after Benjamini-Hochberg",
+    "flag": "Scaling rows flagged (high variance, a single repeat or superlinear): cnn "
+            "native 1 thr/rank count 2: single_repeat",
+    "fits": "Scaling laws not fitted (too few points) for 1 series (cnn native), e.g. amdahl: "
+            "2 counts; needs 3",
+    "commits": "The runs were measured with 2 git commits",
+    "rule": "Benchmarking rule not met: ideal (linear) lines in the scaling figures "
+            "(without: cnn native; rules.csv).",
+}
+
+
+def test_no_caveat_applies_to_a_clean_campaign():
+    tables = clean_front()
+    assert rp.caveats(tables) == []
+    assert "No caveat applies" in rp.front_page(tables)
+
+
+@pytest.mark.parametrize("name", sorted(CAVEATS))
+def test_each_caveat_applies_where_its_table_says_so_and_alone(name):
+    tables = clean_front()
+    _broken(name)(tables)
+    lines = rp.caveats(tables)
+    assert len(lines) == 1 and CAVEATS[name] in lines[0], lines
+    assert lines == _Tables(rp.front_page(tables)).lists[rp.CAVEATS_ID]
+
+
+# --- every table as a table ---------------------------------------------------------------------
+
+def test_table_page_is_the_table_sortable_with_full_values():
+    table = pd.DataFrame({"workload": ["cnn", "llm"], "time_s": [7.123456789, np.nan],
+                          "n": [3, 4], "note": ["<b>", ""]})
+    page = rp.table_page(table, "scaling.csv", "scaling")
+    parsed = _Tables(page.replace('<table class="sortable"', '<table id="t" class="sortable"'))
+    assert parsed.tables["t"] == [["workload", "time_s", "n", "note"],
+                                  ["cnn", "7.123", "3", "<b>"], ["llm", "", "4", ""]]
+    assert 'data-v="7.123456789" title="7.123456789"' in page  # the full value, sorted on
+    assert "&lt;b&gt;" in page and "<h1>scaling <small>(scaling.csv)</small></h1>" in page
+    assert "2 rows, 4 columns" in page and 'addEventListener("click"' in page
+
+
+def test_a_wide_table_lists_the_columns_the_same_in_every_row_once():
+    wide = pd.DataFrame({f"c{i}": [i, i] for i in range(rp.WIDE)}).assign(
+        path=["a", "b"], repeat=[1, 2])
+    page = rp.table_page(wide, "provenance.csv", "per-run provenance")
+    parsed = _Tables(page.replace('<table class="sortable"', '<table id="t" class="sortable"'))
+    assert parsed.tables["t"][0] == ["path", "repeat"]
+    assert f"The same in every row ({rp.WIDE} of {rp.WIDE + 2} columns)" in page
+    assert "<li><b>c3</b>: 3</li>" in page
+    # a narrow one, or a single row, keeps every column in the table
+    assert "The same in every row" not in rp.table_page(wide.iloc[:1], "p.csv", "p")
+    assert "The same in every row" not in rp.table_page(wide.iloc[:, -3:], "p.csv", "p")
+
+
+def test_an_empty_table_page_says_so():
+    assert "is empty (no columns, no rows)" in rp.table_page(pd.DataFrame(), "llm.csv", "LLM")
+    header_only = rp.table_page(pd.DataFrame(columns=["path", "state"]), "missing.csv", "m")
+    assert "<th>path</th>" in header_only and "No rows." in header_only
 
 
 # --- scalesweep status: a report older than its summary ----------------------------------------
@@ -442,6 +682,20 @@ class _Files(list):
         super().__init__(named.values())
         self.__dict__.update(named)
 
+    def items(self):
+        return iter(self.__dict__.items())
+
+
+def run_script(name: str, snakemake) -> None:
+    """workflow/scripts/<name> as Snakemake's script: directive runs it."""
+    script = REPO / "workflow/scripts" / name
+    stderr = sys.stderr
+    try:
+        exec(compile(script.read_text(), str(script), "exec"), {"snakemake": snakemake})
+    finally:
+        sys.stderr.close()
+        sys.stderr = stderr
+
 
 def test_report_summary_script_writes_the_three_tables(tmp_path):
     summary = tmp_path / "results/summary"
@@ -461,16 +715,48 @@ def test_report_summary_script_writes_the_three_tables(tmp_path):
     snakemake.output = _Files(**outputs)
     snakemake.log = [str(tmp_path / "summary.log")]
     snakemake.config = {"_code_root": str(REPO), "measurement": {}}
-    script = REPO / "workflow/scripts/report_summary.py"
-    stderr = sys.stderr
-    try:
-        exec(compile(script.read_text(), str(script), "exec"), {"snakemake": snakemake})
-    finally:
-        sys.stderr.close()
-        sys.stderr = stderr
+    snakemake.params = type("Params", (), {"site": {"name": "local", "node": {"cores": 2}}})()
+    run_script("report_summary.py", snakemake)
     made = dict(pd.read_csv(outputs["made"]).values)
+    assert made["site"] == "local (sites/local.yaml)"
+    assert made["machine"] == "per node 2 cores, no GPU; hosts node1 (16 runs)"
     assert made["summarised (UTC)"] == "2023-11-14 22:13:20 UTC"  # overhead.csv's mtime
     assert made["made from"] == "runs.csv, scaling.csv, llm.csv, overhead.csv, points.csv"
     assert pd.read_csv(outputs["rules"])["passed"].tolist() == ["yes"] * 8
     assert len(pd.read_csv(outputs["significance"])) == 2
     assert "rules.csv: 8 rows" in (tmp_path / "summary.log").read_text()
+
+
+def test_report_pages_script_writes_every_table_page_and_the_first_screen(tmp_path):
+    summary = tmp_path / "results/summary"
+    summary.mkdir(parents=True)
+    c = clean_campaign()
+    overhead = pd.DataFrame([{**overhead_row(1), "verdict_text": "equivalent (one)"}])
+    tables = {"runs": c["runs"], "scaling": c["scaling"], "overhead": overhead,
+              "missing": c["points"].iloc[:0], "made": rt.made_table(c["runs"], None, 0, "c")}
+    inputs = {}
+    for name, table in tables.items():
+        inputs[name] = str(summary / f"{name}.csv")
+        table.to_csv(inputs[name], index=False)
+    inputs["llm"] = str(summary / "llm.csv")
+    (summary / "llm.csv").write_text("")  # an empty table, as aggregate may write one
+    outputs = {n: str(summary / f"{n}.html") for n in inputs}
+    snakemake = type("Snakemake", (), {})()
+    snakemake.input = _Files(**inputs)
+    snakemake.output = _Files(front=str(summary / "front.html"), **outputs)
+    snakemake.log = [str(tmp_path / "pages.log")]
+    snakemake.config = {"_code_root": str(REPO)}
+    snakemake.params = type("Params", (), {"titles": {n: f"the {n} table" for n in inputs}})()
+    run_script("report_pages.py", snakemake)
+    for name, path in outputs.items():
+        page = Path(path).read_text()
+        assert f"<h1>the {name} table <small>({name}.csv)</small></h1>" in page
+        assert ("is empty" in page) if name == "llm" else (
+            f"{_plural_rows(len(tables[name]))}" in page)
+    front = _Tables((summary / "front.html").read_text())
+    assert front.tables[rp.VERDICT_TABLE_ID][1][3] == "equivalent (one)"
+    assert "runs.html: 16 rows" in (tmp_path / "pages.log").read_text()
+
+
+def _plural_rows(n: int) -> str:
+    return f"{n} row{'s' if n != 1 else ''},"

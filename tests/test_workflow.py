@@ -29,6 +29,7 @@ def test_dry_run_lists_every_point(campaign):
     wd = campaign(tiny_config())
     out = run_snakemake(wd, "-n", "--cores", "1").stdout
     assert out.count("rule run_point:") == 2
+    assert "plot_fit" not in out  # 1 and 2 ranks: no law to fit, no fit figure listed
     for path in ("n1-g0-r1-t1/rep1", "n1-g0-r2-t1/rep1"):
         assert f"results/runs/cnn_ddp/native/{path}/native/metrics.json" in out
 

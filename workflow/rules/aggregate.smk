@@ -6,30 +6,10 @@ rule aggregate:
         metrics=aggregate_metrics,
         series=series_final_files(),
     output:
-        runs=report(
-            "results/summary/runs.csv",
-            caption="../report/runs.rst",
-            category="Tables",
-            labels={"table": "runs"},
-        ),
-        scaling=report(
-            "results/summary/scaling.csv",
-            caption="../report/scaling_table.rst",
-            category="Tables",
-            labels={"table": "scaling"},
-        ),
-        llm=report(
-            "results/summary/llm.csv",
-            caption="../report/llm_table.rst",
-            category="Tables",
-            labels={"table": "LLM inference"},
-        ),
-        overhead=report(
-            "results/summary/overhead.csv",
-            caption="../report/overhead_table.rst",
-            category="Tables",
-            labels={"table": "container overhead"},
-        ),
+        runs=report_table("runs"),
+        scaling=report_table("scaling"),
+        llm=report_table("llm"),
+        overhead=report_table("overhead"),
         points="results/summary/points.csv",
         # the settings the verdicts rest on (scalesweep.collect.campaign_record)
         campaign="results/summary/campaign.json",
@@ -57,6 +37,7 @@ rule plot_scaling:
             "results/plots/scaling.png",
             caption="../report/scaling.rst",
             category="Scaling",
+            subcategory="measured vs ideal time",
             labels={"figure": "measured vs ideal time"},
         ),
     log:
@@ -75,6 +56,7 @@ rule plot_llm:
             "results/plots/llm.png",
             caption="../report/llm.rst",
             category="LLM inference",
+            subcategory="time and tokens per second vs GPUs",
             labels={"figure": "runtime vs GPU count"},
         ),
     log:

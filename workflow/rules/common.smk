@@ -331,6 +331,21 @@ def container_runtimes():
     return sorted({p.runtime for p in SELECTED} - set(NATIVE_RUNTIMES))
 
 
+def startup_results():
+    """The start-up timings the table reads: of the container runtimes this run measures
+    (made when missing), and those already made of every other container runtime of the
+    sweep whose image manifest is there. So a selection of runtimes (only:) on a finished
+    campaign re-makes no table, and makes nothing outside it."""
+    pattern = rules.container_startup.output[0]
+    files = {pattern.format(runtime=rt) for rt in container_runtimes()}
+    for rt in {p.runtime for p in POINTS} - set(NATIVE_RUNTIMES):
+        made = pattern.format(runtime=rt)
+        image = runtime_image(config, rt, POINTS)
+        if Path(made).is_file() and Path(image.manifest).is_file():
+            files.add(made)
+    return sorted(files)
+
+
 def run_inputs(wildcards):
     """What a point waits for: the staged and verified dataset or the model, and the
     image manifest. A plain list (no names: Snakemake pays for unpack() per job on
@@ -418,7 +433,9 @@ from scalesweep.adaptive import (  # noqa: E402
     SERIES_DIR,
     Series,
     asked_blocks,
+    is_adaptive,
     read_decision,
+    recorded_decision,
     repeat_bounds,
     run_priority,
     series_of,
@@ -571,11 +588,43 @@ def requested_metrics(wildcards):
 
 
 def series_final_files():
-    """Every series' final.json (adaptive repeats), or none; with analysis.partial none
-    either (the aggregation then takes what exists and waits for nothing)."""
-    if not ADAPTIVE or config.get("analysis", {}).get("partial", False):
-        return []
-    return [FINAL_JSON.format(**s.as_dict()) for s in SERIES]
+    """Every series' final.json (adaptive repeats): of the series this run measures (made
+    when missing; with analysis.partial none, as that run waits for no series), and the
+    final.json already made of every other series of the sweep whose runs are all on disk.
+    So a run that selects part of a finished campaign (only:) or aggregates what exists
+    (analysis.partial) names the same inputs as the whole run, and re-makes no summary
+    (rerun-triggers: input); a series not finished outside the selection is not named, so
+    nothing outside it is made."""
+    partial = config.get("analysis", {}).get("partial", False)
+    files = set() if partial or not ADAPTIVE else {final_json(s) for s in SERIES}
+    if (partial or not SELECTION.everything) and is_adaptive(config, POINTS):
+        files.update(
+            final_json(s)
+            for s in series_of(POINTS)
+            if Path(final_json(s)).is_file() and finished_on_disk(s)
+        )
+    return sorted(files)
+
+
+def final_json(series):
+    return FINAL_JSON.format(**series.as_dict())
+
+
+def finished_on_disk(series):
+    """Whether every decision and run ``series`` asks for under this config is on disk,
+    read from the files as `scalesweep status` reads them (scalesweep.adaptive.
+    recorded_decision): its rule series_done then has nothing to make."""
+    unmade = []
+
+    def decision(round_):
+        made = recorded_decision(".", series, round_)
+        if made is None:
+            unmade.append(round_)
+        return made
+
+    blocks = asked_blocks(series, config, decision)
+    runs = series_point_metrics(series, range(1, blocks + 1))
+    return not unmade and all(Path(f).is_file() for f in runs)
 
 
 # --- Slurm: run_point's resources for snakemake-executor-plugin-slurm -------------------
@@ -888,14 +937,116 @@ def workload_report_labels(figure):
     return report_labels
 
 
+# The summary tables in the report, each twice with one caption, category and labels: as a
+# table to read (<name>.html, report.smk: report_pages) and as the CSV to download (the
+# same labels, the last one marked "(CSV)": it lists after its table, never in its place).
+# name: (caption in workflow/report/, category, subcategory, labels)
+REPORT_TABLES = {
+    "overhead": ("overhead_table.rst", "Tables", None, {"table": "container overhead"}),
+    "scaling": ("scaling_table.rst", "Tables", None, {"table": "scaling"}),
+    "llm": ("llm_table.rst", "Tables", None, {"table": "LLM inference"}),
+    "runs": ("runs.rst", "Tables", None, {"table": "runs"}),
+    "epochs": ("epochs_table.rst", "Tables", None, {"table": "per-epoch times"}),
+    "memory": (
+        "memory_table.rst",
+        "Tables",
+        None,
+        {"table": "peak memory, native vs containers"},
+    ),
+    "accuracy_parity": (
+        "accuracy_parity.rst",
+        "Tables",
+        None,
+        {"table": "accuracy parity"},
+    ),
+    "achieved_rate": (
+        "achieved_rate.rst",
+        "Tables",
+        None,
+        {"table": "achieved FLOP rate"},
+    ),
+    "mpi": ("mpi_table.rst", "Tables", None, {"table": "MPI library and Allreduce"}),
+    "data_path": ("data_path.rst", "Tables", None, {"table": "data path"}),
+    "llm_concurrency": (
+        "llm_concurrency.rst",
+        "Tables",
+        None,
+        {"table": "LLM concurrency levels"},
+    ),
+    "drift": (
+        "drift_table.rst",
+        "Tables",
+        None,
+        {"table": "machine drift and run-to-run spread"},
+    ),
+    "fits": (
+        "fits_table.rst",
+        "Scaling",
+        "fits",
+        {"workload": "all", "runtime": "all", "item": "table: fitted laws"},
+    ),
+    "fit_predictions": (
+        "fits_predictions.rst",
+        "Scaling",
+        "fits",
+        {"workload": "all", "runtime": "all", "item": "table: predictions"},
+    ),
+    "provenance": (
+        "provenance.rst",
+        "Provenance",
+        None,
+        {"table": "per-run provenance"},
+    ),
+    "missing": (
+        "missing.rst",
+        "Sweep completeness",
+        "all requested points",  # with the completeness figure (report.smk)
+        {"item": "table: missing and failed points"},
+    ),
+    "startup": (
+        "startup_table.rst",
+        "Container start-up",
+        "all container runtimes",
+        {"runtime": "all", "item": "table: medians native vs container"},
+    ),
+    "made": ("made.rst", "About this report", None, {"table": "made from"}),
+    "significance": (
+        "significance.rst",
+        "About this report",
+        None,
+        {"table": "many comparisons: chance and FDR"},
+    ),
+    "rules": ("rules.rst", "About this report", None, {"table": "benchmarking rules"}),
+}
+
+
+def report_table(name, view=False):
+    """report() of summary table ``name``: results/summary/<name>.csv, or with ``view``
+    its HTML page <name>.html (REPORT_TABLES)."""
+    caption, category, subcategory, labels = REPORT_TABLES[name]
+    if not view:
+        last = list(labels)[-1]
+        labels = {**labels, last: f"{labels[last]} (CSV)"}
+    return report(
+        f"results/summary/{name}.{'html' if view else 'csv'}",
+        caption=f"../report/{caption}",
+        category=category,
+        subcategory=subcategory,
+        labels=labels,
+    )
+
+
+def report_table_title(name):
+    """The heading of a table's page: its last label ("per-epoch times")."""
+    return list(REPORT_TABLES[name][3].values())[-1]
+
+
 # --- Scaling-law fits (workflow/rules/fits.smk) -------------------------------------------
 def fit_series():
-    """Every training series swept, as expand(..., zip) keywords: one fit figure each."""
-    series = sorted(
-        {
-            (p.workload, p.runtime)
-            for p in POINTS
-            if config["workloads"][p.workload]["payload"] == "cnn"
-        }
-    )
+    """The training series swept at enough counts for a fit, as expand(..., zip)
+    keywords: one fit figure each (scalesweep.fits.figure_series; fits.csv says why
+    the others have none)."""
+    from scalesweep.fits import figure_series
+
+    series = figure_series(POINTS, config)
     return {"workload": [w for w, _ in series], "runtime": [r for _, r in series]}

@@ -6,16 +6,12 @@ rule report_drift:
     input:
         runs=rules.aggregate.output.runs,
     output:
-        table=report(
-            "results/summary/drift.csv",
-            caption="../report/drift_table.rst",
-            category="Tables",
-            labels={"table": "machine drift and run-to-run spread"},
-        ),
+        table=report_table("drift"),
         figure=report(
             "results/plots/drift.png",
             caption="../report/drift.rst",
             category="Machine drift",
+            subcategory="probe over the campaign",
             labels={"figure": "probe over the campaign"},
         ),
     log:

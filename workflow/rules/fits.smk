@@ -5,20 +5,8 @@ rule fits:
     input:
         runs=rules.aggregate.output.runs,
     output:
-        fits=report(
-            "results/summary/fits.csv",
-            caption="../report/fits_table.rst",
-            category="Scaling",
-            subcategory="fits",
-            labels={"workload": "all", "runtime": "all", "item": "table: fitted laws"},
-        ),
-        predictions=report(
-            "results/summary/fit_predictions.csv",
-            caption="../report/fits_predictions.rst",
-            category="Scaling",
-            subcategory="fits",
-            labels={"workload": "all", "runtime": "all", "item": "table: predictions"},
-        ),
+        fits=report_table("fits"),
+        predictions=report_table("fit_predictions"),
     log:
         "logs/fits.log",
     localrule: True

@@ -8,18 +8,8 @@ rule report_run_tables:
         metrics=aggregate_metrics,
         series=series_final_files(),
     output:
-        epochs=report(
-            "results/summary/epochs.csv",
-            caption="../report/epochs_table.rst",
-            category="Tables",
-            labels={"table": "per-epoch times"},
-        ),
-        provenance=report(
-            "results/summary/provenance.csv",
-            caption="../report/provenance.rst",
-            category="Provenance",
-            labels={"table": "per-run provenance"},
-        ),
+        epochs=report_table("epochs"),
+        provenance=report_table("provenance"),
     log:
         "logs/report/run_tables.log",
     localrule: True
@@ -33,36 +23,11 @@ rule report_tables:
     input:
         runs=rules.aggregate.output.runs,
     output:
-        parity=report(
-            "results/summary/accuracy_parity.csv",
-            caption="../report/accuracy_parity.rst",
-            category="Tables",
-            labels={"table": "accuracy parity"},
-        ),
-        rate=report(
-            "results/summary/achieved_rate.csv",
-            caption="../report/achieved_rate.rst",
-            category="Tables",
-            labels={"table": "achieved FLOP rate"},
-        ),
-        mpi=report(
-            "results/summary/mpi.csv",
-            caption="../report/mpi_table.rst",
-            category="Tables",
-            labels={"table": "MPI library and Allreduce"},
-        ),
-        data_path=report(
-            "results/summary/data_path.csv",
-            caption="../report/data_path.rst",
-            category="Tables",
-            labels={"table": "data path"},
-        ),
-        concurrency=report(
-            "results/summary/llm_concurrency.csv",
-            caption="../report/llm_concurrency.rst",
-            category="Tables",
-            labels={"table": "LLM concurrency levels"},
-        ),
+        parity=report_table("accuracy_parity"),
+        rate=report_table("achieved_rate"),
+        mpi=report_table("mpi"),
+        data_path=report_table("data_path"),
+        concurrency=report_table("llm_concurrency"),
     log:
         "logs/report/tables.log",
     localrule: True
@@ -79,16 +44,12 @@ rule report_points:
     input:
         points=rules.aggregate.output.points,
     output:
-        missing=report(
-            "results/summary/missing.csv",
-            caption="../report/missing.rst",
-            category="Sweep completeness",
-            labels={"item": "table: missing and failed points"},
-        ),
+        missing=report_table("missing"),
         figure=report(
             "results/plots/completeness.png",
             caption="../report/completeness.rst",
             category="Sweep completeness",
+            subcategory="all requested points",
             labels={"item": "figure: finished repeats per point"},
         ),
     log:
@@ -191,12 +152,7 @@ rule report_memory_tables:
         series=series_final_files(),
     output:
         timeline="results/summary/memory_timeline.csv",
-        peaks=report(
-            "results/summary/memory.csv",
-            caption="../report/memory_table.rst",
-            category="Tables",
-            labels={"table": "peak memory, native vs containers"},
-        ),
+        peaks=report_table("memory"),
     log:
         "logs/report/memory_tables.log",
     localrule: True
@@ -249,15 +205,9 @@ rule report_startup:
 
 rule report_startup_table:
     input:
-        expand(rules.container_startup.output, runtime=container_runtimes()),
+        startup_results(),
     output:
-        report(
-            "results/summary/startup.csv",
-            caption="../report/startup_table.rst",
-            category="Container start-up",
-            subcategory="all container runtimes",
-            labels={"runtime": "all", "item": "table: medians native vs container"},
-        ),
+        report_table("startup"),
     log:
         "logs/report/startup_table.log",
     localrule: True
@@ -275,28 +225,40 @@ rule report_summary:
         overhead=rules.aggregate.output.overhead,
         points=rules.aggregate.output.points,
     output:
-        made=report(
-            "results/summary/made.csv",
-            caption="../report/made.rst",
-            category="About this report",
-            labels={"table": "made from"},
-        ),
-        significance=report(
-            "results/summary/significance.csv",
-            caption="../report/significance.rst",
-            category="About this report",
-            labels={"table": "many comparisons: chance and FDR"},
-        ),
-        rules=report(
-            "results/summary/rules.csv",
-            caption="../report/rules.rst",
-            category="About this report",
-            labels={"table": "benchmarking rules"},
-        ),
+        made=report_table("made"),
+        significance=report_table("significance"),
+        rules=report_table("rules"),
     log:
         "logs/report/summary.log",
     localrule: True
     conda:
         "../../envs/scalesweep.yaml"
+    params:
+        # made.csv's site and machine rows (a changed site file makes them again)
+        site={k: SITE.get(k) for k in ("name", "description", "scheduler", "node")},
     script:
         "../scripts/report_summary.py"
+
+
+# The first screen of report.html (front.html, embedded by workflow/report/workflow.rst)
+# and every summary table as a table to read (<name>.html beside <name>.csv).
+rule report_pages:
+    input:
+        **{name: f"results/summary/{name}.csv" for name in REPORT_TABLES},
+    output:
+        **{name: report_table(name, view=True) for name in REPORT_TABLES},
+        front=report(
+            "results/summary/front.html",
+            caption="../report/front.rst",
+            category="About this report",
+            labels={"table": "first screen: verdicts, caveats, scaling, campaign"},
+        ),
+    log:
+        "logs/report/pages.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    params:
+        titles={name: report_table_title(name) for name in REPORT_TABLES},
+    script:
+        "../scripts/report_pages.py"

@@ -463,7 +463,7 @@ def fit_figure(series: list[tuple[str, pd.DataFrame, list[Fit]]], count_col: str
     from scalesweep.analysis import describe_repeats
 
     sns.set_theme(style="whitegrid", context="notebook")
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, ax = plt.subplots(figsize=(10.5, 5.5))
     colours = sns.color_palette(n_colors=max(len(series), 1))
     notes, measured_top, predicted_top, all_counts, drawn = [], 0, 0, set(), set()
     for colour, (label, runs, series_fits) in zip(colours, series):
@@ -538,7 +538,8 @@ def fit_figure(series: list[tuple[str, pd.DataFrame, list[Fit]]], count_col: str
     ax.set_xlabel(count_label)
     ax.set_ylabel(time_label)
     ax.set_title(title)
-    ax.legend(fontsize="x-small", loc="upper right")
+    # beside the axes: inside, it hides points and bands
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
     fig.tight_layout()
     return fig
 
@@ -578,3 +579,22 @@ def campaign_fits(runs: pd.DataFrame, config: dict) -> list[tuple[dict, pd.DataF
         out.append((dict(zip(CAMPAIGN_SERIES, key)), group, found))
     return out
 
+
+def can_fit(counts) -> bool:
+    """Whether a series swept at ``counts`` has enough distinct counts for any law."""
+    return len(set(counts)) >= min(min_counts(model) for model in MODELS)
+
+
+def figure_series(points, config: dict) -> list[tuple[str, str]]:
+    """The (workload, runtime) training series of a sweep that get a fit figure (rule
+    plot_fit): those with a threads-per-rank series whose swept counts ``can_fit``. The
+    others get none (a figure with nothing fitted is not listed); fits.csv says why."""
+    from scalesweep.sweep import scaling_count
+
+    counts: dict[tuple, set] = {}
+    for p in points:
+        payload = config["workloads"][p.workload]["payload"]
+        if payload == "cnn":
+            counts.setdefault((p.workload, p.runtime, p.threads), set()).add(
+                scaling_count(p, payload))
+    return sorted({(w, r) for (w, r, _), swept in counts.items() if can_fit(swept)})

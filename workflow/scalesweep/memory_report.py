@@ -211,6 +211,16 @@ def peak_table(records: Iterable[tuple[str, dict, dict]]) -> pd.DataFrame:
     return table[PEAK_COLUMNS].reset_index(drop=True)
 
 
+def _same_as_total(df: pd.DataFrame) -> pd.Series:
+    """Per row: whether the largest rank's RSS is the total (a run of one rank, or no
+    per-rank value): then the largest rank's panel would repeat the total's."""
+    total = pd.to_numeric(df["total_rss_mb"], errors="coerce")
+    if "rank_rss_max_mb" not in df:
+        return pd.Series(True, index=df.index)
+    rank = pd.to_numeric(df["rank_rss_max_mb"], errors="coerce")
+    return rank.isna() | np.isclose(rank, total, rtol=1e-6, atol=1e-3)
+
+
 def _geometry_label(row, models: bool) -> str:
     text = point_label(row)
     return f"{text}, {row['model_label']}" if models and row["model_label"] else text
@@ -235,6 +245,10 @@ def memory_timeline_figure(timeline: pd.DataFrame, points: pd.DataFrame | None =
     df["geometry"] = [_geometry_label(r, models) for _, r in df.iterrows()]
     metrics = [(c, label) for c, label in METRICS
                if c in df and pd.to_numeric(df[c], errors="coerce").notna().any()]
+    # one rank per run: the largest rank is the sum; its panel would repeat the first
+    same = _same_as_total(df)
+    if same.all():
+        metrics = [(c, label) for c, label in metrics if c != "rank_rss_max_mb"]
     order = runtime_order(df["runtime"])
     palette = runtime_palette(order)
     hollow = disturbed_mask(df)
@@ -244,6 +258,12 @@ def memory_timeline_figure(timeline: pd.DataFrame, points: pd.DataFrame | None =
     for row_axes, geometry in zip(axes, geometries):
         mine = df["geometry"] == geometry
         for j, (ax, (col, label)) in enumerate(zip(row_axes, metrics)):
+            if col == "rank_rss_max_mb" and same[mine].all():
+                ax.text(0.5, 0.5, f"{geometry}: one rank per run,\nthe largest rank is the "
+                        "sum (left)", ha="center", va="center", transform=ax.transAxes,
+                        color="0.35")
+                ax.set_axis_off()
+                continue
             for rt in order:
                 runs = df[mine & ~hollow & (df["runtime"] == rt)]
                 values = pd.to_numeric(runs[col], errors="coerce")
@@ -266,9 +286,11 @@ def memory_timeline_figure(timeline: pd.DataFrame, points: pd.DataFrame | None =
             ax.set_ylim(bottom=0)
             ax.set_xlabel("time (fraction of the run)")
             ax.set_ylabel(label)
-            ax.set_title(geometry, fontsize="medium")
-            if j == len(metrics) - 1:
-                ax.legend(**OUTSIDE_LEGEND)
+            if j == 0:  # the row's geometry, once
+                ax.set_title(geometry, fontsize="medium", loc="left")
+        handles, labels = row_axes[0].get_legend_handles_labels()
+        if handles:
+            row_axes[-1].legend(handles, labels, **OUTSIDE_LEGEND)
     fig.suptitle(name)
     intervals = sorted({float(v) for v in pd.to_numeric(df["interval_s"], errors="coerce").dropna()})
     multinode = "nodes" in df and (pd.to_numeric(df["nodes"], errors="coerce") > 1).any()

@@ -7,6 +7,8 @@ hollow grey markers: shown, but not part of any statistic.
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -17,9 +19,11 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from scalesweep.collect import SYNTHETIC_LABEL, llm_summary, scaling_rows  # noqa: E402
+from scalesweep.fits import MODELS, can_fit, min_counts  # noqa: E402
 from scalesweep.report_figures import (  # noqa: E402
     DISTURBED_COLOR,
     NOT_DONE_COLOR,
+    OUTSIDE_LEGEND,
     disturbed_mask,
     numeric_column,
     runtime_order,
@@ -31,8 +35,12 @@ CI_NOTE = "error bars / bands: 95% CI of the table (Student t over the undisturb
 
 
 def _footer(fig: plt.Figure, lines: list[tuple[str, str]]) -> None:
-    """Notes under the axes (red warnings first), the figure grown to hold them."""
-    lines = [(text, color) for text, color in lines if text]
+    """Notes under the axes (red warnings first), wrapped to the figure's width, the
+    figure grown to hold them."""
+    width_in = fig.get_size_inches()[0]
+    chars = max(40, int(width_in * 72 / (8 * 0.6)))  # fontsize 8
+    lines = [(part, color) for text, color in lines if text
+             for part in textwrap.wrap(text, chars)]
     width, height = fig.get_size_inches()
     line_in = 0.2
     footer = line_in * len(lines) + (0.1 if lines else 0)
@@ -53,7 +61,8 @@ def scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame) -> plt.Figure:
                if "note" in scaling else "")  # why a series has no numbers
     scaling = rows
     workloads = sorted(scaling["workload"].unique()) if not scaling.empty else []
-    fig, axes = plt.subplots(1, max(1, len(workloads)), figsize=(6 * max(1, len(workloads)), 4.5),
+    # each panel with its legend beside it
+    fig, axes = plt.subplots(1, max(1, len(workloads)), figsize=(9 * max(1, len(workloads)), 4.5),
                              squeeze=False)
     palette = runtime_palette(scaling["runtime"] if not scaling.empty else [])
     colors = sns.color_palette("colorblind", 10)
@@ -101,15 +110,35 @@ def scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame) -> plt.Figure:
         if ax.get_yscale() == "linear":
             ax.set_ylim(bottom=0)
         ax.set_title(workload)
-        ax.legend(fontsize="small")
+        ax.legend(**OUTSIDE_LEGEND)
     if not workloads:
         axes[0][0].text(0.5, 0.5, without or "no finished runs yet", ha="center",
                         va="center", wrap=True)
     _footer(fig, [(shared_cores_note(scaling, runs), NOT_DONE_COLOR),
                   (CI_NOTE if workloads else "", "0.25"),
+                  (no_fit_note(scaling), "0.25"),
                   ("hollow grey: disturbed runs, shown but left out of the statistics"
                    if any_disturbed else "", "0.25")])
     return fig
+
+
+def no_fit_note(scaling: pd.DataFrame) -> str:
+    """Why no scaling law is fitted (and no fit figure listed) for the series swept at too
+    few counts ('' where every series can be fitted)."""
+    if scaling.empty:
+        return ""
+    several = scaling["threads"].nunique() > 1
+    short: dict[tuple, list[str]] = {}  # counts -> the series swept at them
+    for (workload, runtime, threads), s in scaling.groupby(["workload", "runtime", "threads"]):
+        counts = tuple(sorted(int(c) for c in s["count"].unique()))
+        if not can_fit(counts):
+            short.setdefault(counts, []).append(
+                f"{workload} {runtime}" + (f" ({threads} thr/rank)" if several else ""))
+    needs = ", ".join(f"{model} needs {min_counts(model)}" for model in MODELS)
+    return "; ".join(
+        f"no scaling-law fit for {', '.join(names)}: {len(counts)} count"
+        f"{'s' if len(counts) > 1 else ''} swept ({', '.join(map(str, counts))}), {needs}"
+        for counts, names in short.items()) + (" (fits.csv: status, reason)" if short else "")
 
 
 def llm_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None) -> plt.Figure:
@@ -124,7 +153,7 @@ def llm_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None) -> plt.Fig
         table = llm_summary(runs) if not llm.empty else pd.DataFrame()
     models = (sorted(set(zip(table["workload"], table["model_label"].fillna(""))))
               if not table.empty else [])
-    fig, axes = plt.subplots(max(1, len(models)), 2, figsize=(11, 4.5 * max(1, len(models))),
+    fig, axes = plt.subplots(max(1, len(models)), 2, figsize=(13, 4.5 * max(1, len(models))),
                              squeeze=False)
     if not models:
         axes[0][0].text(0.5, 0.5, "no finished LLM runs yet", ha="center", va="center")
@@ -179,8 +208,12 @@ def llm_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None) -> plt.Fig
             ax.set_xticks(range(len(gpus)), [str(g) for g in gpus])
             ax.set_xlabel("GPUs (0 = CPU only)")
             ax.set_ylabel(ylabel)
-            ax.set_title(f"{workload}: {model}", fontsize="medium")
-            ax.legend(fontsize="small")
+        # one title per row (workload and model), over both panels, wrapped to the figure
+        width_in = fig.get_size_inches()[0] * (1 - row[0].get_position().x0)
+        row[0].set_title("\n".join(textwrap.wrap(f"{workload}: {model}",
+                                                 max(20, int(width_in * 72 / (12 * 0.6))))),
+                         loc="left", fontsize="medium")
+        row[-1].legend(**OUTSIDE_LEGEND)
     synthetic = any(SYNTHETIC_LABEL in m for _, m in models)
     _footer(fig, [
         (shared_cores_note(table, llm), NOT_DONE_COLOR),

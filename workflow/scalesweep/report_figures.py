@@ -25,7 +25,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from scalesweep.analysis import OVERHEAD_DEFINITION, truthy  # noqa: E402
+from scalesweep.analysis import OVERHEAD_DEFINITION, describe_repeats, truthy  # noqa: E402
 from scalesweep.collect import SHARED_CORES_NOTE, disturbance, scaling_rows  # noqa: E402
 from scalesweep.sweep import RUNTIMES, SweepPoint, scaling_count  # noqa: E402
 
@@ -327,17 +327,48 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
              disturbed_note(trained)],
             warnings=[shared_cores_note(scaling, trained)])
     for ax, notes in notes_of.items():
-        _place_notes(ax, notes)
+        _keep_inside(ax, _place_notes(ax, notes), sides=("right",))
     return fig
 
 
-def _place_notes(ax, notes: list[tuple]) -> None:
+def _keep_inside(ax, artists: list, sides=("left", "right", "bottom", "top"),
+                 rounds: int = 5) -> None:
+    """Widen the axes' limits on ``sides`` until every artist (value labels beside the
+    points) lies inside the axes: never over the legend beside them or off the figure."""
+    artists = [a for a in artists if a is not None and a.get_visible()]
+    if not artists:
+        return
+    fig = ax.figure
+    for _ in range(rounds):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        box = ax.get_window_extent(renderer)
+        ext = [a.get_window_extent(renderer) for a in artists]
+        over = {"left": box.x0 - min(e.x0 for e in ext), "right": max(e.x1 for e in ext) - box.x1,
+                "bottom": box.y0 - min(e.y0 for e in ext), "top": max(e.y1 for e in ext) - box.y1}
+        over = {side: px + 6 if side in sides and px > -1 else 0.0 for side, px in over.items()}
+        if not any(over.values()):
+            return
+        for low, high, size, get, put, scale in (
+                ("left", "right", box.width, ax.get_xlim, ax.set_xlim, ax.get_xscale()),
+                ("bottom", "top", box.height, ax.get_ylim, ax.set_ylim, ax.get_yscale())):
+            if not (over[low] or over[high]):
+                continue
+            log = scale == "log"
+            a, b = (np.log(v) if log else v for v in get())
+            per_px = (b - a) / size
+            a, b = a - over[low] * per_px, b + over[high] * per_px
+            put(*((np.exp(v) if log else v) for v in (a, b)))
+
+
+def _place_notes(ax, notes: list[tuple]) -> list:
     """Value labels right of their points, in the series' colour. Where points of one count
     lie close (all series are 100% at the baseline) the labels are pushed apart vertically,
     keeping their order, with a thin line back to the point: never overprinted."""
     fig = ax.figure
     points_per_px = 72 / fig.dpi
     by_count: dict = {}
+    placed = []
     for note in notes:
         by_count.setdefault(note[0], []).append(note)
     for group in by_count.values():
@@ -349,12 +380,14 @@ def _place_notes(ax, notes: list[tuple]) -> None:
             centre = y if bottom is None else min(y, bottom - height / 2)
             bottom = centre - height / 2
             shift = centre - y
-            ax.annotate(text, (count, value), textcoords="offset points", xytext=(12, shift),
-                        fontsize="x-small", va="center", color=color, zorder=6,
-                        bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none",
-                                  alpha=0.85),
-                        arrowprops=dict(arrowstyle="-", color=color, linewidth=0.6,
-                                        shrinkA=0, shrinkB=4) if abs(shift) > 3 else None)
+            placed.append(ax.annotate(
+                text, (count, value), textcoords="offset points", xytext=(12, shift),
+                fontsize="x-small", va="center", color=color, zorder=6,
+                bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none",
+                          alpha=0.85),
+                arrowprops=dict(arrowstyle="-", color=color, linewidth=0.6,
+                                shrinkA=0, shrinkB=4) if abs(shift) > 3 else None))
+    return placed
 
 
 def _only(*tables: pd.DataFrame | None) -> str | None:
@@ -407,8 +440,10 @@ def overhead_figure(overhead: pd.DataFrame, points: pd.DataFrame | None = None,
     runtimes = runtime_order(df["runtime"])
     palette = runtime_palette(runtimes)
     width = 0.7 / max(1, len(runtimes))
-    fig, ax = plt.subplots(figsize=(max(9.5, 1.2 * len(order) * len(runtimes) + 5), 5.2))
+    # room for each value label over its own point (about 1.6 in), never over a neighbour's
+    fig, ax = plt.subplots(figsize=(max(9.5, 2.2 * len(order) * len(runtimes) + 5), 5.2))
     ax.axhline(0, color="black", linewidth=1.2)
+    labels = []
     for i, runtime in enumerate(runtimes):
         rows = df[df["runtime"] == runtime]
         x = np.array([order.index(p) for p in rows["point"]]) + (i - (len(runtimes) - 1) / 2) * width
@@ -422,8 +457,9 @@ def overhead_figure(overhead: pd.DataFrame, points: pd.DataFrame | None = None,
                         elinewidth=2, capsize=6, zorder=2)
         significant = _significance(rows)
         verdicts = _short_verdicts(rows)
-        for xi, yi, ci, sig, p, verdict in zip(x, y, has_ci, significant,
-                                               numeric_column(rows, "p_value"), verdicts):
+        for xi, yi, ci, sig, p, verdict, top in zip(x, y, has_ci, significant,
+                                                    numeric_column(rows, "p_value"), verdicts,
+                                                    high):
             face = palette[runtime] if sig is True else "white" if sig is False else "0.85"
             edge = palette[runtime]
             ax.scatter([xi], [yi], s=110, marker="D", facecolor=face, edgecolor=edge,
@@ -440,8 +476,10 @@ def overhead_figure(overhead: pd.DataFrame, points: pd.DataFrame | None = None,
                 text += "\n" + verdict
             if np.isnan(yi):  # no usable run on a side: written at 0, never dropped
                 yi = 0.0
-            ax.annotate(text, (xi, yi), textcoords="offset points", xytext=(8, 0),
-                        fontsize="x-small", va="center")
+            # over the point's CI (or the point): beside it, it would cover the neighbour's
+            labels.append(ax.annotate(text, (xi, top if ci else yi), textcoords="offset points",
+                                      xytext=(0, 7), ha="center", va="bottom",
+                                      fontsize="x-small"))
         ax.scatter([], [], marker="D", s=80, color=palette[runtime], label=runtime)
     ax.set_xticks(range(len(order)), order)
     ax.set_xlim(-0.6, len(order) - 0.4)
@@ -475,8 +513,10 @@ def overhead_figure(overhead: pd.DataFrame, points: pd.DataFrame | None = None,
     if np.nansum(left_out) > 0:
         lines.append(f"disturbed runs were left out of {int((left_out > 0).sum())} of these "
                      "comparisons (n_disturbed in overhead.csv counts both sides)")
-    return _finish(fig, not_done_note(points, _only(overhead)), lines,
-                   warnings=[shared_cores_note(overhead)])
+    _finish(fig, not_done_note(points, _only(overhead)), lines,
+            warnings=[shared_cores_note(overhead)])
+    _keep_inside(ax, labels, sides=("top", "left", "right"))
+    return fig
 
 
 def _short_verdicts(rows: pd.DataFrame) -> list[str]:
@@ -541,7 +581,8 @@ def epoch_time_figure(epochs: pd.DataFrame, points: pd.DataFrame | None = None,
     warm = df[df["warmup"] & ~hollow]
     common = dict(x="x", y="epoch_s", hue="runtime", order=order, hue_order=hue_order, ax=ax)
     if not steady.empty:
-        sns.boxplot(data=steady, palette=palette, showfliers=False, width=0.6,
+        # width 0.8, as the dots' dodge: each runtime's dots over its own box
+        sns.boxplot(data=steady, palette=palette, showfliers=False, width=0.8,
                     boxprops={"alpha": 0.35}, legend=True, **common)
         sns.stripplot(data=steady, palette=palette, dodge=True, jitter=0.12, size=5,
                       edgecolor="black", linewidth=0.5, legend=False, **common)
@@ -577,8 +618,11 @@ def epoch_time_figure(epochs: pd.DataFrame, points: pd.DataFrame | None = None,
 
 def memory_figure(runs: pd.DataFrame, points: pd.DataFrame | None = None,
                   title: str = "") -> plt.Figure:
-    """Peak resident memory per runtime x count: bars are the mean over repeats, dots each
-    repeat. CNN: the largest rank's peak RSS; LLM: the inference server's peak RSS."""
+    """Peak resident memory per runtime x count, each run's own peak (runs.csv's
+    ``peak_rss_mb``; memory.csv's ``reported_peak_rss_mb_mean`` is the bar): bars are the
+    mean over the undisturbed repeats with its 95% CI (Student t, ``describe_repeats`` as
+    in every table), dots each repeat. CNN: the largest rank's ``ru_maxrss`` (the kernel's
+    high-water mark); LLM: the inference server's peak as the payload sampled it."""
     name = title or "peak memory"
     if _empty(runs, "runtime", "count", "peak_rss_mb") or runs["peak_rss_mb"].isna().all():
         return _finish(no_data_figure(name, "no data: no finished run recorded peak memory"),
@@ -591,26 +635,60 @@ def memory_figure(runs: pd.DataFrame, points: pd.DataFrame | None = None,
     fig, ax = plt.subplots(figsize=(max(9.5, 1.6 * len(order) * len(hue_order) + 5.5), 5.2))
     common = dict(x="x", y="peak_rss_mb", hue="runtime", order=order, hue_order=hue_order, ax=ax)
     hollow = disturbed_mask(df)
-    valid = df[~hollow] if (~hollow).any() else df.iloc[0:0]
+    valid = df[~hollow]
+    width = 0.8 / len(hue_order)  # seaborn's dodge: the dots sit on their bars
     if not valid.empty:
-        sns.barplot(data=valid, palette=palette, errorbar=None, alpha=0.6, **common)
-        for container in ax.containers:
-            ax.bar_label(container, fmt="%.0f MB", fontsize="small", label_type="center")
+        stats = describe_repeats(valid, ["x", "runtime"], "peak_rss_mb")
+        for i, runtime in enumerate(hue_order):
+            s = stats[stats["runtime"] == runtime]
+            if s.empty:
+                continue
+            x = np.array([order.index(v) for v in s["x"]]) + (i - (len(hue_order) - 1) / 2) * width
+            y = s["mean"].to_numpy(float)
+            bars = ax.bar(x, y, width=width * 0.95, color=palette[runtime], alpha=0.6,
+                          label=runtime)
+            ax.bar_label(bars, labels=[f"{v:.0f} MB" for v in y], fontsize="small",
+                         label_type="center")
+            low, high = s["ci95_low"].to_numpy(float), s["ci95_high"].to_numpy(float)
+            ok = ~(np.isnan(low) | np.isnan(high))
+            if ok.any():
+                ax.errorbar(x[ok], y[ok], yerr=np.vstack([y[ok] - low[ok], high[ok] - y[ok]])
+                            .clip(min=0), fmt="none", ecolor="black", elinewidth=1.2,
+                            capsize=5, zorder=4)
         sns.stripplot(data=valid, palette=palette, dodge=True, jitter=0.1, size=5,
                       edgecolor="black", linewidth=0.5, legend=False, **common)
     if hollow.any():
         sns.stripplot(data=df[hollow], palette={rt: "white" for rt in hue_order}, dodge=True,
                       jitter=0.1, size=6, edgecolor=DISTURBED_COLOR, linewidth=1.2,
-                      legend=valid.empty, **common)
+                      legend=False, **common)
+    ax.set_xticks(range(len(order)), order)
+    ax.set_xlim(-0.5, len(order) - 0.5)
     llm = "payload" in df and (df["payload"] == "llm").all()
     ax.set_ylabel("inference server peak RSS (MB)" if llm
-                  else "peak RSS (MB, largest rank)")
+                  else "peak RSS of the largest rank (MB)")
     ax.set_xlabel("GPUs (0 = CPU only)" if llm else count_axis_label(df))
     ax.set_ylim(0, df["peak_rss_mb"].max() * 1.18)
     ax.set_title(name)
-    ax.legend(**OUTSIDE_LEGEND)
+    handles, _ = ax.get_legend_handles_labels()
+    if not valid.empty:
+        handles.append(Line2D([], [], color="black", linewidth=1.2, marker="_", markersize=10,
+                              label="95% CI of the mean"))
+    if hollow.any():
+        handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="white",
+                              markeredgecolor=DISTURBED_COLOR, markersize=6,
+                              label="disturbed run (left out)"))
+    ax.legend(handles=handles, **OUTSIDE_LEGEND)
+    what = ("the inference server's peak RSS as the LLM payload sampled it" if llm else
+            "the largest rank's ru_maxrss (the kernel's high-water mark of the rank process)")
     return _finish(fig, not_done_note(points, _only(runs)),
-                   ["bars: mean over the undisturbed repeats, dots: each repeat (no error bars)",
+                   [f"bars: mean over the undisturbed repeats of each run's own peak: {what} "
+                    "(runs.csv peak_rss_mb; memory.csv reported_peak_rss_mb_mean); "
+                    "error bars: its 95% CI (Student t over the repeats); dots: each repeat",
+                    "memory.csv's peak_rank_rss_mb and peak_total_rss_mb measure something "
+                    "else: the largest of the harness's periodic samples of each rank process "
+                    "with its descendants (memory over time), which miss peaks shorter than "
+                    "the interval" + ("" if not llm else " and also count the payload's "
+                                      "client process, not only the server"),
                     disturbed_note(df)],
                    warnings=[shared_cores_note(runs)])
 
@@ -648,7 +726,7 @@ def startup_figure(samples: pd.DataFrame, title: str = "") -> plt.Figure:
         ax.set_xlabel("probe")
         ax.set_ylabel("start-up time (s, log scale)")
         ax.set_title(f"{runtime}: start-up vs native" if not title else title)
-        ax.legend(fontsize="small", loc="upper left")
+        ax.legend(**OUTSIDE_LEGEND)
     return _finish(fig, "", ["bars: median, dots: each sample; the number above a probe is "
                              "container median - native median",
                              "measured apart from the workloads: not part of the container "

@@ -664,13 +664,46 @@ def with_significance(made: pd.DataFrame, significance: pd.DataFrame) -> pd.Data
         "value": significance["statement"]})], ignore_index=True)
 
 
+def _hosts(runs: pd.DataFrame) -> str:
+    """The hosts the runs ran on (runs.csv hosts), with their runs counted."""
+    if "hosts" not in runs.columns or runs.empty:
+        return "not recorded"
+    hosts = runs["hosts"].where(runs["hosts"].notna(), None)
+    counts = hosts.dropna().astype(str).value_counts()
+    parts = [f"{h} ({n} run{'s' if n != 1 else ''})" for h, n in counts.head(SHOWN).items()]
+    if len(counts) > SHOWN:
+        parts.append(f"and {len(counts) - SHOWN} more host sets")
+    missing = int(hosts.isna().sum())
+    if missing:
+        parts.append(f"not recorded ({missing} run{'s' if missing != 1 else ''})")
+    return "; ".join(parts)
+
+
+def _site_rows(site: dict | None, runs: pd.DataFrame) -> list[tuple[str, str]]:
+    """made.csv's site and machine rows: the site file's name and description, its node
+    (cores, GPUs, scheduler) and the hosts the runs ran on."""
+    if not site:
+        return []
+    node = site.get("node") or {}
+    shape = ", ".join(p for p in (
+        f"{node['cores']} cores" if node.get("cores") else "",
+        f"{node['gpus']} GPUs" if node.get("gpus") else "no GPU",
+        f"scheduler {site['scheduler']}" if site.get("scheduler") else "") if p)
+    name = site.get("name") or "unknown"
+    described = f"{name}: {site['description']}" if site.get("description") else name
+    return [("site", f"{described} (sites/{name}.yaml)"),
+            ("machine", f"per node {shape}; hosts {_hosts(runs)}")]
+
+
 def made_table(runs: pd.DataFrame, points: pd.DataFrame | None, summarised_at,
-               workflow: str, tables: Iterable[str] = ()) -> pd.DataFrame:
+               workflow: str, tables: Iterable[str] = (), site: dict | None = None
+               ) -> pd.DataFrame:
     """What report.html was made from, as item / value rows: when the summary tables were
     written (``summarised_at``, shown in UTC), the campaign's time range (the first run's
-    start .. the last run's end, runs.csv start / end), the runs (and disturbed ones), the
-    requested points by state, the git commit(s) of the runs and of the workflow
-    (``workflow``: workflow_commit), and the tables."""
+    start .. the last run's end, runs.csv start / end), the site and machine (``site``: the
+    site's record, its name, description, scheduler and node; the runs' hosts), the runs
+    (and disturbed ones), the requested points by state, the git commit(s) of the runs and
+    of the workflow (``workflow``: workflow_commit), and the tables."""
     runs = runs if runs is not None else pd.DataFrame()
     n = len(runs)
     disturbed = int(_flags(runs, "disturbed").sum()) if n else 0
@@ -686,6 +719,7 @@ def made_table(runs: pd.DataFrame, points: pd.DataFrame | None, summarised_at,
     rows = [
         ("summarised (UTC)", _utc(summarised_at)),
         ("campaign ran (first run's start .. last run's end)", span),
+        *_site_rows(site, runs),
         ("runs", f"{n} ({disturbed} disturbed: kept, left out of the statistics)"),
     ]
     if points is not None and not points.empty and "state" in points:

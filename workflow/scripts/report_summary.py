@@ -47,7 +47,7 @@ newest = max(Path(p).stat().st_mtime for p in sm.input)
 summarised = datetime.datetime.fromtimestamp(newest, datetime.timezone.utc)
 made = made_table(tables["runs"], tables["points"], summarised,
                   workflow_commit(sm.config["_code_root"]),
-                  [Path(p).name for p in sm.input])
+                  [Path(p).name for p in sm.input], site=getattr(sm.params, "site", None))
 significance = significance_table(tables["overhead"], alpha)
 made = with_significance(made, significance)  # the front page shows made.csv
 outputs = {
