@@ -186,6 +186,12 @@ def test_adaptive_interleaved_isolated_campaign(campaign):
     # re-running finds nothing to do: the decisions are kept
     again = run_snakemake(wd, "--cores", "2", "-n", "results/summary/runs.csv")
     assert "Nothing to be done" in again.stdout + again.stderr
+    # nor does a summary of part of it or of what exists (docs/configuration.md: a
+    # --config that selects the same finished points re-makes nothing)
+    for extra in ("analysis={partial: true}", "only={runtimes: [native]}"):
+        again = run_snakemake(wd, "--cores", "2", "-n", "results/summary/runs.csv",
+                              "--config", extra)
+        assert "Nothing to be done" in again.stdout + again.stderr, extra
 
 
 def test_timeline_ends_a_failed_measurement_at_its_error(tmp_path):

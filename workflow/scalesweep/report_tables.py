@@ -1037,8 +1037,8 @@ def _rule_error_bars(tables: dict) -> dict:
     if not checked:
         return _rule(7, NOT_APPLICABLE, "no figure of a mean (no scaling, overhead or LLM rows)")
     text = (f"{with_ci} of {checked} means drawn in the scaling, efficiency, overhead and "
-            "LLM figures have a 95% CI error bar; the peak-memory, start-up and per-epoch "
-            "figures draw every repeat instead")
+            "LLM figures have a 95% CI error bar; the peak-memory bars carry the 95% CI of "
+            "their mean; the start-up and per-epoch figures draw every repeat instead")
     return _rule(7, NO if missing else YES, "; ".join([text, *[m.replace(" without a CI",
                                                                     " drawn without an error bar")
                                                             for m in missing]]))
