@@ -561,12 +561,7 @@ def _stop_leftovers(token: str, log_path, record=None) -> tuple[list[str], int]:
         if record is not None:
             record(signum)
 
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            previous[sig] = signal.signal(sig, hold)
-        except ValueError:  # not the main thread
-            pass
+    previous = _on_termination(hold)
     try:
         left = stop_leftovers(token)
     finally:
@@ -736,10 +731,16 @@ def _forward_termination(proc: subprocess.Popen, record=None) -> dict:
         if record is not None:
             record(signum)
 
+    return _on_termination(forward)
+
+
+def _on_termination(handler) -> dict:
+    """``handler`` for SIGTERM and SIGINT (scancel, Ctrl-C); the handlers it replaced, to
+    restore. Nothing where this is not the main thread (Python allows it there only)."""
     previous = {}
     for sig in (signal.SIGTERM, signal.SIGINT):
         try:
-            previous[sig] = signal.signal(sig, forward)
+            previous[sig] = signal.signal(sig, handler)
         except ValueError:  # not the main thread
             pass
     return previous
