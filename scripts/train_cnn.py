@@ -24,6 +24,7 @@ Conv3x3 + ReLU + BatchNorm + MaxPool2; Flatten; Linear(512 -> classes). Six pool
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -58,6 +59,39 @@ def rank_info() -> tuple[int, int, int]:
     )
 
 
+# The arithmetic of training: what each --precision sets (recorded in metrics.json as
+# `precision`, with what the device really did in `precision_effective`).
+PRECISIONS = {"fp32": "float32", "tf32": "float32 with TensorFloat-32 matmul/conv", "bf16": "bfloat16 autocast"}
+
+
+def set_precision(torch, precision: str, device: str) -> str:
+    """Set torch's matmul/conv precision for ``precision``; return what applies on
+    ``device`` (tf32 is an NVIDIA GPU mode: on a CPU it is plain fp32)."""
+    tf32 = precision == "tf32" and device == "cuda"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    if precision == "tf32":
+        return "tf32" if tf32 else "fp32"
+    return precision
+
+
+def collective_device(backend: str, device):
+    """Where a torch.distributed collective's tensors must live: NCCL (and RCCL) reduce
+    GPU tensors only ("No backend type associated with device type cpu", seen on an H200
+    with the per-epoch loss/accuracy sums); gloo reduces CPU tensors."""
+    import torch
+
+    return device if backend == "nccl" else torch.device("cpu")
+
+
+def dist_sum(dist, t, where):
+    """``t`` summed over the process group, reduced on ``where`` (collective_device), returned
+    on the CPU."""
+    on = t.to(where)
+    dist.all_reduce(on)
+    return on.cpu()
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True, help="image folder root/<class>/*.png|jpg")
@@ -65,6 +99,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--parallel", choices=["ddp", "mpi", "dp", "single"], default="ddp")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda also covers ROCm builds of torch")
+    p.add_argument("--precision", choices=list(PRECISIONS), default="fp32",
+                   help="fp32; tf32 (TensorFloat-32 matmul/conv on NVIDIA GPUs); bf16 (autocast)")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=32, help="per rank")
     p.add_argument("--image-size", type=int, default=64)
@@ -357,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.parallel in ("dp", "single") and world > 1:
         raise SystemExit(f"train_cnn: --parallel {args.parallel} runs one process, got {world} ranks")
 
-    distributed = args.parallel == "ddp" and world > 1
+    # on a GPU ddp is DDP over NCCL also at one rank (the baseline carries the wrapper)
+    distributed = args.parallel == "ddp" and (world > 1 or args.device == "cuda")
     # strong scaling: each rank its share of the training set; weak: all of it (per-rank
     # data and batch fixed, the global work grows with the ranks)
     sharded = (distributed or (args.parallel == "mpi" and world > 1)) and args.scaling == "strong"
@@ -366,12 +403,21 @@ def main(argv: list[str] | None = None) -> int:
     if distributed:
         backend = "nccl" if args.device == "cuda" else "gloo"
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        if "MASTER_PORT" not in os.environ:
+        if world == 1 and "MASTER_PORT" not in os.environ:
+            # one process started without a launcher: a file store of its own
+            import tempfile
+            store = Path(tempfile.mkdtemp(prefix="train_cnn-")) / "store"
+            dist.init_process_group(backend, init_method=f"file://{store}", rank=0, world_size=1)
+        elif "MASTER_PORT" not in os.environ:
             raise SystemExit("train_cnn: MASTER_PORT is not set (the launcher sets it)")
-        dist.init_process_group(backend, rank=rank, world_size=world)
+        else:
+            dist.init_process_group(backend, rank=rank, world_size=world)
     init_s = time.time() - t_init
 
     device = torch.device(f"cuda:{local_rank}" if args.device == "cuda" else "cpu")
+    precision_effective = set_precision(torch, args.precision, args.device)
+    autocast = (torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+                if args.precision == "bf16" else contextlib.nullcontext())
     if args.device == "cuda" and args.parallel != "dp":
         torch.cuda.set_device(device)
 
@@ -407,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def allreduce_sum(t):
         if distributed:
-            dist.all_reduce(t)
+            return dist_sum(dist, t, collective_device(backend, device))
         elif comm is not None and world > 1:
             comm.Allreduce(MPI.IN_PLACE, t.numpy(), op=MPI.SUM)
         return t
@@ -443,8 +489,9 @@ def main(argv: list[str] | None = None) -> int:
             xb, yb = data.batch(idx)
             xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
             opt.zero_grad(set_to_none=True)
-            out = model(xb)
-            loss = loss_fn(out, yb)
+            with autocast:
+                out = model(xb)
+                loss = loss_fn(out, yb)
             loss.backward()
             if mpi_grads is not None:
                 mpi_grads.allreduce()
@@ -528,6 +575,9 @@ def main(argv: list[str] | None = None) -> int:
             "steps_per_epoch": len(step_s[-1]),
             "parameters": n_params,
             "flops_per_step": step_flops,  # one rank, one batch, forward + backward
+            "precision": args.precision,
+            "precision_effective": precision_effective,  # tf32 on a CPU is fp32
+            "distributed_backend": backend if distributed else None,
             "epochs": args.epochs,
             "epoch_s": epoch_s,
             "step_s": [[round(t, 6) for t in e] for e in step_s],  # rank 0, per epoch

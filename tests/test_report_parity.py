@@ -217,7 +217,7 @@ def test_rate_no_peak_or_a_peak_of_something_else_gives_no_percent():
     # a GPU site's peak says nothing of a CPU-only point, nor of a CNN trained on the CPU
     on_gpu_site = rt.node_peak({"gpus": 8, "peak_gflops_per_device": 20000})
     assert on_gpu_site == {"peak_gflops_per_device": 20000.0, "peak_of": "gpu",
-                           "trains_on_cpu": False}
+                           "trains_on_cpu": False, "tensor_peaks": {}}
     c = rt.achieved_rate_table(cpu, **on_gpu_site).iloc[0]
     assert pd.isna(c["pct_of_peak_mean"]) and "one GPU's" in c["note"]
     standin = rt.node_peak({"gpus": 8, "peak_gflops_per_device": 20000,
@@ -229,6 +229,27 @@ def test_rate_no_peak_or_a_peak_of_something_else_gives_no_percent():
     # a core's peak says nothing of a point that computed on GPUs
     cores = rt.achieved_rate_table(gpu, peak_gflops_per_device=50.0, peak_of="core").iloc[0]
     assert pd.isna(cores["pct_of_peak_mean"]) and "one core's" in cores["note"]
+
+
+def test_rate_in_a_reduced_precision_is_held_to_that_precisions_peak():
+    """On an H200 (issue #32) TF32 training reached 67 TFLOP/s: "100.7% of peak" against the
+    FP32 peak, 13.6% of the TF32 tensor-core peak. Each precision is held to its own peak."""
+    geometry = dict(nodes=1, gpus=1, ranks=1, threads=4)
+    runs = pd.concat([rate_runs(geometry, rates=(100.0, 100.0, 100.0), precision="fp32"),
+                      rate_runs(geometry, rates=(400.0, 400.0, 400.0), precision="bf16"),
+                      rate_runs(geometry, rates=(300.0, 300.0, 300.0), precision="tf32")])
+    peak = rt.node_peak({"gpus": 1, "peak_gflops_per_device": 200,
+                         "peak_gflops_tensor": {"bf16": 1600}})
+    table = rt.achieved_rate_table(runs, **peak).set_index("precision")
+    assert table.loc["fp32", "pct_of_peak_mean"] == pytest.approx(50.0)
+    assert table.loc["bf16", "pct_of_peak_mean"] == pytest.approx(25.0)
+    assert table.loc["bf16", "peak_gflops_per_device"] == 1600
+    assert pd.isna(table.loc["tf32", "pct_of_peak_mean"])
+    assert "no tf32 peak declared" in table.loc["tf32", "note"]
+    # the percent carries the rate's 95% CI
+    noisy = rt.achieved_rate_table(rate_runs(geometry, precision="fp32"), **peak).iloc[0]
+    assert noisy["pct_of_peak_ci95_low"] < noisy["pct_of_peak_mean"] < noisy["pct_of_peak_ci95_high"]
+    assert noisy["pct_of_peak_ci95_low"] == pytest.approx(noisy["gflops_per_rank_ci95_low"] / 2)
 
 
 def test_rate_n1_disturbed_and_differing_flops():
@@ -262,7 +283,14 @@ def test_site_schema_peak_key(tmp_path):
                                     "node": {"gpus": 4, "peak_gflops_per_device": 19.5}}))
     node = load_site(str(site))["node"]
     assert rt.node_peak(node) == {"peak_gflops_per_device": 19.5, "peak_of": "gpu",
-                                  "trains_on_cpu": False}
+                                  "trains_on_cpu": False, "tensor_peaks": {}}
+    site.write_text(yaml.safe_dump({"name": "gpu", "extends": "local",
+                                    "node": {"gpus": 1, "peak_gflops_tensor": {"bf16": 9.5}}}))
+    assert rt.node_peak(load_site(str(site))["node"])["tensor_peaks"] == {"bf16": 9.5}
+    site.write_text(yaml.safe_dump({"name": "gpu", "extends": "local",
+                                    "node": {"peak_gflops_tensor": {"fp8": 1}}}))
+    with pytest.raises(SiteError, match="fp8"):
+        load_site(str(site))
     site.write_text(yaml.safe_dump({"name": "gpu", "extends": "local",
                                     "node": {"peak_gflops_per_device": -1}}))
     with pytest.raises(SiteError, match="peak_gflops_per_device"):

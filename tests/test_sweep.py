@@ -68,6 +68,29 @@ def test_gpu_ddp_is_one_rank_per_gpu():
     assert sorted(scaling_count(p, "cnn") for p in points) == [8, 16]
 
 
+def test_cpu_ranks_on_a_gpu_node_are_swept_by_ranks_per_node(tmp_path):
+    """Found on an H200 node (issue #32): a CNN workload asking for gpus_per_node [0] on a GPU
+    site got ranks = GPUs = 0 and was refused ("ranks=0 out of range"), so the node's CPUs
+    could not be strong-scaled beside its GPU."""
+    site = write_site(tmp_path, extends=None, node={"device": "cuda", "gpus": 1, "cores": 16})
+    cfg = tiny_config(site=site)
+    cfg["sweep"].update(gpus_per_node=[0, 1], ranks_per_node=[1, 2, 4, 16], baseline=1)
+    points = sweep_points(cfg)
+    assert {(p.gpus, p.ranks) for p in points} == {(0, 1), (0, 2), (0, 4), (0, 16), (1, 1)}
+
+
+def test_ddp_on_a_gpu_is_nccl_ddp_also_at_one_rank():
+    """One CPU rank of ddp trains alone; on a GPU the payload is given ddp at any world size
+    (the one-GPU baseline carries the DDP wrapper and the NCCL group, as eight GPUs do)."""
+    from scalesweep.payloads import cnn_parallel
+
+    assert cnn_parallel("ddp", 1, "cpu") == "single"
+    assert cnn_parallel("ddp", 2, "cpu") == "ddp"
+    assert cnn_parallel("ddp", 1, "cuda") == "ddp"
+    assert cnn_parallel("mpi", 1, "cpu") == "mpi"
+    assert cnn_parallel("dp", 1, "cuda") == "dp"
+
+
 @pytest.mark.parametrize(
     "change, message",
     [

@@ -157,3 +157,42 @@ def test_an_unreadable_image_stops_the_payload_naming_the_file(tmp_path):
     assert proc.returncode != 0 and not out.exists()
     assert f"{victim}: not a readable image" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_collectives_reduce_on_the_backends_device():
+    """Found on an H200 (issue #32): DDP over NCCL died after the first epoch with "No backend
+    type associated with device type cpu": the per-epoch loss/accuracy sums were CPU tensors
+    handed to NCCL. They are now reduced where the backend reduces."""
+    tc = payload()
+    cuda0 = torch.device("cuda", 0)
+    assert tc.collective_device("nccl", cuda0) == cuda0
+    assert tc.collective_device("gloo", cuda0) == torch.device("cpu")
+    assert tc.collective_device("gloo", torch.device("cpu")) == torch.device("cpu")
+
+    class Nccl:  # as NCCL: a tensor not on the group's device is refused
+        def __init__(self, device):
+            self.device, self.seen = device, []
+
+        def all_reduce(self, t):
+            if t.device != self.device:
+                raise RuntimeError(f"No backend type associated with device type {t.device.type}")
+            self.seen.append(t.device)
+            t.mul_(2)  # two ranks holding the same values
+
+    group = Nccl(torch.device("cpu"))
+    out = tc.dist_sum(group, torch.tensor([1.0, 2.0]), torch.device("cpu"))
+    assert out.tolist() == [2.0, 4.0] and out.device.type == "cpu" and group.seen == [torch.device("cpu")]
+    with pytest.raises(RuntimeError, match="device type cpu"):
+        tc.dist_sum(Nccl(torch.device("meta")), torch.tensor([1.0]), torch.device("cpu"))
+
+
+def test_precision_sets_tf32_only_on_a_gpu_and_bf16_trains(tmp_path):
+    """--precision: tf32 switches TensorFloat-32 on for CUDA matmul/conv only (on a CPU the run
+    records fp32), fp32 switches it off (torch's cuDNN default is on), bf16 autocasts."""
+    tc = payload()
+    assert tc.set_precision(torch, "tf32", "cuda") == "tf32"
+    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    assert tc.set_precision(torch, "fp32", "cuda") == "fp32"
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    assert tc.set_precision(torch, "tf32", "cpu") == "fp32"
+    assert tc.set_precision(torch, "bf16", "cpu") == "bf16"

@@ -22,7 +22,7 @@ RUN_COLUMNS = [
     "arm", "block_id", "block_start", "block_end", "count", "world_size", "time_s", "epoch_time_first_s", "train_s", "images_per_epoch",
     "images_per_s", "final_loss", "final_accuracy", "test_accuracy", "test_loss",
     "parallel", "mpi_library", "mpi_library_version", "mpi_origin", "allreduce_s",
-    "flops_per_step", "achieved_gflops_per_rank", "scaling", "data_path", "data_wait_s",
+    "flops_per_step", "achieved_gflops_per_rank", "scaling", "precision", "data_path", "data_wait_s",
     "concurrency", "concurrency_levels",
     "data_load_s", "staging_s",
     "model", "model_label", "synthetic_model",
@@ -139,6 +139,8 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
             achieved_gflops_per_rank=(flops * steps / steady / 1e9
                                       if flops and steps and steady > 0 else None),
             scaling=metrics.get("scaling", "strong"),
+            # the arithmetic the device did (tf32 asked on a CPU is fp32): the peak it is held to
+            precision=metrics.get("precision_effective") or metrics.get("precision") or "fp32",
             data_path=metrics.get("data_path", "memory"),
             # rank 0's seconds per steady epoch getting its batches
             data_wait_s=(steady_epoch_time(metrics["data_wait_s"])

@@ -34,7 +34,7 @@ def _prov(*names: str) -> list[Column]:
 COLUMNS: dict[str, Column] = {c.name: c for c in [
     # the sweep point and its settings: what a row of a table is about
     *_axes("workload", "payload", "runtime", "arm", "nodes", "gpus", "ranks", "threads",
-           "parallel", "scaling", "data_path", "concurrency", "model", "model_label",
+           "parallel", "precision", "scaling", "data_path", "concurrency", "model", "model_label",
            "synthetic_model"),
     # which run of the point: never a setting; the block pairs runs measured together
     Column("repeat", IDENTITY), Column("block_id", IDENTITY),

@@ -136,6 +136,7 @@ FIELDS: dict[str, tuple[Field, ...]] = {
         Field("data_load_s", "number", "s"),
         Field("staging_s", "number", "s"),
         Field("parallel", "text"), Field("scaling", "text"), Field("data_path", "text"),
+        Field("precision", "text"), Field("precision_effective", "text"),
     ),
     "llm_inference": (
         *RUN_FIELDS,

@@ -85,6 +85,14 @@ def node_local_dir(config: dict, dataset: str) -> str:
     return str(Path(expand_vars(node_local, with_user(dict(os.environ)))) / dataset)
 
 
+def cnn_parallel(parallel: str, world_size: int, device: str) -> str:
+    """The CNN payload's ``--parallel``: ``single`` for one CPU rank of ``ddp`` (no process
+    group to time), else the workload's mode (``ddp`` on a GPU: NCCL even at one rank)."""
+    if parallel == "ddp" and world_size == 1 and device == "cpu":
+        return "single"
+    return parallel
+
+
 def cnn_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_dir: Path) -> Invocation:
     shared_dir = str(Path(inputs["dataset"]).resolve())
     ds_name = wl["dataset"]
@@ -99,10 +107,12 @@ def cnn_invocation(point: SweepPoint, wl: dict, config: dict, inputs: dict, out_
     args = [
         "--data", dataset_dir,
         "--out", str((out_dir / PAYLOAD_JSON).resolve()),
-        # one rank of ddp trains alone; mpi always initialises MPI (a 1-rank run loads
-        # the same library as a 2-rank one)
-        "--parallel", wl["parallel"] if point.world_size > 1 or wl["parallel"] != "ddp" else "single",
+        # one CPU rank of ddp trains alone; on a GPU ddp is DDP over NCCL at any world
+        # size (one GPU's baseline carries the same wrapper as eight); mpi always
+        # initialises MPI (a 1-rank run loads the same library as a 2-rank one)
+        "--parallel", cnn_parallel(wl["parallel"], point.world_size, device),
         "--device", device,
+        "--precision", wl["precision"],
         "--epochs", str(wl["epochs"]),
         "--batch-size", str(wl["batch_size"]),
         "--image-size", str(ds["image_size"]),

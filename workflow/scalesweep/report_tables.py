@@ -46,10 +46,11 @@ PARITY_COLUMNS = [
     "loss_within_noise", "parity", "note",
 ]
 RATE_COLUMNS = [
-    *RATE_KEYS, "parallel", "n", "n_disturbed", "flops_per_step",
+    *RATE_KEYS, "parallel", "precision", "n", "n_disturbed", "flops_per_step",
     "gflops_per_rank_mean", "gflops_per_rank_std", "gflops_per_rank_ci95_low",
     "gflops_per_rank_ci95_high", "devices_per_rank", "peak_gflops_per_device",
-    "pct_of_peak_mean", "pct_of_peak_std", "note",
+    "pct_of_peak_mean", "pct_of_peak_std", "pct_of_peak_ci95_low", "pct_of_peak_ci95_high",
+    "note",
 ]
 MPI_COLUMNS = [
     *MPI_KEYS, *MPI_LIBRARY, "n", "n_disturbed", "n_allreduce",
@@ -231,9 +232,11 @@ def node_peak(node: dict | None) -> dict:
     ``trains_on_cpu`` (node.payload_device: cpu, a GPU site's stand-in whose CNN computes
     on the CPU: a GPU's peak does not describe it)."""
     node = node or {}
+    tensor = node.get("peak_gflops_tensor") or {}
     return {"peak_gflops_per_device": float(node.get("peak_gflops_per_device") or 0),
             "peak_of": "gpu" if int(node.get("gpus") or 0) > 0 else "core",
-            "trains_on_cpu": node.get("payload_device") == "cpu"}
+            "trains_on_cpu": node.get("payload_device") == "cpu",
+            "tensor_peaks": {p: float(v or 0) for p, v in tensor.items()}}
 
 
 def devices_per_rank(nodes, gpus, ranks, threads, peak_of: str):
@@ -249,26 +252,35 @@ def devices_per_rank(nodes, gpus, ranks, threads, peak_of: str):
 
 
 def achieved_rate_table(runs: pd.DataFrame, peak_gflops_per_device: float = 0.0,
-                        peak_of: str = "core", trains_on_cpu: bool = False) -> pd.DataFrame:
+                        peak_of: str = "core", trains_on_cpu: bool = False,
+                        tensor_peaks: dict | None = None) -> pd.DataFrame:
     """Per workload x runtime x geometry: the counted ``flops_per_step`` (one rank's
     forward + backward of one batch; the median, with a note where runs differ), achieved
     GFLOP/s per rank (n, mean, std, 95% CI over the undisturbed runs) and, where the site
     declares ``peak_gflops_per_device`` (> 0), the percent of peak = achieved per rank /
     (peak x devices per rank) x 100 (mean and std; devices per rank: GPUs per rank on a
     GPU point, threads on a CPU-only point). ``trains_on_cpu``: the site's CNN computes on
-    the CPU even on GPU points (node.payload_device: cpu), so a GPU peak does not apply."""
+    the CPU even on GPU points (node.payload_device: cpu), so a GPU peak does not apply.
+    ``tensor_peaks``: the device's peak per reduced precision (node.peak_gflops_tensor:
+    tf32, bf16); a run in such a precision (its ``precision`` column) is held to that peak,
+    never to the FP32 one, and gets no percent where the site declares none."""
+    tensor_peaks = tensor_peaks or {}
     needed = [*RATE_KEYS, "achieved_gflops_per_rank"]
     if not _has_columns(runs, needed):
         return note_only(RATE_COLUMNS, NO_FLOPS)
+    precision = (runs["precision"].fillna("fp32").astype(str) if "precision" in runs.columns
+                 else pd.Series("fp32", index=runs.index))
     data = runs.assign(achieved_gflops_per_rank=_numeric(runs, "achieved_gflops_per_rank"),
                        flops_per_step=_numeric(runs, "flops_per_step"),
-                       _disturbed=_flags(runs, "disturbed"))
+                       _disturbed=_flags(runs, "disturbed"), _precision=precision)
     data = data[data["achieved_gflops_per_rank"].notna()]
     if data.empty:
         return note_only(RATE_COLUMNS, NO_FLOPS)
     rows = []
-    for key, group in data.groupby(RATE_KEYS, sort=False, dropna=False):
+    for key, group in data.groupby([*RATE_KEYS, "_precision"], sort=False, dropna=False):
         row = dict(zip(RATE_KEYS, key))
+        prec = key[-1]
+        peak = peak_gflops_per_device if prec == "fp32" else tensor_peaks.get(prec, 0.0)
         valid = group[~group["_disturbed"]]
         # a rate: total work over total time (harmonic mean), CI from time per FLOP
         rate = rate_stats(valid["achieved_gflops_per_rank"])
@@ -282,8 +294,11 @@ def achieved_rate_table(runs: pd.DataFrame, peak_gflops_per_device: float = 0.0,
         devices = (np.nan if trains_on_cpu and int(row["gpus"]) > 0 else
                    devices_per_rank(row["nodes"], row["gpus"], row["ranks"], row["threads"],
                                     peak_of))
-        pct_mean = pct_std = np.nan
-        if peak_gflops_per_device <= 0:
+        pct_mean = pct_std = pct_low = pct_high = np.nan
+        if peak <= 0 and prec != "fp32":
+            notes.append(f"no {prec} peak declared (site node.peak_gflops_tensor.{prec}): "
+                         "no percent of peak")
+        elif peak <= 0:
             notes.append(NO_PEAK)
         elif not np.isfinite(devices):
             notes.append(f"the site's peak is one {'GPU' if peak_of == 'gpu' else 'core'}'s; "
@@ -291,21 +306,22 @@ def achieved_rate_table(runs: pd.DataFrame, peak_gflops_per_device: float = 0.0,
                          f"{'the CPU' if int(row['gpus']) == 0 or trains_on_cpu else 'GPUs'}:"
                          " no percent of peak")
         else:
-            scale = 100.0 / (peak_gflops_per_device * devices)
+            scale = 100.0 / (peak * devices)
             pct_mean, pct_std = rate["mean"] * scale, rate["std"] * scale
+            pct_low, pct_high = rate["ci95_low"] * scale, rate["ci95_high"] * scale
         if rate["n"] < 2:
             notes.append(f"n={rate['n']}: no std or CI")
         rows.append({
-            **row, "parallel": ";".join(parallel), "n": rate["n"],
+            **row, "parallel": ";".join(parallel), "precision": prec, "n": rate["n"],
             "n_disturbed": int(group["_disturbed"].sum()),
             "flops_per_step": float(flops.median()) if not flops.empty else np.nan,
             "gflops_per_rank_mean": rate["mean"], "gflops_per_rank_std": rate["std"],
             "gflops_per_rank_ci95_low": rate["ci95_low"],
             "gflops_per_rank_ci95_high": rate["ci95_high"],
             "devices_per_rank": devices,
-            "peak_gflops_per_device": peak_gflops_per_device if peak_gflops_per_device > 0
-            else np.nan,
+            "peak_gflops_per_device": peak if peak > 0 else np.nan,
             "pct_of_peak_mean": pct_mean, "pct_of_peak_std": pct_std,
+            "pct_of_peak_ci95_low": pct_low, "pct_of_peak_ci95_high": pct_high,
             "note": "; ".join(notes),
         })
     return _sorted(pd.DataFrame(rows, columns=RATE_COLUMNS), RATE_KEYS)

@@ -207,7 +207,11 @@ def _workload_points(config: dict, name: str) -> Iterable[SweepPoint]:
                 geometry.append((1, gpus, 1))
         elif gpu_machine:
             for gpus in _as_list(axes["gpus_per_node"]):
-                geometry.append((nodes, gpus, gpus))  # one rank per GPU
+                if gpus > 0:
+                    geometry.append((nodes, gpus, gpus))  # one rank per GPU
+                else:  # the node's CPUs alone: ranks from ranks_per_node (default 1)
+                    for ranks in _as_list(axes.get("ranks_per_node", [1])):
+                        geometry.append((nodes, 0, ranks))
         else:
             for ranks in _as_list(axes["ranks_per_node"]):
                 geometry.append((nodes, 0, ranks))
