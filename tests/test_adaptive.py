@@ -11,9 +11,9 @@ import yaml
 
 from conftest import REPO, have, run_snakemake, tiny_config
 from scalesweep.analyse.decision import decide
+from scalesweep.analyse.timeline import overlaps, parse_snakemake_log
 from scalesweep.plan.adaptive import MIN_COMPARED, Series, run_priority, wants_more
 from scalesweep.plan.sweep import SweepPoint, block_order, sweep_points
-from scalesweep.analyse.timeline import overlaps, parse_snakemake_log
 
 
 def _config(runtimes=("native", "charliecloud"), **measurement):

@@ -15,10 +15,10 @@ import pytest
 
 from scalesweep.analyse import analysis
 
-from scalesweep.record import columns
 from scalesweep.analyse.collect import (RUN_COLUMNS, campaign_record, overhead_summary,
                                         scaling_summary, with_blocks)
 from scalesweep.plan.sweep import SweepPoint, arms_of, block_order, sweep_points
+from scalesweep.record import columns
 
 
 def base_config(**measurement):

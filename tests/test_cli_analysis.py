@@ -13,8 +13,8 @@ import pytest
 
 from scalesweep.analyse import analysis
 
-from scalesweep.campaign import analysis_cli
 from scalesweep.analyse.collect import RUN_COLUMNS
+from scalesweep.campaign import analysis_cli
 
 PUBLISHED = Path(__file__).parent / "data" / "published"
 

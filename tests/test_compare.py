@@ -14,8 +14,8 @@ import yaml
 
 from conftest import REPO, run_snakemake, tiny_config
 from scalesweep.campaign import compare
-from scalesweep.record.metrics import write_metrics
 from scalesweep.plan.sweep import SweepPoint
+from scalesweep.record.metrics import write_metrics
 
 
 def point(nodes=1, ranks=1, repeat=1, workload="cnn_ddp", runtime="native", gpus=0):

@@ -16,8 +16,8 @@ import yaml
 from conftest import REPO, run_snakemake, tiny_config
 from scalesweep.analyse import fits
 from scalesweep.analyse.analysis import TableError, scaling_table
-from scalesweep.record.metrics import write_metrics
 from scalesweep.plan.sweep import sweep_points
+from scalesweep.record.metrics import write_metrics
 
 PUBLISHED = Path(__file__).parent / "data" / "published"
 BOOT = 200  # resamples in tests: enough for a stable 95% interval, quick on 2 cores

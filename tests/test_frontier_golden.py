@@ -16,9 +16,9 @@ import pytest
 
 from conftest import REPO
 from scalesweep.plan.config import load_config
+from scalesweep.plan.sweep import SweepPoint
 from scalesweep.platform.launch import launch_command, launch_env
 from scalesweep.run.pointlaunch import build_launch
-from scalesweep.plan.sweep import SweepPoint
 
 BINDS = ("/repo:/mnt/code,/data:/mnt/data,/out:/mnt/out,/usr/share/libdrm:/usr/share/libdrm,"
          "/var/spool/slurmd:/var/spool/slurmd,/opt/cray:/opt/cray")

@@ -13,9 +13,9 @@ import pytest
 
 from conftest import REPO, tiny_config
 from scalesweep.plan.config import validated
+from scalesweep.plan.sweep import SweepPoint
 from scalesweep.platform.launch import Launch
 from scalesweep.platform.site import load_site
-from scalesweep.plan.sweep import SweepPoint
 
 PACKAGE = REPO / "workflow" / "scalesweep"
 FAKE_PAYLOAD = ("import json, sys\njson.dump({'workload': 'fake', 'payload_wall_s': 0.01}, "

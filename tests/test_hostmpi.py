@@ -8,14 +8,14 @@ from __future__ import annotations
 import pytest
 
 from conftest import tiny_config, write_site
-from scalesweep.platform import runtimes
 from scalesweep.plan.config import check_config
-from scalesweep.platform.hostmpi import CONTAINLIBS_DIR, fromhost_command, host_mpi_dirs, mpi_check
-from scalesweep.platform.runtimes import INJECT_DIR
 from scalesweep.plan.imageset import ImageConfigError, used_images, workload_image
-from scalesweep.platform.launch import Launch, launch_command
-from scalesweep.platform.runtimes import RuntimeSite
 from scalesweep.plan.sweep import sweep_points
+from scalesweep.platform import runtimes
+from scalesweep.platform.hostmpi import CONTAINLIBS_DIR, fromhost_command, host_mpi_dirs, mpi_check
+from scalesweep.platform.launch import Launch, launch_command
+from scalesweep.platform.runtimes import INJECT_DIR
+from scalesweep.platform.runtimes import RuntimeSite
 
 HOST_LIBS = ("/usr/lib/x86_64-linux-gnu/libmpi.so.40", "/usr/lib/x86_64-linux-gnu/libopen-pal.so.40")
 IMAGE_LIBMPI = "/usr/lib/x86_64-linux-gnu/libmpi.so.40.30.4"

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalesweep.report import memory as mr
 from scalesweep.analyse.collect import run_row
+from scalesweep.report import memory as mr
 
 
 @pytest.fixture(autouse=True)

@@ -15,9 +15,9 @@ import pytest
 
 from conftest import REPO
 from scalesweep.analyse.collect import point_states, readable_runs
+from scalesweep.plan.sweep import SweepPoint
 from scalesweep.record.metrics import (FIELDS, KINDS, RECORD_PAYLOAD, MetricsError, field_problem,
                                        read_metrics)
-from scalesweep.plan.sweep import SweepPoint
 
 RECORDS = {"cnn": REPO / "benchmarks/data/metrics_cnn.json",
            "llm_inference": REPO / "benchmarks/data/metrics_llm.json"}

@@ -18,9 +18,9 @@ from conftest import REPO, config_text, with_site, write_site
 from scalesweep.campaign import cost as plan
 from scalesweep.plan.adaptive import MIN_COMPARED
 from scalesweep.plan.config import load_config
+from scalesweep.plan.sweep import SweepPoint, sweep_points
 from scalesweep.record.metrics import write_metrics
 from scalesweep.run.slurm import runtime_min
-from scalesweep.plan.sweep import SweepPoint, sweep_points
 
 FRONTIER = REPO / "config" / "frontier.yaml"
 FRONTIER_PROFILE = REPO / "profiles" / "frontier"

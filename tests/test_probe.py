@@ -17,13 +17,13 @@ import pytest
 
 from conftest import REPO, tiny_config
 from scalesweep.analyse import drift
-from scalesweep.report.drift import drift_figure
-from scalesweep.measure import probe
 from scalesweep.analyse.collect import RUN_COLUMNS, run_row
+from scalesweep.measure import probe
 from scalesweep.plan.config import validated
+from scalesweep.plan.sweep import SweepPoint
 from scalesweep.platform.launch import Launch
 from scalesweep.platform.site import load_site
-from scalesweep.plan.sweep import SweepPoint
+from scalesweep.report.drift import drift_figure
 
 FAKE_PAYLOAD = ("import json, sys\njson.dump({'workload': 'fake', 'payload_wall_s': 0.01}, "
                 "open(sys.argv[sys.argv.index('--out') + 1], 'w'))\n")

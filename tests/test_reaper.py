@@ -37,10 +37,10 @@ SCALESWEEP = str(Path(SNAKEMAKE).parent / "scalesweep")
 HARNESS = """\
 import json, os, sys
 from scalesweep.plan.config import validated
-from scalesweep.run.harness import execute
+from scalesweep.plan.sweep import SweepPoint
 from scalesweep.platform.launch import Launch
 from scalesweep.platform.site import load_site
-from scalesweep.plan.sweep import SweepPoint
+from scalesweep.run.harness import execute
 sys.path.insert(0, {tests!r})
 from conftest import tiny_config
 spec = json.loads(sys.argv[1])

@@ -15,9 +15,9 @@ from scipy import stats
 
 from scalesweep.analyse import collect
 
+from scalesweep.platform.site import SiteError, load_site
 from scalesweep.report import tables as rt
 from scalesweep.report.figures import PROVENANCE_COLUMNS, provenance_table
-from scalesweep.platform.site import SiteError, load_site
 
 GEOMETRY = dict(nodes=1, gpus=0, ranks=2, threads=1)
 

@@ -23,11 +23,11 @@ from docutils.core import publish_parts
 from scipy import stats
 
 from conftest import REPO, tiny_config
+from scalesweep.analyse.collect import SHARED_CORES_NOTE, SYNTHETIC_LABEL
+from scalesweep.campaign.status import report_freshness
+from scalesweep.cli import main
 from scalesweep.report import pages as rp
 from scalesweep.report import tables as rt
-from scalesweep.analyse.collect import SHARED_CORES_NOTE, SYNTHETIC_LABEL
-from scalesweep.cli import main
-from scalesweep.campaign.status import report_freshness
 
 GEOMETRY = dict(nodes=1, gpus=0, ranks=2, threads=1)
 

@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from conftest import REPO
-from scalesweep.platform import runtimes
 from scalesweep.plan import sweep
+from scalesweep.plan.config import offered_runtimes
+from scalesweep.platform import runtimes
 from scalesweep.platform.launch import Launch, launch_command, launch_env
 from scalesweep.platform.runtimes import (
     LaunchError,
@@ -21,7 +22,6 @@ from scalesweep.platform.runtimes import (
     runtime,
 )
 from scalesweep.platform.site import load_site
-from scalesweep.plan.config import offered_runtimes
 
 CODE, DATA, OUT = "/repo", "/data/ds", "/repo/results/runs/p"
 STANDARD = [(CODE, "/mnt/code"), (DATA, "/mnt/data"), (OUT, "/mnt/out")]

@@ -24,6 +24,7 @@ import yaml
 
 from conftest import REPO, run_snakemake, tiny_config, write_site
 from scalesweep.plan.config import load_config
+from scalesweep.plan.sweep import SweepPoint, sweep_points
 from scalesweep.platform.site import SiteError, load_site
 from scalesweep.run.slurm import (
     SlurmConfigError,
@@ -36,7 +37,6 @@ from scalesweep.run.slurm import (
     srun_line,
     srun_template,
 )
-from scalesweep.plan.sweep import SweepPoint, sweep_points
 
 submit_string = pytest.importorskip("snakemake_executor_plugin_slurm.submit_string")
 from snakemake_executor_plugin_slurm import ExecutorSettings  # noqa: E402

@@ -17,10 +17,10 @@ from scipy import stats
 
 from scalesweep.analyse import analysis, collect
 
-from scalesweep.campaign import status
 from scalesweep.analyse.analysis import overhead_verdict, scaling_table, verdict_table
-from scalesweep.record.metrics import write_metrics
+from scalesweep.campaign import status
 from scalesweep.plan.sweep import SweepPoint
+from scalesweep.record.metrics import write_metrics
 
 KEYS = {"n_native", "n", "paired", "overhead_pct", "ci95_low_pct", "ci95_high_pct",
         "ci_half_width_pp", "p_value", "equivalence_p_value", "verdict", "verdict_text",

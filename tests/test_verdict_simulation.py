@@ -44,9 +44,9 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
+from scalesweep.analyse.analysis import overhead_verdict
 from scalesweep.analyse.decision import decide
 from scalesweep.plan.adaptive import Series, repeat_bounds, wants_more
-from scalesweep.analyse.analysis import overhead_verdict
 from scalesweep.plan.sweep import block_order
 
 LLM_RATES = np.array([148, 205, 226, 217, 207, 169, 149, 127], dtype=float)  # tokens/s

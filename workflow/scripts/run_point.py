@@ -40,13 +40,13 @@ except OSError as exc:
           "read-only results directory?); the point was not run", file=sys.stderr)
     sys.exit(74)  # EX_IOERR
 
-from scalesweep.run.harness import execute  # noqa: E402
-from scalesweep.record.hostenv import with_user  # noqa: E402
 from scalesweep.plan.payloads import image_location, image_manifest_of, payload_invocation, point_inputs  # noqa: E402
-from scalesweep.record.pointdir import FAILURE_JSON, PointDirError  # noqa: E402
-from scalesweep.run.pointlaunch import build_launch  # noqa: E402
-from scalesweep.platform.site import site_of  # noqa: E402
 from scalesweep.plan.sweep import POINT_DEPTH, SweepPoint, is_native, run_order  # noqa: E402
+from scalesweep.platform.site import site_of  # noqa: E402
+from scalesweep.record.hostenv import with_user  # noqa: E402
+from scalesweep.record.pointdir import FAILURE_JSON, PointDirError  # noqa: E402
+from scalesweep.run.harness import execute  # noqa: E402
+from scalesweep.run.pointlaunch import build_launch  # noqa: E402
 
 # $USER appears in site paths (/mnt/bb/$USER: the payload's arguments) and ch-run needs it
 with_user(os.environ)

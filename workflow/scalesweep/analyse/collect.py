@@ -11,11 +11,11 @@ import pandas as pd
 
 from scalesweep.analyse.analysis import (SCALING_COLUMNS, describe_rates, describe_repeats,
                                          scaling_table, truthy, verdict_table)
-from scalesweep.record.metrics import RECORD_PAYLOAD, MetricsError, field_problem, read_metrics
-from scalesweep.record.pointdir import FAILURE_JSON, METRICS_JSON
 from scalesweep.measure.probe import summary as probe_summary
 from scalesweep.plan.sweep import (BLOCK_DIR, HISTORY_DIR, REFERENCE, SweepError, SweepPoint,
                                    scaling_count, workload_axes)
+from scalesweep.record.metrics import RECORD_PAYLOAD, MetricsError, field_problem, read_metrics
+from scalesweep.record.pointdir import FAILURE_JSON, METRICS_JSON
 
 RUN_COLUMNS = [
     "workload", "payload", "runtime", "nodes", "gpus", "ranks", "threads", "repeat",

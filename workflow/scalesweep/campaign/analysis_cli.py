@@ -21,8 +21,8 @@ import pandas as pd
 
 from scalesweep.analyse import analysis
 
-from scalesweep.record import columns
 from scalesweep.campaign.usage import UsageError
+from scalesweep.record import columns
 
 # Printed decimals per output column; p-values get significant digits instead.
 PERCENT_DECIMALS = 2

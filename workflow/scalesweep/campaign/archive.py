@@ -17,9 +17,9 @@ import tarfile
 from pathlib import Path
 
 from scalesweep.campaign.usage import UsageError
+from scalesweep.plan.sweep import OLD_LAYOUT_NOTE, SweepError, SweepPoint, in_history, old_layout
 from scalesweep.record.metrics import MetricsError, read_metrics
 from scalesweep.record.pointdir import METRICS_JSON, RUNS_DIR
-from scalesweep.plan.sweep import OLD_LAYOUT_NOTE, SweepError, SweepPoint, in_history, old_layout
 
 
 def finished_points(campaign: Path) -> dict[str, Path]:

@@ -34,12 +34,12 @@ import numpy as np
 import pandas as pd
 
 from scalesweep.analyse import analysis
+from scalesweep.analyse.collect import collect_runs
 from scalesweep.campaign.analysis_cli import add_format, non_negative, print_table
 from scalesweep.campaign.usage import UsageError
-from scalesweep.analyse.collect import collect_runs
+from scalesweep.plan.sweep import OLD_LAYOUT_NOTE, SweepError, SweepPoint, in_history, old_layout
 from scalesweep.record.metrics import MetricsError, read_metrics
 from scalesweep.record.pointdir import METRICS_JSON, RUNS_DIR
-from scalesweep.plan.sweep import OLD_LAYOUT_NOTE, SweepError, SweepPoint, in_history, old_layout
 
 # what makes a point: rows that agree on all of these are repeats (model_label is empty
 # for CNN training, which records no model)

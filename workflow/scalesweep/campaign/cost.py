@@ -70,13 +70,13 @@ import yaml
 
 from scalesweep.analyse import fits
 from scalesweep.analyse.decision import blocks_at_spread
-from scalesweep.plan.adaptive import MIN_COMPARED, Series, repeat_bounds, walks_decisions
 from scalesweep.campaign.usage import UsageError
+from scalesweep.plan.adaptive import MIN_COMPARED, Series, repeat_bounds, walks_decisions
 from scalesweep.plan.config import ConfigError, config_sources, validated
-from scalesweep.record.pointdir import RUNS_DIR
-from scalesweep.platform.site import SiteError, known_sites, site_of
-from scalesweep.run.slurm import runtime_min, settings_options
 from scalesweep.plan.sweep import REFERENCE, Selection, SweepError, SweepPoint, selected_points
+from scalesweep.platform.site import SiteError, known_sites, site_of
+from scalesweep.record.pointdir import RUNS_DIR
+from scalesweep.run.slurm import runtime_min, settings_options
 
 REPO = Path(__file__).resolve().parents[3]
 

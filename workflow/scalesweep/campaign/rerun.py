@@ -25,10 +25,10 @@ import sys
 import time
 from pathlib import Path
 
-from scalesweep.campaign.usage import UsageError
-from scalesweep.record.pointdir import ATTEMPT_LOG, ATTEMPTS, METRICS_JSON, RUNS_DIR
-from scalesweep.plan.sweep import HISTORY_DIR, SweepPoint
 from scalesweep.campaign.snakemake_args import user_args
+from scalesweep.campaign.usage import UsageError
+from scalesweep.plan.sweep import HISTORY_DIR, SweepPoint
+from scalesweep.record.pointdir import ATTEMPT_LOG, ATTEMPTS, METRICS_JSON, RUNS_DIR
 
 REPO = Path(__file__).resolve().parents[3]
 AXES = [f for f in SweepPoint.__dataclass_fields__]

@@ -13,16 +13,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scalesweep.plan.adaptive import asked_points, decision_problem, final_path, walks_decisions
-from scalesweep.campaign.usage import UsageError
 from scalesweep.analyse.collect import extra_repeats, point_states
+from scalesweep.campaign.snakemake_args import user_args
+from scalesweep.campaign.usage import UsageError
+from scalesweep.measure.slurmjob import sacct_fields
+from scalesweep.plan.adaptive import asked_points, decision_problem, final_path, walks_decisions
 from scalesweep.plan.config import ConfigError, config_sources
-from scalesweep.record.pointdir import (FAILURE_JSON, METRICS_JSON, RUNNING_JSON, RUNS_DIR, boot_id,
-                                        proc_start_ticks)
 from scalesweep.plan.sweep import (Selection, SweepError, SweepPoint, check_selection,
                                    sweep_points)
-from scalesweep.measure.slurmjob import sacct_fields
-from scalesweep.campaign.snakemake_args import user_args
+from scalesweep.record.pointdir import (FAILURE_JSON, METRICS_JSON, RUNNING_JSON, RUNS_DIR, boot_id,
+                                        proc_start_ticks)
 
 
 def slurm_states(job_ids: list[str]) -> dict[str, str]:

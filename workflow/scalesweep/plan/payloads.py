@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scalesweep.plan.imageset import workload_image
+from scalesweep.plan.sweep import SweepPoint, is_native
+from scalesweep.platform.site import site_of
 from scalesweep.record.dataset import STAGED_DIR
 from scalesweep.record.hostenv import expand_vars, with_user
-from scalesweep.plan.imageset import workload_image
 from scalesweep.record.pointdir import OUTPUTS_JSONL, PAYLOAD_JSON
-from scalesweep.platform.site import site_of
-from scalesweep.plan.sweep import SweepPoint, is_native
 
 CNN_PAYLOAD = "scripts/train_cnn.py"
 LLM_PAYLOAD = "scripts/infer_llm.py"

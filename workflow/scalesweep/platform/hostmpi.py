@@ -33,9 +33,9 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
+from scalesweep.platform.runtimes import INJECT_DIR  # the injected host libraries' directory
 from scalesweep.record.dataset import sha256_file
 from scalesweep.record.hostenv import with_user
-from scalesweep.platform.runtimes import INJECT_DIR  # the injected host libraries' directory
 
 COMMAND = "inject-host-mpi"
 CONTAINLIBS_DIR = "/.singularity.d/libs"  # where Apptainer/Singularity put *_CONTAINLIBS

@@ -36,15 +36,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from scalesweep.measure import probe as machine_probe
+from scalesweep.measure.interference import METHOD, TOKEN_VAR, Monitor, assess, new_token
+from scalesweep.measure.memtimeline import MemoryTimeline
+from scalesweep.measure.slurmjob import allocation_info, slurm_info
+from scalesweep.plan.sweep import SweepPoint
+from scalesweep.platform.hostmpi import mpi_check
+from scalesweep.platform.launch import Launch, launch_command, launch_env, shell_line
 from scalesweep.record.dataset import STATE, DatasetError, check_staged
 from scalesweep.record.failures import (append_attempt, exit_reason, failure_reason, start_attempt,
                                         termination_recorder, write_failure)
 from scalesweep.record.hostenv import with_user
-from scalesweep.platform.hostmpi import mpi_check
-from scalesweep.measure.interference import METHOD, TOKEN_VAR, Monitor, assess, new_token
-from scalesweep.platform.launch import Launch, launch_command, launch_env, shell_line
-from scalesweep.measure.memtimeline import MemoryTimeline
-from scalesweep.measure import probe as machine_probe
 from scalesweep.record.metrics import (
     MetricsError,
     field_problem,
@@ -67,7 +69,6 @@ from scalesweep.record.pointdir import (
     owner_record,
     writable_problem,
 )
-from scalesweep.run.reaper import LEFTOVER_GRACE_S, stop_leftovers, subreaper
 from scalesweep.run.pointlaunch import (
     gpu_inventory,
     image_provenance,
@@ -77,8 +78,7 @@ from scalesweep.run.pointlaunch import (
     runtime_provenance,
     stage_command,
 )
-from scalesweep.measure.slurmjob import allocation_info, slurm_info
-from scalesweep.plan.sweep import SweepPoint
+from scalesweep.run.reaper import LEFTOVER_GRACE_S, stop_leftovers, subreaper
 
 BLAS_THREAD_VARS = ("MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
                     "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")

@@ -16,11 +16,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from scalesweep.platform.launch import ContainerSite, Launch, LaunchError
-from scalesweep.plan.payloads import LLM_PAYLOAD
-from scalesweep.record.pointdir import OUTPUTS_JSONL, PAYLOAD_JSON, SERVERS_DIR
 from scalesweep.measure.slurmjob import first_slurm_host
+from scalesweep.plan.payloads import LLM_PAYLOAD
 from scalesweep.plan.sweep import SweepPoint
+from scalesweep.platform.launch import ContainerSite, Launch, LaunchError
+from scalesweep.record.pointdir import OUTPUTS_JSONL, PAYLOAD_JSON, SERVERS_DIR
 
 
 def free_port() -> int:

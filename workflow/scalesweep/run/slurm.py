@@ -59,9 +59,9 @@ from pathlib import Path
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-from scalesweep.record.hostenv import ENV_REF, expand_vars
-from scalesweep.platform.site import site_of
 from scalesweep.plan.sweep import SweepPoint
+from scalesweep.platform.site import site_of
+from scalesweep.record.hostenv import ENV_REF, expand_vars
 
 DEFAULT_MAX_RUNTIME_MIN = 30  # workloads.<name>.max_runtime_min's schema default
 

@@ -15,11 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-from scalesweep.record.hostenv import with_user
 from scalesweep.platform.launch import Launch, container_prefix, launch_env
+from scalesweep.platform.site import site_of
+from scalesweep.record.hostenv import with_user
 from scalesweep.record.metrics import now_iso
 from scalesweep.run.pointlaunch import container_site, runtime_provenance
-from scalesweep.platform.site import site_of
 
 PROBES = {
     "noop": ["/bin/true"],
