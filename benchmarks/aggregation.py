@@ -9,7 +9,7 @@ The metrics.json files are realistic: copies of a real CNN and a real LLM run of
 repository (benchmarks/data/metrics_{cnn,llm}.json) with the point and the measured values
 varied. They are written first (not timed), then a separate process runs exactly what the
 `aggregate` and `plot_scaling`/`plot_llm` rules run (workflow/scripts/aggregate.py,
-plot_scaling.py, plot_llm.py: scalesweep.collect.collect_runs, analysis.scaling_table,
+plot_scaling.py, plot_llm.py: scalesweep.analyse.collect.collect_runs, analysis.scaling_table,
 describe_repeats, overhead_table, collect.point_states, plots.scaling_figure and
 llm_figure, the CSV writes and the PNGs) and reports the time of each stage and its own
 peak memory (resource.getrusage ru_maxrss). The files are read from the page cache (they
@@ -105,8 +105,8 @@ def synthetic_metrics(point, payload: str, templates: dict, rng: random.Random) 
 
 
 def generate(root: Path, runs: int, seed: int = 0) -> tuple[dict, list[str], float]:
-    from scalesweep.config import check_config
-    from scalesweep.sweep import sweep_points
+    from scalesweep.plan.config import check_config
+    from scalesweep.plan.sweep import sweep_points
 
     config = sweep_config(runs)
     check_config(config)  # and its site loaded (config["_site"]), as the workflow does
@@ -122,7 +122,7 @@ def generate(root: Path, runs: int, seed: int = 0) -> tuple[dict, list[str], flo
         d = root / "results" / "runs" / p.path
         d.mkdir(parents=True, exist_ok=True)
         f = d / "metrics.json"
-        # scalesweep.metrics.write_metrics' format (indent=2, sorted keys), without its fsync per file
+        # scalesweep.record.metrics.write_metrics' format (indent=2, sorted keys), without its fsync per file
         f.write_text(json.dumps(synthetic_metrics(p, payload, templates, rng), indent=2,
                                 sort_keys=True, default=str) + "\n")
         paths.append(f"results/runs/{p.path}/metrics.json")
@@ -149,10 +149,10 @@ def measure(root: Path, profile: str | None) -> dict:
     t0 = time.perf_counter()
     import pandas as pd
 
-    from scalesweep.analysis import describe_repeats, overhead_table, scaling_table
-    from scalesweep.collect import collect_runs, point_states
-    from scalesweep.plots import llm_figure, scaling_figure
-    from scalesweep.sweep import sweep_points, workload_axes
+    from scalesweep.analyse.analysis import describe_repeats, overhead_table, scaling_table
+    from scalesweep.analyse.collect import collect_runs, point_states
+    from scalesweep.report.plots import llm_figure, scaling_figure
+    from scalesweep.plan.sweep import sweep_points, workload_axes
     stages["imports"] = round(time.perf_counter() - t0, 3)
 
     prof = None

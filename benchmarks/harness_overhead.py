@@ -210,9 +210,9 @@ def main(argv: list[str] | None = None) -> dict:
     scratch = wd / "hand"
     scratch.mkdir(exist_ok=True)
 
-    from scalesweep.config import load_config
-    from scalesweep.sweep import sweep_points
-    from scalesweep.imageset import used_images
+    from scalesweep.plan.config import load_config
+    from scalesweep.plan.sweep import sweep_points
+    from scalesweep.plan.imageset import used_images
     full_cfg = load_config([wd / "config" / "config.yaml"])  # schema defaults filled in
     points = sweep_points(full_cfg)
 

@@ -187,9 +187,9 @@ def main(argv: list[str] | None = None) -> dict:
     load0 = loadavg()
 
     config = sweep_config(**SIZES[mode])
-    from scalesweep.config import check_config
-    from scalesweep.imageset import used_images
-    from scalesweep.sweep import sweep_points
+    from scalesweep.plan.config import check_config
+    from scalesweep.plan.imageset import used_images
+    from scalesweep.plan.sweep import sweep_points
     checked = copy.deepcopy(config)
     check_config(checked)  # the workflow validates it again (schema + cross-checks)
     points = sweep_points(checked)

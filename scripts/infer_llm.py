@@ -22,7 +22,7 @@ on one model with N visible GPUs, at concurrency C:
 This driver never asks which engine it runs: engines are classes looked up by name,
 with capability flags (``serves_http``: ``--serve-only``/``--servers``, multi-node).
 Imports the standard library, ``llm_engines`` beside it and the repository's
-``workflow/scalesweep/metrics`` writer (itself stdlib-only); an engine may import more
+``workflow/scalesweep/record/metrics`` writer (itself stdlib-only); an engine may import more
 when it starts (torch). It never asks whether it runs in a container.
 
 Exit status: 0 all requests succeeded; 1 the point failed (metrics still written, with
@@ -52,7 +52,7 @@ sys.path.insert(0, str(_HERE))
 from llm_engines import (  # noqa: E402
     APIS, DEFAULT_CTX, ENGINES, Engine, PointError, Setup, engine_class, server_exit_error,
 )
-from scalesweep.metrics import container_env, host_info, now_iso, peak_rss_mb, write_metrics  # noqa: E402
+from scalesweep.record.metrics import container_env, host_info, now_iso, peak_rss_mb, write_metrics  # noqa: E402
 
 VENDORS = ("amd", "nvidia", "none")
 HIDE_ALL = "-1"  # an invalid device id: Ollama's documented way to force CPU

@@ -400,7 +400,7 @@ def start_server(cmd: list[str], env: dict[str, str], log_path: Path) -> subproc
 # it, and its generation runs on to max_tokens in a worker thread even once the client
 # has closed its connection (at full CPU, for minutes with a large max_tokens), so no
 # longer wait would end it, and SIGKILL loses nothing (the payload writes the record). Whatever a payload leaves running (a server it
-# could not stop) the harness stops once the payload has ended (scalesweep.reaper).
+# could not stop) the harness stops once the payload has ended (scalesweep.run.reaper).
 SERVER_STOP_GRACE_S = 3.0
 
 
@@ -610,7 +610,7 @@ class Engine:
     summary: ClassVar[str] = ""
     serves_http: ClassVar[bool] = False  # --serve-only / --servers: multi-node server + client
     apis: ClassVar[tuple[str, ...]] = ("chat", "completions")
-    # What the workflow checks before any job (scalesweep.config reads these): the model
+    # What the workflow checks before any job (scalesweep.plan.config reads these): the model
     # sources it can run (config models.<name>.source) and the GPUs one instance drives.
     model_sources: ClassVar[tuple[str, ...]] = ("synthetic", "gguf-file")
     max_gpus: ClassVar[int | None] = None  # None: any number

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workflow"))
-from scalesweep.dataset import sha256_file  # noqa: E402
+from scalesweep.record.dataset import sha256_file  # noqa: E402
 
 GGUF_PIN = "0.19.0"
 DEFAULT_CORPUS = "/usr/share/common-licenses"

@@ -35,9 +35,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from scalesweep.dataset import (  # noqa: E402
+from scalesweep.record.dataset import (  # noqa: E402
     IMAGE_ERRORS, INFO, STATE, DatasetError, sha256_file, stage_copy, verify, write_manifest)
-from scalesweep.metrics import write_json_atomic  # noqa: E402
+from scalesweep.record.metrics import write_json_atomic  # noqa: E402
 
 FASHION_CLASSES = [
     "tshirt", "trouser", "pullover", "dress", "coat",

@@ -27,8 +27,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "workflow"))
 
-from scalesweep.dataset import sha256_file  # noqa: E402
-from scalesweep.metrics import write_json_atomic  # noqa: E402
+from scalesweep.record.dataset import sha256_file  # noqa: E402
+from scalesweep.record.metrics import write_json_atomic  # noqa: E402
 
 
 def stage_synthetic(tmp: Path, seed: int) -> None:

@@ -34,8 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from scalesweep.dataset import IMAGE_ERRORS  # noqa: E402
-from scalesweep.metrics import container_env, git_commit, host_info, now_iso, peak_rss_mb, write_metrics  # noqa: E402
+from scalesweep.record.dataset import IMAGE_ERRORS  # noqa: E402
+from scalesweep.record.metrics import container_env, git_commit, host_info, now_iso, peak_rss_mb, write_metrics  # noqa: E402
 
 MIN_IMAGE_SIZE = 64  # six 2x poolings (build_model); the workflow checks datasets.<name>.image_size
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
@@ -292,7 +292,7 @@ class MpiGradients:
 def mpi_info(MPI) -> dict:
     """What this rank's MPI is: the library file the process loaded (/proc/self/maps:
     the path inside the container when it runs in one), its version string and vendor."""
-    from scalesweep.metrics import loaded_libraries
+    from scalesweep.record.metrics import loaded_libraries
 
     vendor, version = MPI.get_vendor()
     libs = loaded_libraries("libmpi.so", "libmpi_cray", "libmpi_gnu", "libmpich")

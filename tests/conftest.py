@@ -47,9 +47,9 @@ def tiny_config(**overrides) -> dict:
 
 def with_site(config: dict) -> dict:
     """``config`` with the site it names loaded into ``config["_site"]`` (as
-    scalesweep.config.check_config does)."""
-    from scalesweep.config import REPO as CODE
-    from scalesweep.site import SITE_KEY, load_site
+    scalesweep.plan.config.check_config does)."""
+    from scalesweep.plan.config import REPO as CODE
+    from scalesweep.platform.site import SITE_KEY, load_site
 
     config[SITE_KEY] = load_site(config.get("site", "local"), base=CODE)
     return config

@@ -10,9 +10,10 @@ import pytest
 import yaml
 
 from conftest import REPO, have, run_snakemake, tiny_config
-from scalesweep.adaptive import MIN_COMPARED, Series, decide, run_priority, wants_more
-from scalesweep.sweep import SweepPoint, block_order, sweep_points
-from scalesweep.timeline import overlaps, parse_snakemake_log
+from scalesweep.analyse.decision import decide
+from scalesweep.analyse.timeline import overlaps, parse_snakemake_log
+from scalesweep.plan.adaptive import MIN_COMPARED, Series, run_priority, wants_more
+from scalesweep.plan.sweep import SweepPoint, block_order, sweep_points
 
 
 def _config(runtimes=("native", "charliecloud"), **measurement):
@@ -208,8 +209,8 @@ def test_the_repeats_a_decision_asked_for_are_points_status_knows(tmp_path):
     """The runs a series asks for come from its decisions on disk, by the workflow's own
     walk (adaptive.asked_blocks): a repeat past the minimum is a requested point of
     `scalesweep status` whether measured, deleted or not yet measured (issue #26, case 7)."""
-    from scalesweep.adaptive import asked_points, decision_path
-    from scalesweep.status import status_table
+    from scalesweep.plan.adaptive import asked_points, decision_path
+    from scalesweep.campaign.status import status_table
 
     cfg = _config()
     minimum = sweep_points(cfg)
@@ -252,7 +253,7 @@ def test_status_names_a_decision_file_it_cannot_walk_and_counts_it_as_not_made(
     as not made (its series asks for its minimum only), and status names the file, why,
     and how to have it made anew; --json carries it too."""
     from conftest import config_text
-    from scalesweep.adaptive import decision_path, series_of
+    from scalesweep.plan.adaptive import decision_path, series_of
     from scalesweep.cli import main
 
     cfg = _config(runtimes=("native",), aa_calibration=True)  # repeats 3, max_repeats 6
@@ -279,7 +280,7 @@ def test_a_decision_of_this_version_is_walked_and_one_of_another_shape_is_named(
     """read_decision, which the workflow's walk (common.smk series_walk: refused, naming
     the file) and status's (counted as not made) share: a decision decide() wrote
     reads back as itself; another shape gives why, never an exception."""
-    from scalesweep.adaptive import decision_problem
+    from scalesweep.plan.adaptive import decision_problem
 
     rng = np.random.default_rng(0)
     made = json.loads(json.dumps(decide(SERIES, 3, _runs(10 + rng.normal(0, 1, 3),
@@ -296,8 +297,8 @@ def test_a_decision_of_this_version_is_walked_and_one_of_another_shape_is_named(
 def test_a_final_json_of_another_shape_is_named_not_a_traceback(tmp_path):
     """status's advice for disturbed runs reads each series' final.json (rule
     series_done): one of another shape is named and read as no decision."""
-    from scalesweep.adaptive import final_path
-    from scalesweep.status import last_decision
+    from scalesweep.plan.adaptive import final_path
+    from scalesweep.campaign.status import last_decision
 
     final = final_path(tmp_path, SERIES)
     final.parent.mkdir(parents=True)
@@ -314,11 +315,11 @@ def test_a_final_json_of_another_shape_is_named_not_a_traceback(tmp_path):
 
 
 def test_the_decision_files_paths_are_stated_once():
-    """Where the decisions go is one fact (scalesweep.adaptive.DECISION_JSON, FINAL_JSON,
+    """Where the decisions go is one fact (scalesweep.plan.adaptive.DECISION_JSON, FINAL_JSON,
     from sweep.BLOCK_DIR's geometry): the workflow's rules and `scalesweep status` take it
     from there, and no other file builds the path again."""
-    from scalesweep.adaptive import DECISION_JSON, FINAL_JSON, SERIES_DIR
-    from scalesweep.sweep import BLOCK_DIR
+    from scalesweep.plan.adaptive import DECISION_JSON, FINAL_JSON, SERIES_DIR
+    from scalesweep.plan.sweep import BLOCK_DIR
 
     assert BLOCK_DIR == SERIES_DIR + "/rep{repeat}"
     assert DECISION_JSON == f"results/decisions/{SERIES_DIR}/after{{round}}.json"
@@ -326,10 +327,10 @@ def test_the_decision_files_paths_are_stated_once():
     needles = ('"results/decisions', "'results/decisions", "after{round}.json",
                "after{{round}}.json", '/final.json"', '"final.json"')
     code = [*(REPO / "workflow" / "rules").glob("*.smk"), REPO / "Snakefile",
-            *(REPO / "workflow" / "scalesweep").glob("*.py"),
+            *(REPO / "workflow" / "scalesweep").rglob("*.py"),
             *(REPO / "workflow" / "scripts").glob("*.py")]
     holders = sorted(str(p.relative_to(REPO)) for p in code
                      if any(n in p.read_text() for n in needles))
-    assert holders == ["workflow/scalesweep/adaptive.py"]
+    assert holders == ["workflow/scalesweep/plan/adaptive.py"]
     run_smk = (REPO / "workflow" / "rules" / "run.smk").read_text()
     assert "        DECISION_JSON,\n" in run_smk and "        FINAL_JSON,\n" in run_smk

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from scalesweep.analysis import (
+from scalesweep.analyse.analysis import (
     OVERHEAD_DEFINITION,
     describe_repeats,
     overhead_pct,

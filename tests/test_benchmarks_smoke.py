@@ -104,8 +104,8 @@ def test_benchmark_configs_validate():
     from aggregation import sweep_config as aggregation_config
     from planning import SIZES, sweep_config as planning_config
 
-    from scalesweep.config import check_config, load_config
-    from scalesweep.sweep import sweep_points
+    from scalesweep.plan.config import check_config, load_config
+    from scalesweep.plan.sweep import sweep_points
 
     planned = planning_config(**SIZES["full"])
     check_config(planned)  # and its site loaded, which the sweep's expansion reads
@@ -113,7 +113,7 @@ def test_benchmark_configs_validate():
     assert planned["_site"]["name"] == "planning" and planned["_site"]["node"]["gpus"] == 8
     assert planned["_site"]["scheduler"] == "none"
     from planning import SLURM_SITE
-    from scalesweep.site import load_site
+    from scalesweep.platform.site import load_site
     assert load_site(SLURM_SITE, base=REPO)["scheduler"] == "slurm"
     assert len(sweep_points(planned)) == 9600
     full = aggregation_config(100_000)

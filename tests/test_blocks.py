@@ -13,10 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalesweep import analysis, columns
-from scalesweep.collect import (RUN_COLUMNS, campaign_record, overhead_summary,
-                                scaling_summary, with_blocks)
-from scalesweep.sweep import SweepPoint, arms_of, block_order, sweep_points
+from scalesweep.analyse import analysis
+
+from scalesweep.analyse.collect import (RUN_COLUMNS, campaign_record, overhead_summary,
+                                        scaling_summary, with_blocks)
+from scalesweep.plan.sweep import SweepPoint, arms_of, block_order, sweep_points
+from scalesweep.record import columns
 
 
 def base_config(**measurement):
@@ -149,7 +151,7 @@ def test_every_runs_csv_column_has_a_declared_role():
     undeclared = [c for c in RUN_COLUMNS if columns.role(c) is None]
     assert not undeclared
     # no measured value is ever a grouping column
-    from scalesweep.analysis_cli import is_measurement
+    from scalesweep.campaign.analysis_cli import is_measurement
 
     for name in ("achieved_gflops_per_rank", "flops_per_step", "block_id", "probe_gbps"):
         assert is_measurement(name), name

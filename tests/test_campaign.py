@@ -5,8 +5,8 @@ import subprocess
 import sys
 import tarfile
 
-from scalesweep.metrics import write_metrics
-from scalesweep.sweep import SweepPoint
+from scalesweep.plan.sweep import SweepPoint
+from scalesweep.record.metrics import write_metrics
 
 CLI = [sys.executable, "-m", "scalesweep"]
 

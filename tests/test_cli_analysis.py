@@ -11,8 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalesweep import analysis, analysis_cli
-from scalesweep.collect import RUN_COLUMNS
+from scalesweep.analyse import analysis
+
+from scalesweep.analyse.collect import RUN_COLUMNS
+from scalesweep.campaign import analysis_cli
 
 PUBLISHED = Path(__file__).parent / "data" / "published"
 

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from conftest import REPO, run_snakemake, tiny_config
-from scalesweep import compare
-from scalesweep.metrics import write_metrics
-from scalesweep.sweep import SweepPoint
+from scalesweep.campaign import compare
+from scalesweep.plan.sweep import SweepPoint
+from scalesweep.record.metrics import write_metrics
 
 
 def point(nodes=1, ranks=1, repeat=1, workload="cnn_ddp", runtime="native", gpus=0):

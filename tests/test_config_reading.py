@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from conftest import REPO, config_text, run_snakemake, tiny_config, write_site
-from scalesweep.config import (
+from scalesweep.plan.config import (
     WORKFLOW_CONFIGFILE,
     ConfigError,
     config_sources,
@@ -22,7 +22,7 @@ from scalesweep.config import (
     load_config,
     schema_typed,
 )
-from scalesweep.sweep import (
+from scalesweep.plan.sweep import (
     Selection,
     SweepError,
     SweepPoint,

@@ -1,7 +1,7 @@
 """Image builds: command lines, cache key, preflight, recipe lint, and the real build.
 
 Unit tests pin the exact builder command lines (the runtime classes of
-``scalesweep.runtimes`` build them with pure functions; ``scalesweep.images`` runs them)
+``scalesweep.platform.runtimes`` build them with pure functions; ``scalesweep.images.build`` runs them)
 and the cache-key rules; stand-in binaries drive the Apptainer, SingularityCE and Podman
 flows. The ``container`` test builds the real Charliecloud image through
 ``scalesweep build-image`` with the shared cache ``~/.cache/scalesweep`` (minutes the
@@ -23,9 +23,9 @@ import pytest
 
 from conftest import REPO
 
-from scalesweep import images as bi
-from scalesweep.runtimes import runtime
-from scalesweep.site import load_site
+from scalesweep.images import build as bi
+from scalesweep.platform.runtimes import runtime
+from scalesweep.platform.site import load_site
 
 CLI = [sys.executable, "-m", "scalesweep", "build-image"]
 DOCKERFILE = REPO / "containers" / "charliecloud" / "Dockerfile"

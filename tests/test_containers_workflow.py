@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, have, run_snakemake, tiny_config, write_site
-from scalesweep.metrics import read_metrics
+from scalesweep.record.metrics import read_metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.container]
 

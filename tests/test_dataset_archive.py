@@ -105,7 +105,7 @@ def test_a_link_in_the_archive_is_refused(tmp_path):
 
 def test_the_config_takes_an_archive_and_refuses_a_bad_checksum_value(tmp_path):
     from conftest import tiny_config
-    from scalesweep.config import ConfigError, check_config
+    from scalesweep.plan.config import ConfigError, check_config
 
     config = tiny_config()
     archive = tmp_path / "photos.tar.gz"  # staged on this host (site local): it must exist

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from scalesweep.dataset import DatasetError, stage_copy, verify
-from scalesweep.metrics import MetricsError, read_metrics, write_metrics
+from scalesweep.record.dataset import DatasetError, stage_copy, verify
+from scalesweep.record.metrics import MetricsError, read_metrics, write_metrics
 
 STAGE = [sys.executable, str(REPO / "scripts" / "stage_dataset.py")]
 FASHION = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
@@ -63,7 +63,7 @@ def test_a_changed_dataset_is_refused_by_the_check_of_every_run_naming_the_file(
     also where points read a node-local copy): sizes and the manifest's own digest always,
     a digest of each file whose size or time changed. Another valid image in a staged
     image's place is refused by name, with how to restage it (not by deleting it)."""
-    from scalesweep.dataset import MANIFEST, check_staged, write_manifest
+    from scalesweep.record.dataset import MANIFEST, check_staged, write_manifest
 
     copy = stage_copy(synthetic_ds, tmp_path / "tiny")
     hour_ago = time.time_ns() - 3600 * 10**9
@@ -99,7 +99,7 @@ def test_a_changed_dataset_is_refused_by_the_check_of_every_run_naming_the_file(
 def staged_an_hour_ago(src: Path, dest: Path) -> Path:
     """A copy of dataset ``src`` whose images were written an hour ago (their times tell,
     not racily new), its manifest and state written now."""
-    from scalesweep.dataset import write_manifest
+    from scalesweep.record.dataset import write_manifest
 
     shutil.copytree(src, dest)
     hour_ago = time.time_ns() - 3600 * 10**9
@@ -122,7 +122,7 @@ def test_the_verify_rule_records_the_state_an_older_staging_left_out(tmp_path, s
     of every run (on every node). The verify rule (stage_dataset.py verify) records the
     state after its full check, so that every later check is cheap; a failed check
     records nothing."""
-    from scalesweep.dataset import STATE, check_staged
+    from scalesweep.record.dataset import STATE, check_staged
 
     ds = staged_an_hour_ago(synthetic_ds, tmp_path / "tiny")
     (ds / STATE).unlink()
@@ -146,7 +146,7 @@ def test_a_node_local_copy_is_checked_by_sizes_and_times_and_a_stale_one_replace
     reads no file to check its copy: the staging's record, which the copy carries, and
     the times the copy keeps. A copy already there is kept only if its manifest is the
     source's (a restaged source is copied anew) and its files' sizes are as staged."""
-    from scalesweep.dataset import write_manifest
+    from scalesweep.record.dataset import write_manifest
 
     src = staged_an_hour_ago(synthetic_ds, tmp_path / "tiny")
     victim = sorted((src / "a").iterdir())[0]
@@ -185,7 +185,7 @@ def test_a_malformed_state_is_a_dataset_error_naming_it(tmp_path, synthetic_ds, 
     """Whatever shape MANIFEST.state.json has, the check of every run says what is wrong
     with it, naming the file and how to restage (never an AttributeError or TypeError:
     the harness would end with a traceback and no failure record)."""
-    from scalesweep.dataset import STATE, check_staged
+    from scalesweep.record.dataset import STATE, check_staged
 
     ds = stage_copy(synthetic_ds, tmp_path / "tiny")
     make, expected = DAMAGED_STATE[damage]
@@ -201,7 +201,7 @@ def test_a_file_that_cannot_be_read_is_a_dataset_error_naming_it(tmp_path, synth
     """An image replaced by a dangling link (stat and open fail: ENOENT), and, where
     permissions hold (not root), one that cannot be opened (EACCES): named, with how to
     restage, by the check of every run and by verify."""
-    from scalesweep.dataset import check_staged
+    from scalesweep.record.dataset import check_staged
 
     ds = stage_copy(synthetic_ds, tmp_path / "tiny")
     victim = sorted((ds / "a").iterdir())[0]

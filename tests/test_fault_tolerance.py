@@ -124,7 +124,7 @@ def test_corrupted_dataset_stops_before_any_point_runs(campaign):
 def test_a_dataset_changed_after_staging_fails_its_point_and_a_restage_redoes_only_it(
         small_finished, tmp_path):
     """Issue #26 case 3: the verify rule (above) checks the staged copy once; each point's
-    harness checks it again before anything runs (scalesweep.dataset.check_staged), also
+    harness checks it again before anything runs (scalesweep.record.dataset.check_staged), also
     where points read a node-local copy. Another valid image in a staged image's place
     fails the point still to measure, naming the file, with nothing measured; restaging
     (`--forcerun resources/datasets/tiny`, not deleting it: Snakemake would then measure
@@ -164,8 +164,8 @@ def test_a_dataset_changed_after_staging_fails_its_point_and_a_restage_redoes_on
 def test_partial_aggregation_leaves_out_series_without_baseline_or_native(campaign):
     """A partial sweep (baseline or native twin missing) still aggregates; the gaps are
     named in the log and listed in points.csv, not papered over."""
-    from scalesweep.metrics import write_metrics
-    from scalesweep.sweep import SweepPoint
+    from scalesweep.record.metrics import write_metrics
+    from scalesweep.plan.sweep import SweepPoint
 
     cfg = tiny_config()
     cfg["sweep"].update(runtimes=["native", "charliecloud"], repeats=1)

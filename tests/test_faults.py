@@ -198,7 +198,7 @@ def test_a_command_dies_with_its_harness_even_when_the_harness_is_sigkilled(tmp_
     marker = f"{tmp_path}/sleeper"
     harness = (
         "import subprocess, sys, time\n"
-        "from scalesweep.harness import dies_with_harness\n"
+        "from scalesweep.run.harness import dies_with_harness\n"
         "p = subprocess.Popen(dies_with_harness([sys.executable, '-c', "
         "'import time; time.sleep(60)', sys.argv[1]]), start_new_session=True)\n"
         "print(p.pid, flush=True)\n"
@@ -224,7 +224,7 @@ def test_a_command_dies_with_its_harness_even_when_the_harness_is_sigkilled(tmp_
 
 
 def test_the_guard_names_a_command_it_cannot_run():
-    from scalesweep.harness import dies_with_harness
+    from scalesweep.run.harness import dies_with_harness
 
     proc = subprocess.run(dies_with_harness(["/nonexistent/mpirun", "-n", "2"]),
                           capture_output=True, text=True)
@@ -237,8 +237,8 @@ def test_the_owner_of_a_run_is_checked_by_pid_and_start_time_host_and_slurm_job(
         tmp_path, monkeypatch):
     import socket
 
-    from scalesweep.pointdir import owner_record
-    from scalesweep.status import owner_state
+    from scalesweep.record.pointdir import owner_record
+    from scalesweep.campaign.status import owner_state
 
     me = owner_record()
     assert owner_state(me)[0] == "alive"
@@ -368,11 +368,11 @@ def test_full_results_directory_stops_the_point_before_its_payload_naming_the_pa
 def test_metrics_that_cannot_be_written_after_the_run_name_the_path(tmp_path, monkeypatch):
     """ENOSPC when the harness writes metrics.json (the disk filled during the run),
     injected at the write: an error naming the file, never a traceback without a path."""
-    import scalesweep.harness as harness
-    from scalesweep.launch import Launch
-    from scalesweep.pointdir import PointDirError
-    from scalesweep.site import load_site
-    from scalesweep.sweep import SweepPoint
+    import scalesweep.run.harness as harness
+    from scalesweep.platform.launch import Launch
+    from scalesweep.record.pointdir import PointDirError
+    from scalesweep.platform.site import load_site
+    from scalesweep.plan.sweep import SweepPoint
 
     code = tmp_path / "code"
     (code / "scripts").mkdir(parents=True)
@@ -398,7 +398,7 @@ def test_metrics_that_cannot_be_written_after_the_run_name_the_path(tmp_path, mo
     assert "No space left on device" in str(exc.value)
     assert not (out / "running.json").exists()
     # the attempt's record says so (written after the metrics, never "done" before them)
-    from scalesweep.failures import read_attempts
+    from scalesweep.record.failures import read_attempts
 
     (attempt,) = read_attempts(out)
     assert (attempt["state"], attempt["exit_code"]) == ("failed", 74)
@@ -434,7 +434,7 @@ def test_shell_metacharacters_in_a_workload_name_stop_snakemake_naming_the_key(w
 ])
 def test_a_metrics_field_missing_or_not_a_number_is_named_and_the_point_failed(
         finished, tmp_path, change, field):
-    from scalesweep.metrics import MetricsError, read_metrics
+    from scalesweep.record.metrics import MetricsError, read_metrics
 
     wd = tmp_path / "campaign"
     shutil.copytree(finished / "config", wd / "config")

@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from conftest import REPO, run_snakemake, tiny_config
-from scalesweep import fits
-from scalesweep.analysis import TableError, scaling_table
-from scalesweep.metrics import write_metrics
-from scalesweep.sweep import sweep_points
+from scalesweep.analyse import fits
+from scalesweep.analyse.analysis import TableError, scaling_table
+from scalesweep.plan.sweep import sweep_points
+from scalesweep.record.metrics import write_metrics
 
 PUBLISHED = Path(__file__).parent / "data" / "published"
 BOOT = 200  # resamples in tests: enough for a stable 95% interval, quick on 2 cores

@@ -15,10 +15,10 @@ from __future__ import annotations
 import pytest
 
 from conftest import REPO
-from scalesweep.config import load_config
-from scalesweep.launch import launch_command, launch_env
-from scalesweep.pointlaunch import build_launch
-from scalesweep.sweep import SweepPoint
+from scalesweep.plan.config import load_config
+from scalesweep.plan.sweep import SweepPoint
+from scalesweep.platform.launch import launch_command, launch_env
+from scalesweep.run.pointlaunch import build_launch
 
 BINDS = ("/repo:/mnt/code,/data:/mnt/data,/out:/mnt/out,/usr/share/libdrm:/usr/share/libdrm,"
          "/var/spool/slurmd:/var/spool/slurmd,/opt/cray:/opt/cray")

@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, tiny_config
-from scalesweep.failures import read_attempts
-from scalesweep.metrics import read_metrics, write_json_atomic
+from scalesweep.record.failures import read_attempts
+from scalesweep.record.metrics import read_metrics, write_json_atomic
 from test_reaper import HARNESS, gone_within, kill_all, launch_spec, wait_for
 
 # Prepended to the harness's script: link(2) and linkat(2) fail with ENOSPC in this
@@ -155,7 +155,7 @@ def campaign(tmp_path: Path) -> tuple[Path, Path]:
     """A campaign directory with the workflow's effective config (as common.smk writes
     it) and the point's directory, where attempt 1 failed and left its log, run.1.log,
     and run.log (a hard link of it: what a run outside Snakemake finds)."""
-    from scalesweep.config import validated
+    from scalesweep.plan.config import validated
 
     wd = tmp_path / "campaign"
     config = {**validated(tiny_config()), "_code_root": str(REPO)}
@@ -231,7 +231,7 @@ def test_run_point_names_a_malformed_dataset_record_or_an_unreadable_file(tmp_pa
     number, its time a text) or an image that cannot be read (a dangling link): the
     point fails before anything runs (exit 65), failure.json and the attempt's record
     name the file and how to restage the dataset; no traceback in the log."""
-    from scalesweep.dataset import write_manifest
+    from scalesweep.record.dataset import write_manifest
 
     wd, out = campaign(tmp_path)
     ds = wd / "resources/datasets/tiny"

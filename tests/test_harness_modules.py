@@ -12,10 +12,10 @@ from dataclasses import replace
 import pytest
 
 from conftest import REPO, tiny_config
-from scalesweep.config import validated
-from scalesweep.launch import Launch
-from scalesweep.site import load_site
-from scalesweep.sweep import SweepPoint
+from scalesweep.plan.config import validated
+from scalesweep.plan.sweep import SweepPoint
+from scalesweep.platform.launch import Launch
+from scalesweep.platform.site import load_site
 
 PACKAGE = REPO / "workflow" / "scalesweep"
 FAKE_PAYLOAD = ("import json, sys\njson.dump({'workload': 'fake', 'payload_wall_s': 0.01}, "
@@ -24,10 +24,10 @@ FAKE_PAYLOAD = ("import json, sys\njson.dump({'workload': 'fake', 'payload_wall_
 
 def test_the_point_file_names_are_written_once_in_the_package():
     """metrics.json, failure.json, attempts.jsonl, payload.json and running.json are
-    named by scalesweep.pointdir; no other module of the package or its scripts spells
+    named by scalesweep.record.pointdir; no other module of the package or its scripts spells
     them (docstrings, comments and help texts may)."""
     names = {"metrics.json", "failure.json", "attempts.jsonl", "payload.json", "running.json"}
-    files = [*PACKAGE.glob("*.py"), *(REPO / "workflow" / "scripts").glob("*.py")]
+    files = [*PACKAGE.rglob("*.py"), *(REPO / "workflow" / "scripts").glob("*.py")]
     found = []
     for path in files:
         if path.name == "pointdir.py":
@@ -48,14 +48,14 @@ def test_the_point_file_names_are_written_once_in_the_package():
 
 def test_nothing_imports_the_old_runpoint_module():
     assert not (PACKAGE / "runpoint.py").exists()
-    for path in [*PACKAGE.glob("*.py"), *(REPO / "workflow" / "scripts").glob("*.py")]:
+    for path in [*PACKAGE.rglob("*.py"), *(REPO / "workflow" / "scripts").glob("*.py")]:
         assert "scalesweep.runpoint" not in path.read_text(), path
 
 
 def test_user_name_without_user(monkeypatch):
     import pwd
 
-    from scalesweep.hostenv import user_name, with_user
+    from scalesweep.record.hostenv import user_name, with_user
 
     monkeypatch.delenv("USER", raising=False)
     assert user_name() == pwd.getpwuid(os.getuid()).pw_name
@@ -66,7 +66,7 @@ def test_user_name_without_user(monkeypatch):
 
 
 def test_image_paths_read_the_validated_config():
-    from scalesweep.payloads import image_location, point_inputs
+    from scalesweep.plan.payloads import image_location, point_inputs
 
     config = validated(tiny_config())
     assert config["containers"]["image"] == "default"  # the schema's default, filled in
@@ -84,7 +84,7 @@ def test_image_paths_read_the_validated_config():
 
 
 def test_cnn_arguments_are_the_configs_after_validation(tmp_path):
-    from scalesweep.payloads import payload_invocation
+    from scalesweep.plan.payloads import payload_invocation
 
     config = validated(tiny_config())
     config["_code_root"] = str(REPO)
@@ -99,7 +99,7 @@ def test_cnn_arguments_are_the_configs_after_validation(tmp_path):
 
 
 def test_runtime_provenance_records_the_version(tmp_path):
-    from scalesweep.pointlaunch import container_site, runtime_provenance
+    from scalesweep.run.pointlaunch import container_site, runtime_provenance
 
     assert runtime_provenance("native", container_site({"_site": load_site("local")}, "native", "")) == {
         "runtime": "native", "native": True, "version": None}
@@ -114,7 +114,7 @@ def test_runtime_provenance_records_the_version(tmp_path):
 
 
 def test_metrics_record_the_runtime_provenance(tmp_path, monkeypatch):
-    from scalesweep.harness import execute
+    from scalesweep.run.harness import execute
 
     for var in [v for v in os.environ if v.startswith("SLURM_")]:
         monkeypatch.delenv(var)
@@ -139,7 +139,7 @@ def test_metrics_record_the_runtime_provenance(tmp_path, monkeypatch):
 def test_startup_is_timed_in_the_launchs_environment(monkeypatch):
     """Apptainer's host-MPI mode passes its variables as APPTAINERENV_* on the host: the
     start-up probes get them, as a point's launch does."""
-    import scalesweep.startup as startup
+    import scalesweep.run.startup as startup
 
     seen = []
     monkeypatch.setattr(startup, "_time", lambda argv, env: seen.append(env) or 0.01)
@@ -156,7 +156,7 @@ def test_interference_thresholds_have_no_second_default():
     from defaults of their own in the monitor."""
     import inspect
 
-    from scalesweep import interference
+    from scalesweep.measure import interference
 
     assert not [n for n in vars(interference) if n.startswith("DEFAULT_")]
     for fn, params in ((interference.assess, ("max_outside_cpu_pct", "max_steal_pct")),
@@ -168,7 +168,7 @@ def test_interference_thresholds_have_no_second_default():
 
 
 def test_execute_needs_the_measurement_section(tmp_path):
-    from scalesweep.harness import execute
+    from scalesweep.run.harness import execute
 
     launch = Launch(runtime="native", launcher="local", nodes=1, ranks_per_node=1, threads=1,
                     gpus_per_node=0, payload="scripts/x.py", args=(), code_root=str(tmp_path),

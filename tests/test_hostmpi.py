@@ -8,14 +8,14 @@ from __future__ import annotations
 import pytest
 
 from conftest import tiny_config, write_site
-from scalesweep import runtimes
-from scalesweep.config import check_config
-from scalesweep.hostmpi import (CONTAINLIBS_DIR, INJECT_DIR, fromhost_command, host_mpi_dirs,
-                                mpi_check)
-from scalesweep.imageset import ImageConfigError, used_images, workload_image
-from scalesweep.launch import Launch, launch_command
-from scalesweep.runtimes import RuntimeSite
-from scalesweep.sweep import sweep_points
+from scalesweep.plan.config import check_config
+from scalesweep.plan.imageset import ImageConfigError, used_images, workload_image
+from scalesweep.plan.sweep import sweep_points
+from scalesweep.platform import runtimes
+from scalesweep.platform.hostmpi import CONTAINLIBS_DIR, fromhost_command, host_mpi_dirs, mpi_check
+from scalesweep.platform.launch import Launch, launch_command
+from scalesweep.platform.runtimes import INJECT_DIR
+from scalesweep.platform.runtimes import RuntimeSite
 
 HOST_LIBS = ("/usr/lib/x86_64-linux-gnu/libmpi.so.40", "/usr/lib/x86_64-linux-gnu/libopen-pal.so.40")
 IMAGE_LIBMPI = "/usr/lib/x86_64-linux-gnu/libmpi.so.40.30.4"
@@ -174,10 +174,10 @@ def test_a_host_mpi_point_whose_ranks_loaded_the_images_mpi_is_a_failed_run(
     import os
     import sys
 
-    from scalesweep.config import validated
-    from scalesweep.harness import execute
-    from scalesweep.site import load_site
-    from scalesweep.sweep import SweepPoint, run_order
+    from scalesweep.plan.config import validated
+    from scalesweep.run.harness import execute
+    from scalesweep.platform.site import load_site
+    from scalesweep.plan.sweep import SweepPoint, run_order
 
     for var in [v for v in os.environ if v.startswith(("SLURM_", "OMPI_", "PMI"))]:
         monkeypatch.delenv(var)

@@ -11,9 +11,9 @@ import os
 import pytest
 
 from conftest import REPO, run_snakemake, tiny_config, write_site
-from scalesweep.config import ConfigError, load_config, validated
-from scalesweep.imageset import image_spec, runtime_image, used_images, workload_image
-from scalesweep.sweep import sweep_points
+from scalesweep.plan.config import ConfigError, load_config, validated
+from scalesweep.plan.imageset import image_spec, runtime_image, used_images, workload_image
+from scalesweep.plan.sweep import sweep_points
 
 FRONTIER = [REPO / "config" / "config.yaml", REPO / "config" / "frontier.yaml"]
 
@@ -157,8 +157,8 @@ def test_each_image_is_made_by_one_rule(tmp_path, monkeypatch):
 
 
 def test_an_image_used_in_place_is_described_and_a_replaced_one_flagged(tmp_path):
-    from scalesweep.images import describe_image
-    from scalesweep.pointlaunch import image_provenance
+    from scalesweep.images.build import describe_image
+    from scalesweep.run.pointlaunch import image_provenance
 
     image = tmp_path / "p.sif"
     image.write_bytes(b"SIF" * 1000)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, tiny_config
-from scalesweep.interference import (
+from scalesweep.measure.interference import (
     METHOD,
     TOKEN_VAR,
     Monitor,
@@ -222,7 +222,7 @@ def test_the_same_run_without_the_hog_is_not_disturbed():
 def test_watch_writes_the_node_record_when_the_stop_file_appears(tmp_path):
     token = new_token()
     env = {**os.environ, TOKEN_VAR: token, "PYTHONPATH": str(REPO / "workflow")}
-    cmd = [sys.executable, "-m", "scalesweep.interference", "watch", "--token", token,
+    cmd = [sys.executable, "-m", "scalesweep.measure.interference", "watch", "--token", token,
            "--interval", "0.2", "--out", str(tmp_path / "{host}.json"),
            "--stop-file", str(tmp_path / "stop"), "--ready-file", str(tmp_path / "ready-{host}")]
     proc = subprocess.Popen(cmd, env=env, cwd=tmp_path)
@@ -253,19 +253,19 @@ def _fake_srun(tmp_path: Path, body: str) -> dict:
 def measurement(**values) -> dict:
     """The config's ``measurement`` section as validation leaves it (the schema's
     defaults filled in), with ``values``: what the harness is given."""
-    from scalesweep.config import validated
+    from scalesweep.plan.config import validated
 
     return {**validated(tiny_config())["measurement"], **values}
 
 
 def _probe(tmp_path: Path, monkeypatch, srun_body: str) -> dict:
-    import scalesweep.harness
-    from scalesweep.harness import InterferenceProbe
-    from scalesweep.launch import Launch
+    import scalesweep.run.harness
+    from scalesweep.run.harness import InterferenceProbe
+    from scalesweep.platform.launch import Launch
 
     monkeypatch.setenv("PATH", _fake_srun(tmp_path, srun_body)["PATH"])
     # one stand-in watcher for two nodes: do not wait the real minute for the second
-    monkeypatch.setattr(scalesweep.harness, "WATCHERS_READY_TIMEOUT_S", 5)
+    monkeypatch.setattr(scalesweep.run.harness, "WATCHERS_READY_TIMEOUT_S", 5)
     out = tmp_path / "point"
     out.mkdir()
     launch = Launch(runtime="native", launcher="srun", nodes=2, ranks_per_node=1, threads=1,
@@ -285,7 +285,7 @@ def test_multinode_monitors_run_through_srun_and_merge(tmp_path, monkeypatch):
                  'while [ "${1#-}" != "$1" ]; do shift; done\nexec "$@"\n')
     log = (tmp_path / "run.log").read_text()
     assert "srun --overlap --nodes=2 --ntasks=2 --ntasks-per-node=1" in log
-    assert "-m scalesweep.interference watch" in log
+    assert "-m scalesweep.measure.interference watch" in log
     # the watcher ran on this host, whose record the harness's own monitor gives
     assert (tmp_path / "point" / "interference" / f"{rec['nodes'][0]['host']}.json").is_file()
     assert len(rec["nodes"]) == 1
@@ -314,11 +314,11 @@ json.dump({"workload": "fake", "payload_wall_s": time.monotonic() - t}, open(out
 
 
 def test_execute_records_interference_allocation_and_order(tmp_path, monkeypatch):
-    from scalesweep.config import validated
-    from scalesweep.harness import execute
-    from scalesweep.launch import Launch
-    from scalesweep.site import load_site
-    from scalesweep.sweep import run_order, sweep_points
+    from scalesweep.plan.config import validated
+    from scalesweep.run.harness import execute
+    from scalesweep.platform.launch import Launch
+    from scalesweep.platform.site import load_site
+    from scalesweep.plan.sweep import run_order, sweep_points
 
     for var in [v for v in os.environ if v.startswith("SLURM_")]:
         monkeypatch.delenv(var)
@@ -374,7 +374,7 @@ def test_execute_records_interference_allocation_and_order(tmp_path, monkeypatch
 @pytest.mark.parametrize("value,expected", [("NO", True), ("OK", False), ("YES", False),
                                             ("USER", False), ("MCS", False), (None, None)])
 def test_exclusive_from_oversubscribe(value, expected):
-    from scalesweep.slurmjob import _exclusive, allocation_info, cpu_ranges
+    from scalesweep.measure.slurmjob import _exclusive, allocation_info, cpu_ranges
 
     assert _exclusive(value) is expected
     a = allocation_info({"hosts": ["n1", "n2"], "oversubscribe": value, "source": "scontrol"},

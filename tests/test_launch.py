@@ -2,7 +2,7 @@
 
 import pytest
 
-from scalesweep.launch import ContainerSite, Launch, LaunchError, launch_command, launch_env
+from scalesweep.platform.launch import ContainerSite, Launch, LaunchError, launch_command, launch_env
 
 CODE, DATA, OUT = "/repo", "/repo/resources/datasets/d", "/repo/results/runs/p"
 
@@ -107,7 +107,7 @@ def test_apptainer_hostmpi_without_host_libs_is_refused():
 
 
 def test_node_local_staging_runs_once_per_node_under_srun():
-    from scalesweep.pointlaunch import stage_command
+    from scalesweep.run.pointlaunch import stage_command
 
     launch = make("apptainer", "srun", nodes=4, ranks=8, threads=7, gpus=8, **FRONTIER)
     cmd = stage_command(launch, "/lustre/ds", "/mnt/bb/alice/ds")
@@ -120,7 +120,7 @@ def test_node_local_staging_runs_once_per_node_under_srun():
 def test_multinode_llm_is_one_server_per_node_and_one_client():
     from dataclasses import replace as dc_replace
 
-    from scalesweep.pointlaunch import llm_multinode_launches
+    from scalesweep.run.pointlaunch import llm_multinode_launches
 
     llm = dc_replace(make("native", "srun", nodes=3, ranks=1, threads=2), payload="scripts/infer_llm.py",
                      args=("--engine", "llamacpp", "--model", "/m/model.gguf", "--prompts", "/repo/p.txt",
@@ -138,7 +138,7 @@ def test_multinode_llm_is_one_server_per_node_and_one_client():
 def test_multinode_llm_without_slurm_is_refused():
     from dataclasses import replace as dc_replace
 
-    from scalesweep.pointlaunch import llm_multinode_launches
+    from scalesweep.run.pointlaunch import llm_multinode_launches
 
     with pytest.raises(LaunchError, match="needs Slurm"):
         llm_multinode_launches(dc_replace(make("native", "mpirun", nodes=2), payload="scripts/infer_llm.py"))
@@ -155,10 +155,10 @@ def test_srun_gpu_bind_comes_from_the_launch():
 def test_build_launch_takes_runtime_and_machine_facts_from_the_site(monkeypatch):
     """pointlaunch.build_launch: the runtime's facts from the site file through its class, the
     launcher, Python and extra launcher options from the site's ``launch``."""
-    from scalesweep.pointlaunch import build_launch, container_site
-    from scalesweep.runtimes import RuntimeNotOffered
-    from scalesweep.site import load_site
-    from scalesweep.sweep import SweepPoint
+    from scalesweep.run.pointlaunch import build_launch, container_site
+    from scalesweep.platform.runtimes import RuntimeNotOffered
+    from scalesweep.platform.site import load_site
+    from scalesweep.plan.sweep import SweepPoint
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     site = load_site("frontier")

@@ -7,9 +7,9 @@ The rule this file pins:
   the modules they import, stage_dataset.py, stage_model.py and the generator it runs,
   make_synthetic_llm.py). Every file is Python, takes its paths as arguments, and imports
   neither Snakemake nor the scalesweep package, with one allowed exception: the modules
-  in ``PAYLOAD_SIDE`` (``scalesweep.metrics``: the one metrics writer, whose schema the
-  payloads and the workflow share by design; ``scalesweep.dataset``: the checksum
-  manifests). A payload puts ``<repo>/workflow`` on ``sys.path`` to import them (the repo
+  in ``PAYLOAD_SIDE``, the package ``scalesweep.record`` (``scalesweep.record.metrics``:
+  the one metrics writer, whose schema the payloads and the workflow share by design;
+  ``scalesweep.record.dataset``: the checksum manifests). A payload puts ``<repo>/workflow`` on ``sys.path`` to import them (the repo
   is bound at /mnt/code in a container), so they must stay standard library only and
   import no other scalesweep module; that is checked here too.
 - Every payload path that a rule, the Snakefile or the workflow library names (a
@@ -41,7 +41,7 @@ WORKFLOW = REPO / "workflow"
 RULE_FILES = [REPO / "Snakefile", *sorted((WORKFLOW / "rules").glob("*.smk"))]
 
 # scalesweep modules a payload may import (standard library only, checked below).
-PAYLOAD_SIDE = {"scalesweep.metrics", "scalesweep.dataset"}
+PAYLOAD_SIDE = {"scalesweep.record"}
 FORBIDDEN_TOP = {"snakemake", "scalesweep"}
 
 PAYLOAD_PATH = re.compile(r"(?:\.\./)*(?:workflow/)?scripts/[\w.-]+\.(?:py|sh)")
@@ -108,11 +108,13 @@ def string_tokens(path: Path) -> list[str]:
 def test_the_rule_checker_itself():
     assert violations("import snakemake\n") == ["snakemake"]
     assert violations("from snakemake.script import snakemake\n") == ["snakemake.script"]
-    assert violations("def f():\n    from scalesweep.config import SCHEMA\n") == ["scalesweep.config"]
+    assert violations("def f():\n    from scalesweep.plan.config import SCHEMA\n") == ["scalesweep.plan.config"]
     assert violations("import scalesweep\n") == ["scalesweep"]
-    assert violations("from scalesweep import metrics, plan\n") == ["scalesweep.plan"]
-    assert violations("from scalesweep.metrics import write_metrics\nimport json, torch\n") == []
-    assert violations("from scalesweep.dataset import sha256_file\nimport llm_engines\n") == []
+    assert violations("from scalesweep.record import metrics\n") == []
+    assert violations("from scalesweep import record, plan\n") == ["scalesweep.plan"]
+    assert violations("from scalesweep.recorder import x\n") == ["scalesweep.recorder"]
+    assert violations("from scalesweep.record.metrics import write_metrics\nimport json, torch\n") == []
+    assert violations("from scalesweep.record.dataset import sha256_file\nimport llm_engines\n") == []
 
 
 @pytest.mark.parametrize("path", payload_files(), ids=lambda p: p.name)
@@ -126,11 +128,14 @@ def test_every_file_in_scripts_is_a_payload(path):
 def test_payload_side_modules_are_standard_library_only():
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     package = WORKFLOW / "scalesweep"
-    for name in sorted(PAYLOAD_SIDE) + ["scalesweep.__init__"]:
-        path = package / f"{name.split('.', 1)[1]}.py"
+    files = [package / "__init__.py"] + [p for side in sorted(PAYLOAD_SIDE)
+                                         for p in sorted((package / side.split(".", 1)[1]).rglob("*.py"))]
+    assert len(files) > 3
+    for path in files:
         # `from pathlib import Path` also gives "pathlib.Path": only the top name counts
         outside = sorted(m for m in imported_modules(ast.parse(path.read_text()))
-                         if m.split(".")[0] not in stdlib)
+                         if m.split(".")[0] not in stdlib
+                         and not any(m == s or m.startswith(s + ".") for s in PAYLOAD_SIDE))
         assert outside == [], f"{path.relative_to(REPO)} (imported by payloads) imports {outside}"
 
 
@@ -142,7 +147,7 @@ def test_payloads_named_by_the_workflow_exist():
                 # a script: directive is relative to its rule file; in_repo() paths to the repo
                 target = (smk.parent / s) if s.startswith("../") else (REPO / s)
                 named[f"{smk.relative_to(REPO)}: {s}"] = target.resolve()
-    for py in sorted((WORKFLOW / "scalesweep").glob("*.py")):
+    for py in sorted((WORKFLOW / "scalesweep").rglob("*.py")):
         for s in string_tokens(py):
             if PAYLOAD_PATH.fullmatch(s) and not s.startswith("../"):
                 named[f"{py.relative_to(REPO)}: {s}"] = REPO / s
@@ -170,7 +175,7 @@ def test_no_rule_runs_a_tool():
              if mention.search(s)]
     # the library may advise a person to run a tool, but never use one as a payload path
     found += [f"{f.relative_to(REPO)}: {s!r}"
-              for f in sorted((WORKFLOW / "scalesweep").glob("*.py"))
+              for f in sorted((WORKFLOW / "scalesweep").rglob("*.py"))
               for s in string_tokens(f) if mention.fullmatch(s.strip())]
     assert found == [], f"the workflow names host tooling as a payload: {found}"
 

@@ -674,8 +674,8 @@ def test_concurrency_levels_are_measured_in_one_run_against_one_server(synthetic
     """``--concurrency-levels 2,1,4``: after the timed run at 2, the prompt set again at 1
     and 4 against the same server; each level has its own throughput and percentiles, and
     the collected row carries them for the report's concurrency table."""
-    from scalesweep.collect import run_row
-    from scalesweep.report_tables import concurrency_table
+    from scalesweep.analyse.collect import run_row
+    from scalesweep.report.tables import concurrency_table
 
     model, _ = synthetic
     prompts = tmp_path / "prompts.txt"

@@ -24,7 +24,7 @@ sys.path.insert(0, str(SCRIPTS))
 
 import infer_llm  # noqa: E402
 import llm_engines  # noqa: E402
-from scalesweep.metrics import field_problem, read_metrics  # noqa: E402
+from scalesweep.record.metrics import field_problem, read_metrics  # noqa: E402
 
 HAVE_TORCH_DEPS = all(importlib.util.find_spec(m) for m in ("torch", "numpy", "gguf", "tokenizers"))
 HAVE_LLAMA = importlib.util.find_spec("llama_cpp") is not None

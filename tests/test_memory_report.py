@@ -1,4 +1,4 @@
-"""The memory report (scalesweep.memory_report) on synthetic metrics: the timeline table on
+"""The memory report (scalesweep.report.memory) on synthetic metrics: the timeline table on
 a normalised grid, the peak table (mean, std, n, difference to native), the figure of
 mean +- std bands, and runs without a timeline (older metrics) left out, never a crash."""
 
@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalesweep import memory_report as mr
-from scalesweep.collect import run_row
+from scalesweep.analyse.collect import run_row
+from scalesweep.report import memory as mr
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""Memory over time (scalesweep.memtimeline): the ranks' resident memory sampled by the
+"""Memory over time (scalesweep.measure.memtimeline): the ranks' resident memory sampled by the
 interference monitor on real process trees (real /proc, real allocations: the asserts
 are on what was allocated, never on timing), the pairwise downsampling, the GPU sources
 (the ROCm stand-ins, a fake sysfs, a fake nvidia-smi), and the block in a run's metrics
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, tiny_config
-from scalesweep.interference import TOKEN_VAR, Monitor, new_token
-from scalesweep.memtimeline import (
+from scalesweep.measure.interference import TOKEN_VAR, Monitor, new_token
+from scalesweep.measure.memtimeline import (
     MAX_SAMPLES,
     RANK_VARS,
     AmdSysfs,
@@ -365,7 +365,7 @@ def test_gpu_memory_in_the_timeline_and_a_failing_source(tmp_path):
     rec = none.record()
     assert "gpu_mem_mb" not in rec and rec["gpu"]["error"] == "rocm-smi: not found"
     # a CPU point on a GPU site: no GPU sampling
-    from scalesweep.launch import Launch
+    from scalesweep.platform.launch import Launch
 
     launch = Launch(runtime="native", launcher="local", nodes=1, ranks_per_node=1, threads=1,
                     gpus_per_node=0, payload="scripts/train_cnn.py", args=(), code_root="/r",
@@ -397,11 +397,11 @@ json.dump({"workload": "fake", "payload_wall_s": time.monotonic() - t}, open(out
 
 
 def test_execute_writes_the_memory_timeline(tmp_path, monkeypatch):
-    from scalesweep.config import validated
-    from scalesweep.harness import execute
-    from scalesweep.launch import Launch
-    from scalesweep.site import load_site
-    from scalesweep.sweep import run_order, sweep_points
+    from scalesweep.plan.config import validated
+    from scalesweep.run.harness import execute
+    from scalesweep.platform.launch import Launch
+    from scalesweep.platform.site import load_site
+    from scalesweep.plan.sweep import run_order, sweep_points
 
     for var in [v for v in os.environ if v.startswith("SLURM_") or v in RANK_VARS]:
         monkeypatch.delenv(var)

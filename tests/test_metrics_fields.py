@@ -1,4 +1,4 @@
-"""The fields of a metrics record its readers use (scalesweep.metrics.FIELDS), checked where
+"""The fields of a metrics record its readers use (scalesweep.record.metrics.FIELDS), checked where
 the file is read, for every payload (issue #26, 1): a malformed one fails its point with
 "<file>: <field> is <value>, expected <kind>", never a traceback and never the summary.
 Real records (benchmarks/data: a CNN and an LLM point's metrics.json) with one field
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from scalesweep.collect import point_states, readable_runs
-from scalesweep.metrics import (FIELDS, KINDS, RECORD_PAYLOAD, MetricsError, field_problem,
-                                read_metrics)
-from scalesweep.sweep import SweepPoint
+from scalesweep.analyse.collect import point_states, readable_runs
+from scalesweep.plan.sweep import SweepPoint
+from scalesweep.record.metrics import (FIELDS, KINDS, RECORD_PAYLOAD, MetricsError, field_problem,
+                                       read_metrics)
 
 RECORDS = {"cnn": REPO / "benchmarks/data/metrics_cnn.json",
            "llm_inference": REPO / "benchmarks/data/metrics_llm.json"}

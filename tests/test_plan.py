@@ -15,12 +15,12 @@ import yaml
 from scipy import stats
 
 from conftest import REPO, config_text, with_site, write_site
-from scalesweep import plan
-from scalesweep.adaptive import MIN_COMPARED
-from scalesweep.config import load_config
-from scalesweep.metrics import write_metrics
-from scalesweep.slurm import runtime_min
-from scalesweep.sweep import SweepPoint, sweep_points
+from scalesweep.campaign import cost as plan
+from scalesweep.plan.adaptive import MIN_COMPARED
+from scalesweep.plan.config import load_config
+from scalesweep.plan.sweep import SweepPoint, sweep_points
+from scalesweep.record.metrics import write_metrics
+from scalesweep.run.slurm import runtime_min
 
 FRONTIER = REPO / "config" / "frontier.yaml"
 FRONTIER_PROFILE = REPO / "profiles" / "frontier"
@@ -335,7 +335,7 @@ def test_plan_reads_the_measurement_settings_validation_filled_in(tmp_path):
 
     schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
     measurement = schema["properties"]["measurement"]["properties"]
-    source = (REPO / "workflow" / "scalesweep" / "plan.py").read_text()
+    source = (REPO / "workflow" / "scalesweep" / "campaign" / "cost.py").read_text()
     for key in ("max_repeats", "target_ci_pp"):
         assert not re.search(rf"""get\(\s*['"]{key}['"]\s*,""", source), key
     cfg = frontier_like(tmp_path, nodes=(1,), repeats=3)

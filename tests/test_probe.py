@@ -1,6 +1,6 @@
-"""The machine's speed with every run (issue 25): the probe (scalesweep.probe), its record
+"""The machine's speed with every run (issue 25): the probe (scalesweep.measure.probe), its record
 in metrics.json by the harness, runs.csv's probe columns, the pair difference the pairing
-uses, and the drift table and figure (scalesweep.drift)."""
+uses, and the drift table and figure (scalesweep.analyse.drift)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,14 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, tiny_config
-from scalesweep import drift, probe
-from scalesweep.collect import RUN_COLUMNS, run_row
-from scalesweep.config import validated
-from scalesweep.launch import Launch
-from scalesweep.site import load_site
-from scalesweep.sweep import SweepPoint
+from scalesweep.analyse import drift
+from scalesweep.analyse.collect import RUN_COLUMNS, run_row
+from scalesweep.measure import probe
+from scalesweep.plan.config import validated
+from scalesweep.plan.sweep import SweepPoint
+from scalesweep.platform.launch import Launch
+from scalesweep.platform.site import load_site
+from scalesweep.report.drift import drift_figure
 
 FAKE_PAYLOAD = ("import json, sys\njson.dump({'workload': 'fake', 'payload_wall_s': 0.01}, "
                 "open(sys.argv[sys.argv.index('--out') + 1], 'w'))\n")
@@ -47,7 +49,7 @@ def test_the_probe_measures_both_kernels_quickly():
 def test_python_m_scalesweep_probe_prints_one_json_line():
     env = probe.probe_env({"PATH": "/usr/bin:/bin"})
     assert env["OPENBLAS_NUM_THREADS"] == "1" and probe.WORKFLOW_DIR in env["PYTHONPATH"]
-    out = subprocess.run([sys.executable, "-m", "scalesweep.probe"], env=env,
+    out = subprocess.run([sys.executable, "-m", "scalesweep.measure.probe"], env=env,
                          capture_output=True, text=True, timeout=120, check=True).stdout
     lines = out.strip().splitlines()
     assert len(lines) == 1
@@ -60,8 +62,8 @@ def test_python_m_scalesweep_probe_prints_one_json_line():
 def test_probe_command_per_node():
     argv, note = probe.probe_command(3, "srun", "/py")
     assert argv[:2] == ["srun", "--overlap"] and "--ntasks-per-node=1" in argv
-    assert argv[-3:] == ["/py", "-m", "scalesweep.probe"] and note is None
-    assert probe.probe_command(1, "local", "/py") == (["/py", "-m", "scalesweep.probe"], None)
+    assert argv[-3:] == ["/py", "-m", "scalesweep.measure.probe"] and note is None
+    assert probe.probe_command(1, "local", "/py") == (["/py", "-m", "scalesweep.measure.probe"], None)
     argv, note = probe.probe_command(2, "mpirun", "/py")
     assert argv[0] == "/py" and "only the harness's node" in note
 
@@ -174,7 +176,7 @@ def _fake_launch(tmp_path, point):
 
 
 def _execute(tmp_path, monkeypatch):
-    from scalesweep.harness import execute
+    from scalesweep.run.harness import execute
 
     for var in [v for v in __import__("os").environ if v.startswith("SLURM_")]:
         monkeypatch.delenv(var)
@@ -201,7 +203,7 @@ def test_the_harness_probes_before_and_after_the_payload(tmp_path, monkeypatch):
 
 
 def test_a_failing_probe_does_not_fail_the_run(tmp_path, monkeypatch):
-    from scalesweep import harness
+    from scalesweep.run import harness
 
     monkeypatch.setattr(harness.machine_probe, "probe_command",
                         lambda nodes, launcher, python: ([python, "-c", "raise SystemExit(2)"], None))
@@ -283,12 +285,12 @@ def test_drift_figure_draws_with_and_without_probes(tmp_path):
                             within_run_cv_pct=2.0).assign(tokens_per_s=100.0)],
                      ignore_index=True)
     runs.loc[2, "disturbed"] = True
-    fig = drift.drift_figure(runs, drift.drift_table(runs))
+    fig = drift_figure(runs, drift.drift_table(runs))
     fig.savefig(tmp_path / "drift.png")
     texts = " ".join(t.get_text() for t in fig.texts)
     assert "probe explains" in texts and "disturbed" in texts
     plt.close(fig)
     old = runs.drop(columns=["probe_gflops", "probe_gbps"])
-    fig = drift.drift_figure(old, drift.drift_table(old))
+    fig = drift_figure(old, drift.drift_table(old))
     assert any(drift.NO_PROBE[:30] in t.get_text() for ax in fig.axes for t in ax.texts)
     plt.close(fig)

@@ -7,7 +7,7 @@ Checked by name, without running a campaign:
   names a real sub-command and real options of it;
 - every ``snakemake ...`` command parses with Snakemake's own argument parser (the Slurm
   plugin's ``--slurm-*`` options included); its ``--profile``, ``--configfile`` and
-  ``--config`` give a config that validates (``scalesweep.config.effective_config``:
+  ``--config`` give a config that validates (``scalesweep.plan.config.effective_config``:
   every key in workflow/schemas/config.schema.yaml, the site it names, the profile), and
   a ``results/runs/.../metrics.json`` target is a point of that config's sweep;
 - every ``tools/...`` command is an executable tool that takes that sub-command;
@@ -18,7 +18,8 @@ Checked by name, without running a campaign:
 - every dotted config or site key (``measurement.max_repeats``, ``node.cores``) is in its
   schema; every ``rule x`` is a rule; every ``scalesweep.module.name`` imports;
 - the README's layout section names every payload, tool, rule file, site and profile,
-  and every module of workflow/scalesweep/ has its line in docs/how-it-works.md;
+  and every module of workflow/scalesweep/ (its sub-packages too) has its line in
+  docs/how-it-works.md;
 - the README's first screen says what you get and where to read it, with a sample
   verdict line in the exact words the analysis writes, before any detail of a payload.
 """
@@ -220,7 +221,7 @@ def snakemake_parser():
 
 @lru_cache(maxsize=None)
 def _config_problem(profile, configfiles, config_items, site) -> str:
-    from scalesweep.config import ConfigError, effective_config
+    from scalesweep.plan.config import ConfigError, effective_config
 
     try:
         config = effective_config(REPO, list(configfiles), list(config_items),
@@ -249,8 +250,8 @@ def config_problems(profile, configfiles, config_items, site=None) -> list[str]:
 
 @lru_cache(maxsize=None)
 def sweep_paths(profile, configfiles, config_items) -> set[str]:
-    from scalesweep.config import effective_config
-    from scalesweep.sweep import sweep_points
+    from scalesweep.plan.config import effective_config
+    from scalesweep.plan.sweep import sweep_points
 
     config = effective_config(REPO, list(configfiles), list(config_items),
                               str(REPO / profile) if profile else None)
@@ -496,7 +497,7 @@ def dotted_keys():
 
 
 def test_every_dotted_config_or_site_key_is_in_its_schema():
-    from scalesweep.config import MOVED
+    from scalesweep.plan.config import MOVED
 
     config, site = schema("config"), schema("site")
     tops = set(config["properties"]) | set(site["properties"])
@@ -554,7 +555,7 @@ def test_every_python_name_imports():
                     obj = getattr(obj, attr)
             except AttributeError:
                 bad.append(f"{rel(path)}: `{span}`")
-        elif re.fullmatch(r"scalesweep/\w+\.py", span):
+        elif re.fullmatch(r"scalesweep/[\w/]+\.py", span):
             seen += 1
             if not (REPO / "workflow" / span).is_file():
                 bad.append(f"{rel(path)}: `{span}`")
@@ -599,9 +600,10 @@ def test_layout_names_what_is_there():
 def test_every_library_module_has_its_line():
     text = (REPO / "docs" / "how-it-works.md").read_text()
     section = text.split("## Inside `workflow/scalesweep/`", 1)[1]
-    modules = {p.name for p in (REPO / "workflow" / "scalesweep").glob("*.py")} - {
-        "__init__.py", "__main__.py"}
-    named = set(re.findall(r"`(\w+\.py)`", section))
+    package = REPO / "workflow" / "scalesweep"
+    modules = {p.relative_to(package).as_posix() for p in package.rglob("*.py")
+               if p.name not in ("__init__.py", "__main__.py") and "__pycache__" not in p.parts}
+    named = set(re.findall(r"`([\w/]+\.py)`", section))
     assert modules - named == set(), f"modules docs/how-it-works.md does not describe: {sorted(modules - named)}"
     assert named - modules == set(), f"docs/how-it-works.md describes modules that do not exist: {sorted(named - modules)}"
 
@@ -625,8 +627,8 @@ def test_first_screen_says_what_you_get_and_where_to_read_it():
 
 
 def test_sample_verdicts_are_in_the_analysis_own_words():
-    """Each sample verdict line is what scalesweep.analysis writes for its numbers."""
-    from scalesweep import analysis
+    """Each sample verdict line is what scalesweep.analyse.analysis writes for its numbers."""
+    from scalesweep.analyse import analysis
 
     samples = [line for lang, body in document(README)[1] if lang == "text"
                for line in body.splitlines()]

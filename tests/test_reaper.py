@@ -1,8 +1,8 @@
 """Nothing of a run outlives it, and every attempt leaves its record (issue #26, 5 and 8).
 
-The harness is a child subreaper (scalesweep.reaper): what a payload leaves running is
+The harness is a child subreaper (scalesweep.run.reaper): what a payload leaves running is
 stopped and reaped when the payload ends or the harness is interrupted; a SIGKILLed
-harness still takes its launcher's ranks and workers along (scalesweep.harness.
+harness still takes its launcher's ranks and workers along (scalesweep.run.harness.
 dies_with_harness); `scalesweep rerun` passes a Ctrl-C to Snakemake as Snakemake expects,
 so that its jobs stop and it releases its lock. Each attempt has one line in
 attempts.jsonl (written when it starts, completed when it ends) and its own log.
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, SNAKEMAKE, config_text, have, measured_by, run_snakemake, tiny_config
-from scalesweep.failures import NO_END_REASON, read_attempts
+from scalesweep.record.failures import NO_END_REASON, read_attempts
 
 pytestmark = pytest.mark.integration
 
@@ -36,11 +36,11 @@ SCALESWEEP = str(Path(SNAKEMAKE).parent / "scalesweep")
 # argv: the launch as JSON; it prints its pid, then exits with execute's status
 HARNESS = """\
 import json, os, sys
-from scalesweep.config import validated
-from scalesweep.harness import execute
-from scalesweep.launch import Launch
-from scalesweep.site import load_site
-from scalesweep.sweep import SweepPoint
+from scalesweep.plan.config import validated
+from scalesweep.plan.sweep import SweepPoint
+from scalesweep.platform.launch import Launch
+from scalesweep.platform.site import load_site
+from scalesweep.run.harness import execute
 sys.path.insert(0, {tests!r})
 from conftest import tiny_config
 spec = json.loads(sys.argv[1])
@@ -358,8 +358,8 @@ def test_rerun_releases_the_lock_of_a_snakemake_that_was_killed(tmp_path, capsys
     has ended, the rerun finds its lock left (its owner gone) and releases it, saying so."""
     import threading
 
-    from scalesweep.rerun import run_snakemake as rerun_snakemake
-    from scalesweep.status import snakemake_pids
+    from scalesweep.campaign.rerun import run_snakemake as rerun_snakemake
+    from scalesweep.campaign.status import snakemake_pids
 
     (tmp_path / "Snakefile").write_text(
         'rule all:\n    output: "done"\n    shell: "touch started; sleep 60; touch {output}"\n')
@@ -389,7 +389,7 @@ def test_rerun_releases_the_lock_of_a_snakemake_that_was_killed(tmp_path, capsys
 
 def test_a_payload_record_its_readers_cannot_use_fails_the_attempt_and_keeps_no_metrics(tmp_path):
     """A payload that exits 0 with a field every reader of metrics.json would refuse
-    (scalesweep.metrics.FIELDS: here an LLM record's ttft_s "n/a") fails its attempt, with
+    (scalesweep.record.metrics.FIELDS: here an LLM record's ttft_s "n/a") fails its attempt, with
     the field, the value and the expected kind named: no metrics.json, so a plain re-run
     measures the point again."""
     out = tmp_path / "point"
@@ -417,7 +417,7 @@ def test_a_hang_up_of_rerun_stops_snakemake_as_a_ctrl_c_and_its_lock_goes(tmp_pa
         'rule all:\n    output: "done"\n    shell: "touch started; sleep 60; touch {output}"\n')
     cmd = [SNAKEMAKE, "-s", str(tmp_path / "Snakefile"), "--cores", "1",
            "--directory", str(tmp_path)]
-    code = ("import sys; from pathlib import Path; from scalesweep.rerun import run_snakemake; "
+    code = ("import sys; from pathlib import Path; from scalesweep.campaign.rerun import run_snakemake; "
             f"sys.exit(run_snakemake({cmd!r}, Path({str(tmp_path)!r})))")
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
     rerun = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE,

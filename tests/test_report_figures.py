@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalesweep import report_figures as rf
+from scalesweep.report import figures as rf
 
 
 def texts(fig) -> str:
@@ -340,7 +340,7 @@ def test_epochs_and_provenance_carry_disturbance_and_allocation():
 
 
 def test_scaling_figure_draws_the_tables_ci_not_a_bootstrap():
-    from scalesweep import plots
+    from scalesweep.report import plots
 
     table = pd.DataFrame(dict(workload="cnn", runtime="native", threads=1, count=[1, 2],
                               time_s=[10.0, 5.5], ci95_low=[9.0, 5.0], ci95_high=[11.0, 6.0],
@@ -353,8 +353,9 @@ def test_scaling_figure_draws_the_tables_ci_not_a_bootstrap():
 
 
 def test_llm_figure_one_row_per_model_with_the_tables_ci_and_synthetic_label():
-    from scalesweep import collect, plots
+    from scalesweep.analyse import collect
 
+    from scalesweep.report import plots
     rows = []
     for model, synthetic, wall in (("tiny", True, 20.0), ("real", False, 40.0)):
         for rt, rep in [(rt, rep) for rt in ("native", "charliecloud") for rep in (1, 2, 3)]:
@@ -417,7 +418,7 @@ def layout_problems(fig) -> list[str]:
 
 
 def llm_runs(model=QUICKSTART_MODEL, synthetic=True):
-    from scalesweep import collect
+    from scalesweep.analyse import collect
 
     rows = []
     for rt, rep in [(rt, rep) for rt in ("native", "native-aa", "charliecloud")
@@ -431,7 +432,7 @@ def llm_runs(model=QUICKSTART_MODEL, synthetic=True):
 
 
 def test_llm_figure_title_once_per_row_fits_and_legend_beside_the_data():
-    from scalesweep import plots
+    from scalesweep.report import plots
 
     fig = plots.llm_figure(llm_runs())
     assert layout_problems(fig) == []
@@ -443,7 +444,7 @@ def test_llm_figure_title_once_per_row_fits_and_legend_beside_the_data():
 
 
 def test_scaling_figure_legend_beside_and_says_why_no_law_is_fitted():
-    from scalesweep import plots
+    from scalesweep.report import plots
 
     table = pd.DataFrame(dict(workload="cnn_ddp", runtime=["native", "native", "charliecloud",
                                                             "charliecloud"],
@@ -459,7 +460,7 @@ def test_scaling_figure_legend_beside_and_says_why_no_law_is_fitted():
 
 
 def test_memory_figure_error_bars_are_the_95_ci_of_the_bars_and_name_the_measure():
-    from scalesweep.analysis import describe_repeats
+    from scalesweep.analyse.analysis import describe_repeats
 
     # the quickstart's cnn_ddp peaks (runs.csv peak_rss_mb, MiB), 1 rank
     peaks = {"native": [760.7, 712.4, 721.0, 748.3, 687.2], "charliecloud": [725.5, 756.3,
@@ -495,8 +496,8 @@ def test_other_figures_keep_titles_and_legends_inside_the_figure_beside_the_data
 
 def test_fit_figures_only_for_series_swept_at_enough_counts():
     from conftest import tiny_config
-    from scalesweep import fits
-    from scalesweep.sweep import sweep_points
+    from scalesweep.analyse import fits
+    from scalesweep.plan.sweep import sweep_points
 
     config = tiny_config()  # 1 and 2 ranks: nothing to fit, no figure listed
     assert fits.figure_series(sweep_points(config), config) == []

@@ -1,4 +1,4 @@
-"""The report's accuracy-parity, achieved-rate and MPI tables (scalesweep.report_tables),
+"""The report's accuracy-parity, achieved-rate and MPI tables (scalesweep.report.tables),
 the per-GPU and per-node LLM rates and the MPI columns of the per-run tables, on small
 synthetic runs tables: known numbers, the noise rule, missing columns, no native baseline,
 n = 1 and empty inputs."""
@@ -13,9 +13,11 @@ import pytest
 import yaml
 from scipy import stats
 
-from scalesweep import collect, report_tables as rt
-from scalesweep.report_figures import PROVENANCE_COLUMNS, provenance_table
-from scalesweep.site import SiteError, load_site
+from scalesweep.analyse import collect
+
+from scalesweep.platform.site import SiteError, load_site
+from scalesweep.report import tables as rt
+from scalesweep.report.figures import PROVENANCE_COLUMNS, provenance_table
 
 GEOMETRY = dict(nodes=1, gpus=0, ranks=2, threads=1)
 

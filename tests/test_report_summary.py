@@ -23,11 +23,11 @@ from docutils.core import publish_parts
 from scipy import stats
 
 from conftest import REPO, tiny_config
-from scalesweep import report_pages as rp
-from scalesweep import report_tables as rt
-from scalesweep.collect import SHARED_CORES_NOTE, SYNTHETIC_LABEL
+from scalesweep.analyse.collect import SHARED_CORES_NOTE, SYNTHETIC_LABEL
+from scalesweep.campaign.status import report_freshness
 from scalesweep.cli import main
-from scalesweep.status import report_freshness
+from scalesweep.report import pages as rp
+from scalesweep.report import tables as rt
 
 GEOMETRY = dict(nodes=1, gpus=0, ranks=2, threads=1)
 
@@ -219,8 +219,8 @@ def test_provenance_requires_block_and_probe_where_runs_csv_has_them():
 
 
 def test_rules_and_significance_on_the_aggregation_s_own_tables():
-    """The tables as scalesweep.collect makes them for aggregate (same-block pairs)."""
-    from scalesweep import collect
+    """The tables as scalesweep.analyse.collect makes them for aggregate (same-block pairs)."""
+    from scalesweep.analyse import collect
 
     cfg = tiny_config()
     cfg["workloads"] = {"cnn": cfg["workloads"]["cnn_ddp"]}

@@ -20,9 +20,9 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, SNAKEMAKE, measured_by, run_files_digest, run_snakemake, tiny_config
-from scalesweep.cli import UsageError
-from scalesweep.collect import readable_runs
-from scalesweep.rerun import move_aside, parse_where, select
+from scalesweep.analyse.collect import readable_runs
+from scalesweep.campaign.rerun import move_aside, parse_where, select
+from scalesweep.campaign.usage import UsageError
 
 PROFILE = str(REPO / "profiles" / "local")
 SCALESWEEP = str(Path(SNAKEMAKE).parent / "scalesweep")

@@ -1,4 +1,4 @@
-"""Runtimes as classes (scalesweep.runtimes): every class's command lines, pinned."""
+"""Runtimes as classes (scalesweep.platform.runtimes): every class's command lines, pinned."""
 
 from __future__ import annotations
 
@@ -9,18 +9,19 @@ import pytest
 import yaml
 
 from conftest import REPO
-from scalesweep import runtimes, sweep
-from scalesweep.launch import Launch, launch_command, launch_env
-from scalesweep.runtimes import (
+from scalesweep.plan import sweep
+from scalesweep.plan.config import offered_runtimes
+from scalesweep.platform import runtimes
+from scalesweep.platform.launch import Launch, launch_command, launch_env
+from scalesweep.platform.runtimes import (
     LaunchError,
     Runtime,
     RuntimeNotOffered,
     RuntimeSite,
     UnknownRuntime,
-    check_runtimes,
     runtime,
 )
-from scalesweep.site import load_site
+from scalesweep.platform.site import load_site
 
 CODE, DATA, OUT = "/repo", "/data/ds", "/repo/results/runs/p"
 STANDARD = [(CODE, "/mnt/code"), (DATA, "/mnt/data"), (OUT, "/mnt/out")]
@@ -65,7 +66,7 @@ def test_the_registry_is_the_only_list_of_runtimes():
     site = yaml.safe_load((REPO / "workflow/schemas/site.schema.yaml").read_text())
     assert "enum" not in site["properties"]["runtimes"]["propertyNames"]
     from conftest import tiny_config
-    from scalesweep.config import ConfigError, validated
+    from scalesweep.plan.config import ConfigError, validated
 
     config = tiny_config()
     config["sweep"]["runtimes"] = ["native", "docker"]
@@ -336,15 +337,15 @@ def campaign(site_name: str, runtimes_: list[str], **workload_sweep) -> dict:
             "measurement": {"aa_calibration": True}}
 
 
-def test_check_runtimes_refuses_before_any_job():
-    check_runtimes(campaign("local", ["native", "charliecloud"]))  # native-aa added: fine
-    check_runtimes(campaign("frontier", ["native", "apptainer", "apptainer-hostmpi"]))
+def test_offered_runtimes_refuses_before_any_job():
+    offered_runtimes(campaign("local", ["native", "charliecloud"]))  # native-aa added: fine
+    offered_runtimes(campaign("frontier", ["native", "apptainer", "apptainer-hostmpi"]))
     with pytest.raises(RuntimeNotOffered, match="runtime 'singularity' is not offered by site 'frontier'"):
-        check_runtimes(campaign("frontier", ["native"], runtimes=["native", "singularity"]))
+        offered_runtimes(campaign("frontier", ["native"], runtimes=["native", "singularity"]))
     with pytest.raises(RuntimeNotOffered, match="'charliecloud-hostmpi' is not offered by site 'odo'"):
-        check_runtimes(campaign("odo", ["charliecloud-hostmpi"]))
+        offered_runtimes(campaign("odo", ["charliecloud-hostmpi"]))
     with pytest.raises(UnknownRuntime, match="unknown runtime 'docker'"):
-        check_runtimes(campaign("local", ["docker"]))
+        offered_runtimes(campaign("local", ["docker"]))
 
 
 # --- provenance -------------------------------------------------------------------------

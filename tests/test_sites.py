@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from conftest import REPO, config_text, run_snakemake, tiny_config, write_site
-from scalesweep.config import ConfigError, check_config, effective_config
-from scalesweep.site import SITES_DIR, SiteError, known_sites, load_site
-from scalesweep.sweep import SweepError, sweep_points
+from scalesweep.plan.config import ConfigError, check_config, effective_config
+from scalesweep.plan.sweep import SweepError, sweep_points
+from scalesweep.platform.site import SITES_DIR, SiteError, known_sites, load_site
 
 SITE_FILES = sorted(SITES_DIR.glob("*.yaml"))
 

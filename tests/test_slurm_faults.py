@@ -8,7 +8,7 @@ profiles/local-slurm --until run_point`, tiny synthetic CNN points of one epoch)
 A. "retry": the profile exactly as it is (sacct status, ``retries: 1``). One point,
    ``max_runtime_min: 1``, whose first attempt hangs: Slurm ends it with TIMEOUT 60-90 s
    after it starts (22.05 checks limits every 30 s); Snakemake resubmits it as attempt 2
-   with the time limit doubled by ``scalesweep.slurm.runtime_min`` (2 min), where it
+   with the time limit doubled by ``scalesweep.run.slurm.runtime_min`` (2 min), where it
    trains in seconds and finishes.
 B. "faults": four points, ``--retries 0`` (an operator's scancel is final, a second
    TIMEOUT is not wanted either) and ``--slurm-status-command squeue`` (see below):
@@ -61,7 +61,7 @@ import pytest
 
 from conftest import REPO, SNAKEMAKE, config_text, measured_by, tiny_config, write_site
 from slurm_fixtures import slurm_cluster, slurm_skip_reason  # noqa: F401  (session fixture)
-from scalesweep.sweep import POINT_DIR, SweepPoint, sweep_points
+from scalesweep.plan.sweep import POINT_DIR, SweepPoint, sweep_points
 
 pytestmark = [
     pytest.mark.slurm,

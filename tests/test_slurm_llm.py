@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import REPO, run_snakemake, tiny_config, write_site
-from scalesweep.metrics import read_metrics
+from scalesweep.record.metrics import read_metrics
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration]
 

@@ -1,6 +1,6 @@
 """The sbatch lines the Slurm executor plugin derives for sweep points (no Slurm needed).
 
-The resources come from scalesweep.slurm (what rule run_point's resource functions
+The resources come from scalesweep.run.slurm (what rule run_point's resource functions
 return); the sbatch line from the plugin's own functions (snakemake-executor-plugin-slurm
 2.8.0: submit_string.get_submit_command + utils.set_gres_string, exactly what its
 run_job() concatenates), given a minimal job stand-in carrying those resources. Then the
@@ -23,9 +23,10 @@ import pytest
 import yaml
 
 from conftest import REPO, run_snakemake, tiny_config, write_site
-from scalesweep.config import load_config
-from scalesweep.site import SiteError, load_site
-from scalesweep.slurm import (
+from scalesweep.plan.config import load_config
+from scalesweep.plan.sweep import SweepPoint, sweep_points
+from scalesweep.platform.site import SiteError, load_site
+from scalesweep.run.slurm import (
     SlurmConfigError,
     account_problem,
     plugin_settings,
@@ -36,7 +37,6 @@ from scalesweep.slurm import (
     srun_line,
     srun_template,
 )
-from scalesweep.sweep import SweepPoint, sweep_points
 
 submit_string = pytest.importorskip("snakemake_executor_plugin_slurm.submit_string")
 from snakemake_executor_plugin_slurm import ExecutorSettings  # noqa: E402
@@ -384,7 +384,7 @@ def fake_scontrol(tmp_path, monkeypatch):
 
 
 def test_slurm_info_reads_the_allocation_from_scontrol(fake_scontrol):
-    from scalesweep.slurmjob import first_slurm_host, slurm_info
+    from scalesweep.measure.slurmjob import first_slurm_host, slurm_info
 
     info = slurm_info()
     assert info["source"] == "scontrol"
@@ -397,7 +397,7 @@ def test_slurm_info_reads_the_allocation_from_scontrol(fake_scontrol):
 
 
 def test_allocation_records_what_the_job_got(fake_scontrol, monkeypatch):
-    from scalesweep.slurmjob import allocation_info, slurm_info
+    from scalesweep.measure.slurmjob import allocation_info, slurm_info
 
     monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "0,1")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -412,7 +412,7 @@ def test_allocation_records_what_the_job_got(fake_scontrol, monkeypatch):
 
 
 def test_slurm_info_outside_slurm_is_none(monkeypatch):
-    from scalesweep.slurmjob import slurm_info
+    from scalesweep.measure.slurmjob import slurm_info
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     assert slurm_info() is None
@@ -442,7 +442,7 @@ def test_point_inside_a_slurm_job_of_a_site_without_scheduler_measures_nothing(t
     import subprocess
     import sys
 
-    from scalesweep.config import validated
+    from scalesweep.plan.config import validated
 
     config = validated(tiny_config())
     config["_code_root"] = str(REPO)
@@ -509,9 +509,9 @@ def test_srun_line_is_the_points_launch(frontier, tmp_path, monkeypatch):
     """The srun line every repeat of a geometry shares, its directory filled in, is the
     line the harness's own launch functions give for the point (with srun), with the
     payload's arguments as the point's run builds them (run_point.py)."""
-    from scalesweep.launch import launch_command, launch_env, shell_line
-    from scalesweep.payloads import image_location, payload_invocation, point_inputs
-    from scalesweep.pointlaunch import build_launch
+    from scalesweep.platform.launch import launch_command, launch_env, shell_line
+    from scalesweep.plan.payloads import image_location, payload_invocation, point_inputs
+    from scalesweep.run.pointlaunch import build_launch
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("USER", "someone")
@@ -591,7 +591,7 @@ import json, os, sys
 sys.path.insert(0, {str(REPO / "workflow")!r})
 chdirs = []
 sys.addaudithook(lambda event, args: chdirs.append(str(args[0])) if event == "os.chdir" else None)
-from scalesweep.slurm import plugin_settings, snakemake_args
+from scalesweep.run.slurm import plugin_settings, snakemake_args
 given = snakemake_args(["-n", "--profile", "profiles/frontier", "--slurm-qos", "debug"],
                        [{str(REPO)!r}])
 os.environ["SNAKEMAKE_PROFILE"] = "profiles/frontier"
@@ -642,7 +642,7 @@ def test_a_dry_run_summary_that_cannot_be_made_is_one_line_naming_why(frontier, 
     exception shows as "Exception ignored in atexit callback" and a traceback: one that
     cannot be made (here: a listed point of a workload the config lacks) is one line
     on stderr naming the error, and nothing on stdout; one that can, the summary."""
-    from scalesweep.plan import print_dry_run_summary
+    from scalesweep.campaign.cost import print_dry_run_summary
 
     gone = SweepPoint("gone", "native", 1, 0, 1, 1, 1)
     print_dry_run_summary({gone.path: (gone, 1, 30)}, frontier, None)

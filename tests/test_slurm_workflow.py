@@ -25,7 +25,7 @@ import pytest
 from conftest import (REPO, SNAKEMAKE, config_text, have, measured_by, run_files_digest,
                       run_snakemake, tiny_config, write_site)
 from slurm_fixtures import slurm_cluster, slurm_skip_reason  # noqa: F401  (session fixture)
-from scalesweep.sweep import SweepPoint, sweep_points
+from scalesweep.plan.sweep import SweepPoint, sweep_points
 
 pytestmark = [
     pytest.mark.slurm,
@@ -200,7 +200,7 @@ def test_measurements_never_overlapped_and_are_labelled_shared_cores(slurm_clust
     point asked for whole nodes, and every table says the figures are not physical."""
     import pandas as pd
 
-    from scalesweep.timeline import overlaps, parse_snakemake_log, with_slurm_times
+    from scalesweep.analyse.timeline import overlaps, parse_snakemake_log, with_slurm_times
 
     workdir, config, _, _ = slurm_run
     saved = os.environ.get("SLURM_CONF")

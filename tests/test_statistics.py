@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from scalesweep import analysis
-from scalesweep.analysis import expected_false_positives, fdr_adjust, overhead_verdict
+from scalesweep.analyse import analysis
+from scalesweep.analyse.analysis import expected_false_positives, fdr_adjust, overhead_verdict
 
 
 def times_with(d, base=60.0):
@@ -247,7 +247,7 @@ def test_expected_false_positives_is_tests_times_level():
 
 
 def test_rates_are_total_work_over_total_time_never_a_mean_of_rates():
-    from scalesweep.analysis import rate_stats
+    from scalesweep.analyse.analysis import rate_stats
 
     # two runs of the same work: 10 s (1 unit/s... 100 units) and 20 s: 150 units/30 s... no:
     # the same 100 units each: 10 units/s and 5 units/s -> 200 units in 30 s = 6.67/s

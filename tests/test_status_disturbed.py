@@ -6,11 +6,11 @@ import yaml
 from snakemake.cli import parse_args, parse_config
 
 from conftest import tiny_config
-from scalesweep.adaptive import repeat_bounds
 from scalesweep.cli import main
-from scalesweep.config import SNAKEFILE, config_sources
-from scalesweep.metrics import write_metrics
-from scalesweep.sweep import sweep_points
+from scalesweep.plan.adaptive import repeat_bounds
+from scalesweep.plan.config import SNAKEFILE, config_sources
+from scalesweep.plan.sweep import sweep_points
+from scalesweep.record.metrics import write_metrics
 
 
 def _campaign(tmp_path, adaptive: bool, measured: int):

@@ -11,9 +11,9 @@ import re
 import pytest
 
 from conftest import REPO, SNAKEMAKE
-from scalesweep.config import effective_config
-from scalesweep.payloads import concurrency_levels
-from scalesweep.sweep import sweep_points
+from scalesweep.plan.config import effective_config
+from scalesweep.plan.payloads import concurrency_levels
+from scalesweep.plan.sweep import sweep_points
 
 
 def points_of(name: str):
@@ -69,7 +69,7 @@ def test_weak_scaling_workloads_get_weak_efficiency_and_say_so():
     import pandas as pd
 
     from conftest import tiny_config
-    from scalesweep.collect import scaling_summary
+    from scalesweep.analyse.collect import scaling_summary
 
     config = tiny_config()
     config["workloads"]["weak"] = dict(config["workloads"]["cnn_ddp"], scaling="weak")

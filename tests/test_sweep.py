@@ -3,7 +3,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import tiny_config, write_site
-from scalesweep.sweep import RUNTIMES, SweepError, SweepPoint, scaling_count, sweep_points
+from scalesweep.plan.sweep import RUNTIMES, SweepError, SweepPoint, scaling_count, sweep_points
 
 
 def test_default_tiny_sweep_lists_every_point():
@@ -118,8 +118,8 @@ def test_gpus_above_machine_are_refused(tmp_path):
 def test_run_rule_output_path_is_the_point_path():
     """The rule's output is built from the one point-path definition (no literal copy)."""
     from conftest import REPO
-    from scalesweep.pointdir import METRICS_JSON
-    from scalesweep.sweep import POINT_DIR
+    from scalesweep.record.pointdir import METRICS_JSON
+    from scalesweep.plan.sweep import POINT_DIR
 
     rule_text = (REPO / "workflow" / "rules" / "run.smk").read_text()
     run_point = rule_text[rule_text.index("rule run_point:"):].split("\n\n\n")[0]

@@ -15,10 +15,12 @@ import pytest
 import yaml
 from scipy import stats
 
-from scalesweep import analysis, collect, status
-from scalesweep.analysis import overhead_verdict, scaling_table, verdict_table
-from scalesweep.metrics import write_metrics
-from scalesweep.sweep import SweepPoint
+from scalesweep.analyse import analysis, collect
+
+from scalesweep.analyse.analysis import overhead_verdict, scaling_table, verdict_table
+from scalesweep.campaign import status
+from scalesweep.plan.sweep import SweepPoint
+from scalesweep.record.metrics import write_metrics
 
 KEYS = {"n_native", "n", "paired", "overhead_pct", "ci95_low_pct", "ci95_high_pct",
         "ci_half_width_pp", "p_value", "equivalence_p_value", "verdict", "verdict_text",
@@ -389,7 +391,7 @@ def test_pairs_on_the_same_nodes_are_preferred():
     nodes are used where there are at least two of them."""
     import pandas as pd
 
-    from scalesweep.analysis import verdict_table
+    from scalesweep.analyse.analysis import verdict_table
 
     rows = []
     for k, (nat, cont, same) in enumerate([(10.0, 10.1, True), (10.0, 10.05, True),

@@ -17,8 +17,8 @@ its own. Fitted to the 8 log times by Gaussian maximum likelihood:
   AR(1) fit is the stress case of a drift that reverts from run to run.
 
 The procedure, as the workflow runs it: blocks of two runs (native, native-aa) one
-right after the other, in ``scalesweep.sweep.block_order``'s order; after the
-minimum of blocks (sweep.repeats 3) ``scalesweep.adaptive.decide`` and ``wants_more``
+right after the other, in ``scalesweep.plan.sweep.block_order``'s order; after the
+minimum of blocks (sweep.repeats 3) ``scalesweep.analyse.decision.decide`` and ``wants_more``
 after every block, up to measurement.max_repeats 8, with config/config.yaml's target
 (3 pp) and margin (5%); then ``overhead_verdict`` on the same-block pairs.
 
@@ -44,9 +44,10 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from scalesweep.adaptive import Series, decide, repeat_bounds, wants_more
-from scalesweep.analysis import overhead_verdict
-from scalesweep.sweep import block_order
+from scalesweep.analyse.analysis import overhead_verdict
+from scalesweep.analyse.decision import decide
+from scalesweep.plan.adaptive import Series, repeat_bounds, wants_more
+from scalesweep.plan.sweep import block_order
 
 LLM_RATES = np.array([148, 205, 226, 217, 207, 169, 149, 127], dtype=float)  # tokens/s
 ALPHA = 0.05

@@ -25,12 +25,12 @@ os.environ.update(
     PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
 )
 
-from scalesweep.config import ConfigError, check_config, schema_typed  # noqa: E402
-from scalesweep.metrics import write_json_atomic  # noqa: E402
-from scalesweep.imageset import runtime_image, used_images  # noqa: E402
-from scalesweep.payloads import point_inputs  # noqa: E402
-from scalesweep.site import site_of  # noqa: E402
-from scalesweep.sweep import (  # noqa: E402
+from scalesweep.plan.config import ConfigError, check_config, schema_typed  # noqa: E402
+from scalesweep.record.metrics import write_json_atomic  # noqa: E402
+from scalesweep.plan.imageset import runtime_image, used_images  # noqa: E402
+from scalesweep.plan.payloads import point_inputs  # noqa: E402
+from scalesweep.platform.site import site_of  # noqa: E402
+from scalesweep.plan.sweep import (  # noqa: E402
     HISTORY_DIR,
     NATIVE_RUNTIMES,
     POINT_DIR,
@@ -47,7 +47,7 @@ envvars:
     "PATH",
 
 
-schema_typed(config)  # --config values re-typed by the schema (scalesweep.config)
+schema_typed(config)  # --config values re-typed by the schema (scalesweep.plan.config)
 try:  # the one validation: Snakemake's validate() with the schema's defaults, the site
     check_config(
         config
@@ -113,8 +113,8 @@ def point_of(wildcards):
 
 
 # Where a point's measurement goes: rule run_point's output and log, and every list of
-# points below, from the one layout (scalesweep.sweep.POINT_DIR, SweepPoint.path).
-from scalesweep.pointdir import METRICS_JSON, RUN_LOG, RUNS_DIR  # noqa: E402
+# points below, from the one layout (scalesweep.plan.sweep.POINT_DIR, SweepPoint.path).
+from scalesweep.record.pointdir import METRICS_JSON, RUN_LOG, RUNS_DIR  # noqa: E402
 
 POINT_METRICS = f"{RUNS_DIR}/{POINT_DIR}/{METRICS_JSON}"
 POINT_LOG = f"{RUNS_DIR}/{POINT_DIR}/{RUN_LOG}"
@@ -250,7 +250,7 @@ def in_repo(path):
     return str(REPO / path) if not Path(path).is_absolute() else path
 
 
-# --- Images (scalesweep.imageset): which rule makes each image the selected points run --
+# --- Images (scalesweep.plan.imageset): which rule makes each image the selected points run --
 IMAGES = used_images(config, POINTS)
 for _spec in IMAGES.values():  # 6. an image used in place must be there, before any job
     if _spec.how == "local" and not Path(_spec.path).exists():
@@ -425,9 +425,9 @@ def measurement_threads(wildcards):
         return point_cores(wildcards) if "ranks" in wildcards.keys() else 1
 
 
-# --- Interleaved blocks and adaptive repeats (scalesweep.adaptive) ----------------------
-from scalesweep.sweep import workload_runtimes  # noqa: E402
-from scalesweep.adaptive import (  # noqa: E402
+# --- Interleaved blocks and adaptive repeats (scalesweep.plan.adaptive) ----------------------
+from scalesweep.plan.sweep import workload_runtimes  # noqa: E402
+from scalesweep.plan.adaptive import (  # noqa: E402
     DECISION_JSON,
     FINAL_JSON,
     SERIES_DIR,
@@ -452,7 +452,7 @@ FINAL_LOG = f"logs/decisions/{SERIES_DIR}/final.log"
 
 def point_priority(wildcards):
     """Measurements in blocks, runtimes interleaved (native, container, container,
-    native ...): scalesweep.adaptive.run_priority."""
+    native ...): scalesweep.plan.adaptive.run_priority."""
     return run_priority(point_of(wildcards), config, SERIES_INDEX)
 
 
@@ -466,11 +466,11 @@ def series_point_metrics(series, repeats):
 
 def series_walk(series):
     """(metrics files, decision files) the series has asked for so far: the minimum of
-    blocks, then one more block per decision that wanted more (scalesweep.adaptive.
+    blocks, then one more block per decision that wanted more (scalesweep.plan.adaptive.
     asked_blocks, which `scalesweep status` uses too). Raises Snakemake's
     IncompleteCheckpointException at the first decision not yet made (the workflow then
     waits for it and asks again); refuses, naming it, a decision file that cannot be
-    walked (scalesweep.adaptive.read_decision)."""
+    walked (scalesweep.plan.adaptive.read_decision)."""
     decisions = []
 
     def decision(round_):
@@ -612,7 +612,7 @@ def final_json(series):
 
 def finished_on_disk(series):
     """Whether every decision and run ``series`` asks for under this config is on disk,
-    read from the files as `scalesweep status` reads them (scalesweep.adaptive.
+    read from the files as `scalesweep status` reads them (scalesweep.plan.adaptive.
     recorded_decision): its rule series_done then has nothing to make."""
     unmade = []
 
@@ -629,10 +629,10 @@ def finished_on_disk(series):
 
 # --- Slurm: run_point's resources for snakemake-executor-plugin-slurm -------------------
 # One sweep point = one Slurm job whose allocation has exactly the point's geometry (nodes,
-# ranks per node, threads per rank, GPUs). The values come from scalesweep.slurm (pure,
+# ranks per node, threads per rank, GPUs). The values come from scalesweep.run.slurm (pure,
 # unit-tested; its docstring says what the plugin makes of each). Partition, account and
 # QOS come from the site profile (profiles/<site>/config.yaml).
-from scalesweep.slurm import (  # noqa: E402
+from scalesweep.run.slurm import (  # noqa: E402
     SlurmConfigError,
     account_problem,
     slurm_request,
@@ -716,7 +716,7 @@ RUN_POINT_SLURM_RESOURCES = (
 def check_writable(directories=("results", "logs")):
     """onstart: a read-only or full campaign directory refused before any job starts,
     naming the directory (the harness checks each point's directory again)."""
-    from scalesweep.pointdir import writable_problem
+    from scalesweep.record.pointdir import writable_problem
 
     for name in directories:
         problem = writable_problem(name)
@@ -730,7 +730,7 @@ WORKFLOW_OWNER = Path(".snakemake", "scalesweep", "workflow.json")
 def record_owner():
     """onstart: who runs this workflow (host, pid and its start time, boot): `scalesweep
     status` tells a live run on another login node from a killed one by it."""
-    from scalesweep.pointdir import owner_record
+    from scalesweep.record.pointdir import owner_record
 
     write_json_atomic(WORKFLOW_OWNER, owner_record())
 
@@ -789,16 +789,16 @@ def profile_problem(account, partition):
 # (the Slurm profiles set printshellcmds) and inert when the command runs:
 #   python .../run_point.py ...  # sbatch -A abc123 -p batch -t 30 -C nvme --nodes=2 ...
 #   ; OMP_NUM_THREADS=7 ... srun --nodes=2 --ntasks=16 ... apptainer exec --rocm ...
-# the options the Slurm executor plugin submits the job with (scalesweep.slurm:
+# the options the Slurm executor plugin submits the job with (scalesweep.run.slurm:
 # sbatch_options, from the job's evaluated resources, profile defaults and retries
 # included, and the plugin's settings of this command line: --slurm-qos ...) and the
-# line the point launches its payload with inside the job (scalesweep.slurm.
+# line the point launches its payload with inside the job (scalesweep.run.slurm.
 # srun_template: the harness's own launch, with the payload's arguments). One params
 # function, also the profile check: one call per job. A dry run ends with a summary
-# (scalesweep.plan.dry_run_summary).
+# (scalesweep.campaign.cost.dry_run_summary).
 import atexit  # noqa: E402
 
-from scalesweep.slurm import (  # noqa: E402
+from scalesweep.run.slurm import (  # noqa: E402
     POINT_SLOT,
     plugin_settings,
     sbatch_options,
@@ -809,7 +809,7 @@ from scalesweep.slurm import (  # noqa: E402
 # (workload, runtime, nodes, gpus, ranks, threads) -> srun line with slurm.POINT_SLOT:
 # every repeat of a geometry shares it, but for its directory
 _SRUN_LINES = {}
-# This run's command line as Snakemake read it (scalesweep.slurm.snakemake_args), read
+# This run's command line as Snakemake read it (scalesweep.run.slurm.snakemake_args), read
 # once, here while the workflow is parsed (never while jobs run), its relative paths (a
 # --profile) from the directory Snakemake started in: the shell's $PWD, else this one
 # (the current directory is never changed). On a Slurm site outside a Slurm job only;
@@ -828,11 +828,11 @@ DRY_RUN_LISTED = {}
 
 def print_dry_run_summary():
     """The end of a dry run on a Slurm site (atexit: Snakemake runs no onsuccess or
-    onerror hook in a dry run; scalesweep.plan.print_dry_run_summary, one line where it
+    onerror hook in a dry run; scalesweep.campaign.cost.print_dry_run_summary, one line where it
     cannot be made). Nothing where no run_point job was listed or this run refused one
     (REFUSED: Snakemake stopped)."""
     if DRY_RUN_LISTED and not REFUSED:
-        from scalesweep.plan import print_dry_run_summary as print_summary
+        from scalesweep.campaign.cost import print_dry_run_summary as print_summary
 
         print_summary(DRY_RUN_LISTED, config, SLURM_SETTINGS)
 
@@ -899,7 +899,7 @@ localrules:
 # --- Report (workflow/rules/report.smk): which figures exist and how they are labelled ---
 # Labels come from the config's sweep, not from the data, so a figure reads the same while
 # points are still missing (analysis.partial).
-from scalesweep.sweep import RUNTIMES, scaling_count  # noqa: E402
+from scalesweep.plan.sweep import RUNTIMES, scaling_count  # noqa: E402
 
 
 def report_workloads(payload=None):
@@ -1044,9 +1044,9 @@ def report_table_title(name):
 # --- Scaling-law fits (workflow/rules/fits.smk) -------------------------------------------
 def fit_series():
     """The training series swept at enough counts for a fit, as expand(..., zip)
-    keywords: one fit figure each (scalesweep.fits.figure_series; fits.csv says why
+    keywords: one fit figure each (scalesweep.analyse.fits.figure_series; fits.csv says why
     the others have none)."""
-    from scalesweep.fits import figure_series
+    from scalesweep.analyse.fits import figure_series
 
     series = figure_series(POINTS, config)
     return {"workload": [w for w, _ in series], "runtime": [r for _, r in series]}

@@ -1,9 +1,9 @@
-# Container images (containers.images, by name: scalesweep.imageset) - each built from its
+# Container images (containers.images, by name: scalesweep.plan.imageset) - each built from its
 # recipe, pulled from a registry, or described where it lies, once, on the login node -
 # then the container runtimes' own start-up timed in them.
 
 
-# One image from its recipe (scalesweep.images: cached by content), into what the builder
+# One image from its recipe (scalesweep.images.build: cached by content), into what the builder
 # writes: a directory (charliecloud dir, podman oci-dir); build_image_sif and
 # build_image_squashfs below write one file.
 rule build_image:
@@ -20,7 +20,7 @@ rule build_image:
     conda:
         "../../envs/scalesweep.yaml"
     params:
-        # `python -m scalesweep build-image` (scalesweep.images) from this repository,
+        # `python -m scalesweep build-image` (scalesweep.images.build) from this repository,
         # also in a conda environment that has not installed the package
         lib=f"{workflow.basedir}/workflow",
         how=image_build_args,

@@ -25,7 +25,7 @@ rule stage_dataset:
 
 # Every file's digest, once; a dataset an older version staged gets its
 # MANIFEST.state.json here, so that each run's own check is cheap (sizes and times:
-# scalesweep.dataset.check_staged). Touching the staged directory re-runs nothing:
+# scalesweep.record.dataset.check_staged). Touching the staged directory re-runs nothing:
 # rerun-triggers [input] (profiles/default).
 rule verify_dataset:
     input:

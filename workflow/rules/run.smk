@@ -5,7 +5,7 @@ rule run_point:
     input:
         run_inputs,
     output:
-        # results/runs/<scalesweep.sweep.POINT_DIR>/: one layout (common.smk: POINT_METRICS)
+        # results/runs/<scalesweep.plan.sweep.POINT_DIR>/: one layout (common.smk: POINT_METRICS)
         metrics=POINT_METRICS,
     log:
         POINT_LOG,
@@ -18,7 +18,7 @@ rule run_point:
     threads: measurement_threads
     resources:
         # Through Slurm (profiles/local-slurm, frontier, odo): one job per point with the
-        # point's exact geometry (scalesweep.slurm); declared only on a site whose
+        # point's exact geometry (scalesweep.run.slurm); declared only on a site whose
         # scheduler is Slurm (common.smk: RUN_POINT_SLURM_RESOURCES).
         **RUN_POINT_SLURM_RESOURCES,
         # profiles/local-slurm sets --resources measure=1 and every job's default to 1:
@@ -40,14 +40,14 @@ if _remeasure:
     print(_remeasure, file=sys.stderr)
 
 
-# Adaptive repeats (scalesweep.adaptive): after the minimum of blocks, one decision per
+# Adaptive repeats (scalesweep.plan.adaptive): after the minimum of blocks, one decision per
 # block says whether the series needs another (overhead CI still wider than the target,
 # or too few undisturbed repeats), up to measurement.max_repeats.
 checkpoint repeats_decision:
     input:
         decision_inputs,
     output:
-        # scalesweep.adaptive.DECISION_JSON: `scalesweep status` reads it there too
+        # scalesweep.plan.adaptive.DECISION_JSON: `scalesweep status` reads it there too
         DECISION_JSON,
     log:
         DECISION_LOG,

@@ -10,27 +10,26 @@ import argparse
 import importlib
 import sys
 
+from scalesweep.campaign.usage import UsageError
+
 # module name -> sub-commands it registers (imported lazily so `--help` stays fast)
 COMMANDS = [
-    "scalesweep.analysis_cli",
-    "scalesweep.status",
-    "scalesweep.rerun",
-    "scalesweep.campaign",
-    "scalesweep.compare",
-    "scalesweep.plan",
-    "scalesweep.fits_cli",
-    "scalesweep.timeline",
-    "scalesweep.images",
-    "scalesweep.hostmpi",
+    "scalesweep.campaign.analysis_cli",
+    "scalesweep.campaign.status",
+    "scalesweep.campaign.rerun",
+    "scalesweep.campaign.archive",
+    "scalesweep.campaign.compare",
+    "scalesweep.campaign.cost",
+    "scalesweep.campaign.fits_cli",
+    "scalesweep.campaign.overlaps",
+    "scalesweep.images.build",
+    "scalesweep.platform.hostmpi",
 ]
 # Sub-commands whose module is imported alone (standard library only): the workflow's
 # rules run them in whatever environment they have, without the analysis stack.
-STANDALONE = {"build-image": "scalesweep.images", "describe-image": "scalesweep.images",
-              "inject-host-mpi": "scalesweep.hostmpi"}
-
-
-class UsageError(Exception):
-    """Bad input from the user: printed as one clear line, exit code 2."""
+STANDALONE = {"build-image": "scalesweep.images.build",
+              "describe-image": "scalesweep.images.build",
+              "inject-host-mpi": "scalesweep.platform.hostmpi"}
 
 
 def build_parser(modules: list[str] | None = None) -> argparse.ArgumentParser:

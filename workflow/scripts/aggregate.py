@@ -2,7 +2,7 @@
 
 Disturbed runs (interference above the thresholds during their measurement) stay in
 runs.csv, marked, and are left out of every statistic; each table row counts them
-(n_disturbed). The tables are made by scalesweep.collect's *_summary functions.
+(n_disturbed). The tables are made by scalesweep.analyse.collect's *_summary functions.
 """
 
 import sys
@@ -11,7 +11,7 @@ from pathlib import Path
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # noqa: F821
 
-from scalesweep.collect import (  # noqa: E402
+from scalesweep.analyse.collect import (  # noqa: E402
     campaign_record,
     collect_runs,
     llm_summary,
@@ -20,10 +20,10 @@ from scalesweep.collect import (  # noqa: E402
     runs_points,
     scaling_summary,
 )
-from scalesweep.metrics import write_json_atomic  # noqa: E402
-from scalesweep.report_tables import add_q_values  # noqa: E402
-from scalesweep.pointdir import METRICS_JSON, RUNS_DIR  # noqa: E402
-from scalesweep.sweep import HISTORY_DIR, sweep_points  # noqa: E402
+from scalesweep.plan.sweep import HISTORY_DIR, sweep_points  # noqa: E402
+from scalesweep.record.metrics import write_json_atomic  # noqa: E402
+from scalesweep.record.pointdir import METRICS_JSON, RUNS_DIR  # noqa: E402
+from scalesweep.report.tables import add_q_values  # noqa: E402
 
 sm = snakemake  # noqa: F821
 cfg = sm.config

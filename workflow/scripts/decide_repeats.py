@@ -25,11 +25,12 @@ args = ap.parse_args()
 config = json.loads(Path(args.config).read_text())
 sys.path.insert(0, str(Path(config["_code_root"]) / "workflow"))
 
-from scalesweep.adaptive import Series, decide  # noqa: E402
-from scalesweep.collect import readable_runs  # noqa: E402
-from scalesweep.metrics import write_json_atomic  # noqa: E402
-from scalesweep.pointdir import METRICS_JSON  # noqa: E402
-from scalesweep.sweep import SweepPoint  # noqa: E402
+from scalesweep.analyse.collect import readable_runs  # noqa: E402
+from scalesweep.analyse.decision import decide  # noqa: E402
+from scalesweep.plan.adaptive import Series  # noqa: E402
+from scalesweep.plan.sweep import SweepPoint  # noqa: E402
+from scalesweep.record.metrics import write_json_atomic  # noqa: E402
+from scalesweep.record.pointdir import METRICS_JSON  # noqa: E402
 
 metrics = [f for f in args.files if Path(f).name == METRICS_JSON]
 decisions = [f for f in args.files if f not in metrics]

@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # no
 
 import pandas as pd  # noqa: E402
 
-from scalesweep import fits  # noqa: E402
+from scalesweep.analyse import fits  # noqa: E402
 
 sm = snakemake  # noqa: F821
 SERIES = fits.CAMPAIGN_SERIES  # as scaling.csv groups them

@@ -6,8 +6,8 @@ from pathlib import Path
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # noqa: F821
 
-from scalesweep.metrics import write_metrics  # noqa: E402
-from scalesweep.startup import measure_startup  # noqa: E402
+from scalesweep.record.metrics import write_metrics  # noqa: E402
+from scalesweep.run.startup import measure_startup  # noqa: E402
 
 sm = snakemake  # noqa: F821
 record = measure_startup(

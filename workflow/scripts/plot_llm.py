@@ -1,5 +1,5 @@
 """Snakemake glue: runs.csv -> llm.png. The bars and 95% CIs are llm.csv's: the same
-scalesweep.collect.llm_summary of the same runs (disturbed runs left out, one row of panels
+scalesweep.analyse.collect.llm_summary of the same runs (disturbed runs left out, one row of panels
 per model)."""
 
 import sys
@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # no
 
 import pandas as pd  # noqa: E402
 
-from scalesweep.plots import llm_figure  # noqa: E402
+from scalesweep.report.plots import llm_figure  # noqa: E402
 
 try:
     runs = pd.read_csv(snakemake.input.runs)  # noqa: F821

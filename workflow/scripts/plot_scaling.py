@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # no
 
 import pandas as pd  # noqa: E402
 
-from scalesweep.plots import scaling_figure  # noqa: E402
+from scalesweep.report.plots import scaling_figure  # noqa: E402
 
 
 def read(path):

@@ -1,7 +1,7 @@
 """Snakemake glue: runs.csv -> drift.csv (machine drift and run-to-run spread per series)
 and the drift figure (the machine-speed probe over the campaign's time).
 
-Made by scalesweep.drift from runs.csv's probe columns (scalesweep.probe)."""
+Made by scalesweep.analyse.drift (the table) and scalesweep.report.drift (the figure) from runs.csv's probe columns (scalesweep.measure.probe)."""
 
 import sys
 from pathlib import Path
@@ -11,7 +11,8 @@ sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # no
 
 import pandas as pd  # noqa: E402
 
-from scalesweep.drift import drift_figure, drift_table  # noqa: E402
+from scalesweep.analyse.drift import drift_table  # noqa: E402
+from scalesweep.report.drift import drift_figure  # noqa: E402
 
 sm = snakemake  # noqa: F821
 runs = pd.read_csv(sm.input.runs)

@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # no
 
 import pandas as pd  # noqa: E402
 
-from scalesweep import memory_report as mr  # noqa: E402
+from scalesweep.report import memory as mr  # noqa: E402
 
 sm = snakemake  # noqa: F821
 
@@ -25,7 +25,7 @@ def read(path, workload):
 
 
 if sm.rule == "report_memory_tables":
-    from scalesweep.collect import readable_runs
+    from scalesweep.analyse.collect import readable_runs
 
     records = readable_runs(sm.input.metrics, sm.config,
                             lambda text: print(text, file=sys.stderr))

@@ -1,6 +1,6 @@
 """Snakemake glue: the summary tables -> front.html (the first screen of report.html:
 verdicts, caveats, scaling, the campaign) and one HTML page per table (<name>.html beside
-<name>.csv), made by scalesweep.report_pages (front_page, table_page)."""
+<name>.csv), made by scalesweep.report.pages (front_page, table_page)."""
 
 import sys
 from pathlib import Path
@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # no
 
 import pandas as pd  # noqa: E402
 
-from scalesweep.report_pages import front_page, table_page  # noqa: E402
+from scalesweep.report.pages import front_page, table_page  # noqa: E402
 
 sm = snakemake  # noqa: F821
 

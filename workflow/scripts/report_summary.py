@@ -2,7 +2,7 @@
 significance.csv (how many "significant" results chance alone would give) and rules.csv
 (the benchmarking rules, passed or not for this campaign).
 
-The tables are made by scalesweep.report_tables (made_table, significance_table,
+The tables are made by scalesweep.report.tables (made_table, significance_table,
 rules_table) from the campaign's own results/summary/*.csv; "summarised" is when the
 newest of them was written.
 """
@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # no
 
 import pandas as pd  # noqa: E402
 
-from scalesweep.report_tables import (  # noqa: E402
+from scalesweep.report.tables import (  # noqa: E402
     made_table,
     rules_table,
     significance_table,
@@ -36,12 +36,12 @@ def read(path):
 
 tables = {name: read(getattr(sm.input, name))
           for name in ("runs", "scaling", "llm", "overhead", "points")}
-try:  # the level the campaign's verdicts used (scalesweep.collect.campaign_settings)
-    from scalesweep.collect import campaign_settings
+try:  # the level the campaign's verdicts used (scalesweep.analyse.collect.campaign_settings)
+    from scalesweep.analyse.collect import campaign_settings
 
     confidence = float(campaign_settings(sm.config)["confidence"])
 except (ImportError, KeyError):
-    from scalesweep.analysis import CONFIDENCE as confidence
+    from scalesweep.analyse.analysis import CONFIDENCE as confidence
 alpha = 1 - confidence
 newest = max(Path(p).stat().st_mtime for p in sm.input)
 summarised = datetime.datetime.fromtimestamp(newest, datetime.timezone.utc)

@@ -1,7 +1,7 @@
 """Snakemake glue: runs.csv -> accuracy_parity.csv, achieved_rate.csv, mpi.csv,
 data_path.csv, llm_concurrency.csv.
 
-The tables are made by scalesweep.report_tables; the percent of peak uses the site's
+The tables are made by scalesweep.report.tables; the percent of peak uses the site's
 node.peak_gflops_per_device (the rule's params, so that a changed peak re-makes them).
 """
 
@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # no
 
 import pandas as pd  # noqa: E402
 
-from scalesweep.report_tables import (  # noqa: E402
+from scalesweep.report.tables import (  # noqa: E402
     accuracy_parity_table,
     achieved_rate_table,
     concurrency_table,

@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # no
 
 import pandas as pd  # noqa: E402
 
-from scalesweep import report_figures as rf  # noqa: E402
+from scalesweep.report import figures as rf  # noqa: E402
 
 sm = snakemake  # noqa: F821
 workload = sm.wildcards.workload

@@ -5,7 +5,7 @@ the config, execute it, write metrics.json.
         results/runs/<workload>/<arm>/n<N>-g<G>-r<R>-t<T>/rep<r>/<runtime>/metrics.json [--log RUN.log]
 
 CONFIG.json is the workflow's effective config (written by common.smk: RUN_CONFIG); the
-point comes from the metrics path, the inputs from scalesweep.payloads.point_inputs (the
+point comes from the metrics path, the inputs from scalesweep.plan.payloads.point_inputs (the
 same function that gives the rule its dependencies).
 """
 
@@ -28,7 +28,7 @@ except (OSError, ValueError, KeyError, TypeError) as exc:  # written by the work
           "through snakemake, which writes it; the point was not run", file=sys.stderr)
     sys.exit(78)  # EX_CONFIG
 
-from scalesweep.pointdir import RUN_LOG, fresh_log  # noqa: E402
+from scalesweep.record.pointdir import RUN_LOG, fresh_log  # noqa: E402
 
 args.log = args.log or str(Path(args.metrics).parent / RUN_LOG)
 try:  # a read-only results directory stops here, before anything runs
@@ -40,13 +40,13 @@ except OSError as exc:
           "read-only results directory?); the point was not run", file=sys.stderr)
     sys.exit(74)  # EX_IOERR
 
-from scalesweep.harness import execute  # noqa: E402
-from scalesweep.hostenv import with_user  # noqa: E402
-from scalesweep.payloads import image_location, image_manifest_of, payload_invocation, point_inputs  # noqa: E402
-from scalesweep.pointdir import FAILURE_JSON, PointDirError  # noqa: E402
-from scalesweep.pointlaunch import build_launch  # noqa: E402
-from scalesweep.site import site_of  # noqa: E402
-from scalesweep.sweep import POINT_DEPTH, SweepPoint, is_native, run_order  # noqa: E402
+from scalesweep.plan.payloads import image_location, image_manifest_of, payload_invocation, point_inputs  # noqa: E402
+from scalesweep.plan.sweep import POINT_DEPTH, SweepPoint, is_native, run_order  # noqa: E402
+from scalesweep.platform.site import site_of  # noqa: E402
+from scalesweep.record.hostenv import with_user  # noqa: E402
+from scalesweep.record.pointdir import FAILURE_JSON, PointDirError  # noqa: E402
+from scalesweep.run.harness import execute  # noqa: E402
+from scalesweep.run.pointlaunch import build_launch  # noqa: E402
 
 # $USER appears in site paths (/mnt/bb/$USER: the payload's arguments) and ch-run needs it
 with_user(os.environ)

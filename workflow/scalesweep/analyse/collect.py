@@ -1,0 +1,683 @@
+"""Collect metrics files into one tidy table (one row per run) and list missing points."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from scalesweep.analyse.analysis import (SCALING_COLUMNS, describe_rates, describe_repeats,
+                                         scaling_table, truthy, verdict_table)
+from scalesweep.measure.probe import summary as probe_summary
+from scalesweep.plan.sweep import (BLOCK_DIR, HISTORY_DIR, REFERENCE, SweepError, SweepPoint,
+                                   scaling_count, workload_axes)
+from scalesweep.record.metrics import RECORD_PAYLOAD, MetricsError, field_problem, read_metrics
+from scalesweep.record.pointdir import FAILURE_JSON, METRICS_JSON
+
+RUN_COLUMNS = [
+    "workload", "payload", "runtime", "nodes", "gpus", "ranks", "threads", "repeat",
+    "arm", "block_id", "block_start", "block_end", "count", "world_size", "time_s", "epoch_time_first_s", "train_s", "images_per_epoch",
+    "images_per_s", "final_loss", "final_accuracy", "test_accuracy", "test_loss",
+    "parallel", "mpi_library", "mpi_library_version", "mpi_origin", "allreduce_s",
+    "flops_per_step", "achieved_gflops_per_rank", "scaling", "precision", "data_path", "data_wait_s",
+    "concurrency", "concurrency_levels",
+    "data_load_s", "staging_s",
+    "model", "model_label", "synthetic_model",
+    "peak_rss_mb", "harness_wall_s", "harness_overhead_s",
+    "disturbed", "disturbed_reason", "outside_cpu_pct", "steal_pct", "load1_max",
+    "exclusive", "shared_cores", "order_position",
+    "probe_gflops", "probe_gbps", "probe_change_pct", "within_run_cv_pct",
+    "hosts", "launcher", "image_digest", "slurm_job_id", "git_commit", "torch", "start", "end",
+    "path",
+]
+SYNTHETIC_LABEL = "synthetic weights"
+SHARED_CORES_NOTE = "shared cores: scaling and overhead figures are not physical"
+
+
+def steady_epoch_time(epoch_s: list[float]) -> float:
+    """Seconds per epoch, excluding the first epoch (warm-up) when there are several."""
+    steady = epoch_s[1:] if len(epoch_s) > 1 else epoch_s
+    return sum(steady) / len(steady)
+
+
+def disturbance(metrics: dict) -> tuple[bool, str]:
+    """(disturbed, reason) of a run; (False, '') for metrics written before the harness
+    measured interference."""
+    interference = metrics.get("interference") or {}
+    disturbed = bool(metrics.get("disturbed", False))
+    reasons = interference.get("reasons") or []
+    if isinstance(reasons, str):
+        reasons = [reasons]
+    reason = "; ".join(str(r) for r in reasons)
+    if disturbed and not reason:
+        reason = "disturbed (no reason recorded)"
+    return disturbed, reason if disturbed else ""
+
+
+def model_label(model, synthetic) -> str:
+    """A model's name as every table and figure shows it: synthetic weights said so."""
+    name = "unknown model" if model is None or (isinstance(model, float) and model != model) \
+        else str(model)
+    return f"{name} ({SYNTHETIC_LABEL})" if synthetic is True or str(synthetic).lower() == "true" \
+        else name
+
+
+def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
+    """runs.csv's row of one run. ``metrics``: a record whose fields are as
+    scalesweep.record.metrics.FIELDS declares them for ``payload_kind`` (read_run checks)."""
+    point = SweepPoint(**metrics["point"])
+    row = point.as_dict()
+    row.update(
+        payload=payload_kind,
+        count=scaling_count(point, payload_kind),
+        world_size=point.world_size,
+        launcher=metrics.get("launcher"),
+        peak_rss_mb=metrics.get("peak_rss_mb"),
+        harness_wall_s=metrics.get("harness_wall_s"),
+        harness_overhead_s=metrics.get("harness_overhead_s"),
+        hosts=";".join(metrics.get("hosts") or []),
+        image_digest=(metrics.get("image") or {}).get("content_digest"),
+        slurm_job_id=(metrics.get("slurm") or {}).get("job_id"),
+        git_commit=metrics.get("git_commit"),
+        torch=(metrics.get("versions") or {}).get("torch"),
+        start=metrics.get("harness_start") or metrics.get("start"),
+        end=metrics.get("harness_end") or metrics.get("end"),
+        path=path,
+    )
+    disturbed, reason = disturbance(metrics)
+    interference = metrics.get("interference") or {}
+    allocation = metrics.get("allocation") or {}
+    order = metrics.get("order") or {}
+    row.update(
+        disturbed=disturbed,
+        disturbed_reason=reason,
+        outside_cpu_pct=interference.get("outside_cpu_pct_max"),
+        steal_pct=interference.get("steal_pct_max"),
+        load1_max=interference.get("load1_max"),
+        exclusive=allocation.get("exclusive"),
+        shared_cores=bool(allocation.get("shared_cores", False)),
+        order_position=order.get("position"),
+        # the machine's speed around the run (scalesweep.measure.probe): None before it existed
+        **probe_summary(metrics.get("probe")),
+        within_run_cv_pct=None,
+    )
+    if payload_kind == "cnn":
+        epochs = metrics["epoch_s"]
+        steady = steady_epoch_time(epochs)
+        # images_per_s covers the same epochs as time_s (steady state: the first epoch
+        # excluded when there are several); the payload's own images_per_s is over all
+        # epochs, warm-up included. images_per_epoch: what every rank together processed.
+        per_epoch = metrics.get("images_per_epoch")
+        if per_epoch is None and metrics.get("images_per_s") and metrics.get("train_s"):
+            per_epoch = metrics["images_per_s"] * metrics["train_s"] / len(epochs)
+        mpi = metrics.get("mpi") or {}
+        allreduce = metrics.get("allreduce_s") or []
+        steps, flops = metrics.get("steps_per_epoch"), metrics.get("flops_per_step")
+        row.update(
+            time_s=steady,
+            epoch_time_first_s=epochs[0],
+            train_s=metrics["train_s"],
+            images_per_epoch=per_epoch,
+            images_per_s=per_epoch / steady if per_epoch and steady > 0 else None,
+            final_loss=metrics["final_loss"],
+            final_accuracy=metrics["final_accuracy"],
+            # held out of training, evaluated after it (accuracy parity)
+            test_accuracy=metrics.get("test_accuracy"),
+            test_loss=metrics.get("test_loss"),
+            parallel=metrics.get("parallel"),
+            # the MPI library the ranks loaded, and whether it was the host's
+            mpi_library=mpi.get("library"),
+            mpi_library_version=mpi.get("library_version"),
+            mpi_origin=mpi.get("origin"),
+            # rank 0's seconds per steady epoch in the gradient Allreduce (mpi)
+            allreduce_s=steady_epoch_time(allreduce) if allreduce else None,
+            # counted FLOPs of one rank's step, and what one rank achieved per steady epoch
+            flops_per_step=flops,
+            achieved_gflops_per_rank=(flops * steps / steady / 1e9
+                                      if flops and steps and steady > 0 else None),
+            scaling=metrics.get("scaling", "strong"),
+            # the arithmetic the device did (tf32 asked on a CPU is fp32): the peak it is held to
+            precision=metrics.get("precision_effective") or metrics.get("precision") or "fp32",
+            data_path=metrics.get("data_path", "memory"),
+            # rank 0's seconds per steady epoch getting its batches
+            data_wait_s=(steady_epoch_time(metrics["data_wait_s"])
+                         if metrics.get("data_wait_s") else None),
+            data_load_s=metrics.get("data_load_s"),
+            staging_s=metrics.get("staging_s"),
+        )
+    else:
+        ttft, latency = metrics.get("ttft_s") or {}, metrics.get("latency_s") or {}
+        row.update(
+            time_s=metrics["wall_s"],
+            tokens_per_s=metrics.get("tokens_per_s"),
+            requests_per_s=metrics.get("requests_per_s"),
+            ttft_p50_s=ttft.get("p50"),
+            ttft_p90_s=ttft.get("p90"),
+            ttft_p99_s=ttft.get("p99"),
+            latency_p50_s=latency.get("p50"),
+            latency_p99_s=latency.get("p99"),
+            peak_rss_mb=(metrics.get("memory") or {}).get("server_peak_rss_mb"),
+            engine=(metrics.get("engine") or {}).get("name"),
+            concurrency=metrics.get("concurrency"),
+            # the concurrency axis, per level (JSON: scalesweep.report.tables.concurrency_table)
+            concurrency_levels=json.dumps([
+                {"concurrency": lv["concurrency"], "tokens_per_s": lv.get("tokens_per_s"),
+                 "requests_per_s": lv.get("requests_per_s"),
+                 **{f"{m}_{q}_s": (lv.get(f"{m}_s") or {}).get(q)
+                    for m in ("ttft", "latency") for q in ("p50", "p90", "p99")}}
+                for lv in metrics["concurrency_levels"]]) if metrics.get("concurrency_levels") else None,
+            model=(metrics.get("model") or {}).get("name"),
+            synthetic_model=bool((metrics.get("model") or {}).get("synthetic", False)),
+            # the spread inside the run: CV of its requests' decode rates, percent
+            within_run_cv_pct=request_spread_pct(metrics),
+        )
+        row["model_label"] = model_label(row["model"], row["synthetic_model"])
+    return row
+
+
+def request_spread_pct(metrics: dict) -> float | None:
+    """The coefficient of variation (sample std / mean, percent) of an LLM run's
+    per-request decode rates (tokens/s after the first token): from the requests it
+    recorded, else from its ``decode_tokens_per_s`` summary's std (payloads since the
+    summary has one); None with fewer than two rates."""
+    rates = [r.get("decode_tokens_per_s") for r in metrics.get("requests") or []
+             if isinstance(r, dict) and r.get("ok", True)]
+    rates = [float(v) for v in rates if isinstance(v, (int, float)) and np.isfinite(v)]
+    if len(rates) >= 2:
+        mean = float(np.mean(rates))
+        return 100.0 * float(np.std(rates, ddof=1)) / mean if mean > 0 else None
+    summary = metrics.get("decode_tokens_per_s") or {}
+    std, mean = summary.get("std"), summary.get("mean")
+    if isinstance(std, (int, float)) and isinstance(mean, (int, float)) and mean > 0:
+        return 100.0 * std / mean
+    return None
+
+
+
+
+def history_runs(metrics_path: str | Path) -> list[Path]:
+    """The metrics files kept in the point's history, newest first (the directory names
+    are UTC time stamps, so they sort by time)."""
+    history = Path(metrics_path).parent / HISTORY_DIR
+    if not history.is_dir():
+        return []
+    return sorted(history.glob(f"*/{METRICS_JSON}"), key=lambda p: p.parent.name, reverse=True)
+
+
+def read_run(path: str | Path, config: dict) -> tuple[dict, dict]:
+    """(metrics, run_row) of one metrics file; MetricsError naming the file and the
+    field when it is unreadable, of another schema, or lacks a field the tables need
+    or has one of another kind than declared (scalesweep.record.metrics.FIELDS, of the payload
+    its workload runs: "<file>: <field> is <value>, expected <kind>")."""
+    m = read_metrics(path)
+    try:
+        workload = m["point"]["workload"]
+        kind = config["workloads"][workload]["payload"]
+    except (KeyError, TypeError) as exc:
+        raise MetricsError(f"{path}: no point/workload of this config ({exc})") from None
+    if RECORD_PAYLOAD.get(kind) != m.get("payload"):  # read_metrics checked its own
+        problem = field_problem(m, RECORD_PAYLOAD.get(kind))
+        if problem:
+            raise MetricsError(f"{path}: {problem}")
+    try:
+        row = run_row(m, str(path), kind)
+    # a field FIELDS does not declare yet: still a failed point, never a traceback
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, IndexError,
+            AttributeError) as exc:
+        raise MetricsError(f"{path}: missing or malformed field ({type(exc).__name__}: "
+                           f"{exc})") from None
+    if not _finite(row.get("time_s")):
+        raise MetricsError(f"{path}: its time ({row.get('time_s')!r}) is not a number")
+    return m, row
+
+
+def _finite(value) -> bool:
+    try:
+        return bool(np.isfinite(float(value)))
+    except (TypeError, ValueError):
+        return False
+
+
+def readable_runs(metrics_paths: Iterable[str], config: dict,
+                  log=None) -> list[tuple[str, dict, dict]]:
+    """(path, metrics, run_row) of every run that can be read. A file that cannot be
+    (truncated, a missing or non-numeric field) is left out with a warning in ``log``
+    (points.csv then lists its point as failed, with the reason): never a traceback,
+    never a zero. The newest valid run kept in the point's history stands in for it,
+    said so in ``log``."""
+    log = log or (lambda text: None)
+    out = []
+    for path in metrics_paths:
+        try:
+            out.append((str(path), *read_run(path, config)))
+            continue
+        except MetricsError as exc:
+            problem = str(exc)
+        for earlier in history_runs(path):
+            try:
+                out.append((str(earlier), *read_run(earlier, config)))
+            except MetricsError:
+                continue
+            log(f"warning: {problem}; the summary uses the earlier run {earlier}")
+            break
+        else:
+            log(f"warning: {problem}; left out of the summary (a failed point in "
+                "points.csv; `scalesweep rerun --failed` measures it again)")
+    return out
+
+
+def collect_runs(metrics_paths: Iterable[str], config: dict, log=None) -> pd.DataFrame:
+    """One row per readable run (readable_runs: unreadable ones are left out, logged)."""
+    rows = [row for _, _, row in readable_runs(metrics_paths, config, log)]
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return pd.DataFrame(columns=RUN_COLUMNS)
+    df = with_blocks(df)
+    cols = [c for c in RUN_COLUMNS if c in df.columns]
+    return df[cols + [c for c in df.columns if c not in cols]].sort_values(
+        ["workload", "runtime", "count", "threads", "repeat"], ignore_index=True
+    )
+
+
+def with_blocks(df: pd.DataFrame) -> pd.DataFrame:
+    """block_id (the block each run was measured in: sweep.BLOCK_DIR), and the block's
+    start and end (its first run's start, its last run's end) on every run."""
+    if "arm" not in df.columns:
+        df = df.assign(arm=df["runtime"])
+    df = df.assign(arm=df["arm"].fillna(df["runtime"]))
+    df["block_id"] = [
+        BLOCK_DIR.format(workload=w, arm=a, nodes=n, gpus=g, ranks=r, threads=t, repeat=k)
+        for w, a, n, g, r, t, k in zip(df["workload"], df["arm"], df["nodes"], df["gpus"],
+                                       df["ranks"], df["threads"], df["repeat"])]
+    if "start" in df.columns and "end" in df.columns:
+        start = pd.to_datetime(df["start"], utc=True, errors="coerce")
+        end = pd.to_datetime(df["end"], utc=True, errors="coerce")
+        times = pd.DataFrame({"block_id": df["block_id"], "s": start, "e": end})
+        span = times.groupby("block_id").agg(s=("s", "min"), e=("e", "max"))
+        fmt = lambda t: None if pd.isna(t) else t.isoformat()  # noqa: E731
+        df["block_start"] = df["block_id"].map(span["s"].map(fmt))
+        df["block_end"] = df["block_id"].map(span["e"].map(fmt))
+    return df
+
+
+def point_states(
+    points: Iterable[SweepPoint], results: str = "results", done: Iterable[str] = (),
+    disturbed: Mapping[str, str] | None = None, config: dict | None = None,
+) -> pd.DataFrame:
+    """done / disturbed (with reason) / failed (with reason) / missing for every point.
+
+    ``done``: metrics files already read and validated (collect_runs' ``path`` column, as
+    aggregate passes it): they are not parsed a second time (at 100,000 runs that second
+    pass was 13 s of a 37 s aggregation). ``disturbed``: those of them whose run was
+    disturbed, mapped to the reason (collect_runs' disturbed_reason). A metrics file read
+    here is checked for ``disturbed`` itself. A disturbed run is kept but left out of the
+    statistics; the workflow measures further repeats to replace it. With ``config``, a
+    metrics file read here is checked as the aggregation reads it (read_run: every field
+    the tables need), so a point the summary had to leave out is listed as failed.
+    """
+    done = {str(Path(f)) for f in done}
+    disturbed = {str(Path(f)): r for f, r in (disturbed or {}).items()}
+    rows = []
+    for p in points:
+        d = Path(results) / "runs" / p.path
+        state, reason, log = "missing", "", ""
+        metrics_path = str(d / METRICS_JSON)
+        if metrics_path in done:
+            state = "done"
+            if metrics_path in disturbed:
+                state, reason = "disturbed", disturbed[metrics_path]
+        elif (d / METRICS_JSON).is_file():
+            try:
+                m = (read_run(d / METRICS_JSON, config)[0] if config is not None
+                     else read_metrics(d / METRICS_JSON))
+                flagged, why = disturbance(m)
+                state, reason = ("disturbed", why) if flagged else ("done", "")
+            except MetricsError as exc:
+                state, reason = "failed", str(exc)
+        elif (d / FAILURE_JSON).is_file():
+            failure = json.loads((d / FAILURE_JSON).read_text())
+            state, reason, log = "failed", failure.get("reason", ""), failure.get("log", "")
+        rows.append({**p.as_dict(), "path": p.path, "state": state, "reason": reason, "log": log})
+    return pd.DataFrame(rows, columns=[*SweepPoint.__dataclass_fields__, "path", "state",
+                                       "reason", "log"])
+
+
+def runs_points(runs: pd.DataFrame) -> list[SweepPoint]:
+    """The sweep points of a runs table (collect_runs' rows)."""
+    if runs.empty:
+        return []
+    fields = list(SweepPoint.__dataclass_fields__)
+    return [SweepPoint(*values) for values in runs[fields].itertuples(index=False, name=None)]
+
+
+def extra_repeats(requested: Iterable[SweepPoint], results: str) -> list[SweepPoint]:
+    """Repeats beyond the config's that exist on disk (metrics.json or failure.json) for a
+    requested geometry, arm and runtime: those the adaptive repeats added."""
+    requested = list(requested)
+    known = set(requested)
+    series = {(p.workload, p.arm, p.runtime, p.nodes, p.gpus, p.ranks, p.threads)
+              for p in requested}
+    found = []
+    runs_dir = Path(results) / "runs"
+    for workload, arm, runtime in {(p.workload, p.arm, p.runtime) for p in requested}:
+        base = runs_dir / workload / arm
+        if not base.is_dir():
+            continue
+        for run in base.glob(f"*/rep*/{runtime}"):
+            if not ((run / METRICS_JSON).is_file() or (run / FAILURE_JSON).is_file()):
+                continue
+            try:
+                point = SweepPoint.from_path(str(run.relative_to(runs_dir)))
+            except SweepError:
+                continue
+            key = (point.workload, point.arm, point.runtime, point.nodes, point.gpus,
+                   point.ranks, point.threads)
+            if key in series and point not in known:
+                found.append(point)
+    return sorted(found)
+
+
+# --- the summary tables of aggregate (scaling.csv, llm.csv, overhead.csv) ------------------
+
+SCALING_SERIES = ["workload", "runtime", "threads"]
+LLM_KEYS = ["workload", "model_label", "runtime", "nodes", "gpus", "threads"]
+OVERHEAD_KEYS = ["workload", "arm", "nodes", "gpus", "ranks", "threads"]
+ROW_NOTES = ["n_disturbed", "shared_cores", "note"]
+
+
+def _flags(runs: pd.DataFrame, col: str) -> pd.Series:
+    if col not in runs.columns:
+        return pd.Series(False, index=runs.index)
+    return runs[col].map(truthy).astype(bool)
+
+
+def valid_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs the statistics use: every run not marked disturbed."""
+    return runs[~_flags(runs, "disturbed")]
+
+
+def _row_notes(table: pd.DataFrame, runs: pd.DataFrame, keys: list[str],
+               count_disturbed: bool = True) -> pd.DataFrame:
+    """n_disturbed (runs left out), shared_cores (any run of the row on shared cores) and
+    note (the shared-cores label) for each row of ``table``, matched on ``keys``."""
+    if table.empty:
+        return table.assign(**{c: pd.Series(dtype=object) for c in ROW_NOTES})
+    flags = runs.assign(_disturbed=_flags(runs, "disturbed").astype(int),
+                        _shared=_flags(runs, "shared_cores"))
+    per_row = flags.groupby(keys, dropna=False).agg(n_disturbed=("_disturbed", "sum"),
+                                                    shared_cores=("_shared", "any"))
+    out = table.merge(per_row.reset_index(), on=keys, how="left")
+    if not count_disturbed:
+        out = out.drop(columns="n_disturbed")
+    else:
+        out["n_disturbed"] = out["n_disturbed"].fillna(0).astype(int)
+    out["shared_cores"] = out["shared_cores"].fillna(False).astype(bool)
+    out["note"] = np.where(out["shared_cores"], SHARED_CORES_NOTE, "")
+    return out
+
+
+def scaling_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame:
+    """scaling.csv: analysis.scaling_table per workload x runtime x threads over the valid
+    (not disturbed) CNN runs, plus n_disturbed, shared_cores and note per row. A series
+    whose every run of its baseline count was disturbed has no numbers: one row at that
+    count with n 0 says so (note; in ``log`` too), never an empty table without a word
+    (``scaling_rows``: the rows with numbers). One without a finished baseline run (a
+    partial sweep) is left out, said in ``log``."""
+    log = log or (lambda text: None)
+    trained = runs[runs["payload"] == "cnn"] if not runs.empty else runs
+    tables, left_out = [], []
+    for key, every in trained.groupby(SCALING_SERIES, sort=True):
+        df = valid_runs(every)
+        baseline = workload_axes(config, key[0]).get("baseline")
+        # the workload's mode (workloads.<name>.scaling): strong, or weak (per-rank work
+        # fixed: efficiency = T(baseline) / T(N)); every row says which
+        mode = config["workloads"].get(key[0], {}).get("scaling", "strong")
+        if df.empty or (baseline is not None and baseline not in set(df["count"])):
+            at = baseline if baseline is not None else every["count"].min()
+            series = ", ".join(f"{c}={v}" for c, v in zip(SCALING_SERIES, key))
+            n = int((every["count"] == at).sum())  # all disturbed
+            if not n:  # a partial sweep: points.csv says what is missing
+                log(f"scaling: {series}: no finished run of its baseline count {at}; left out")
+                continue
+            also = ", as every other run of the series" if df.empty and len(every) > n else ""
+            why = (f"no numbers: no undisturbed run of its baseline count {at} ({n} "
+                   f"disturbed{also}; `scalesweep status` says how to replace them)")
+            log(f"scaling: {series}: {why}; left out of the scaling statistics")
+            left_out.append({**dict(zip(SCALING_SERIES, key)), "count": at, "n": 0,
+                             "baseline_count": at, "scaling": mode, "_why": why})
+            continue
+        tables.append(scaling_table(
+            df, count_col="count", time_col="time_s", group_cols=SCALING_SERIES,
+            baseline=baseline, mode=mode,
+            cv_threshold=config.get("analysis", {}).get("cv_threshold", 0.05)).assign(scaling=mode))
+    if not tables and not left_out:
+        return pd.DataFrame(columns=[*SCALING_SERIES, "count", *ROW_NOTES])  # a header
+    table = pd.concat([*tables, *([pd.DataFrame(left_out)] if left_out else [])],
+                      ignore_index=True)
+    if not tables:  # the columns of a table with numbers, empty
+        table = table.reindex(columns=[*SCALING_SERIES, "count", *SCALING_COLUMNS, "scaling",
+                                       "_why"])
+    table = _row_notes(table, trained, [*SCALING_SERIES, "count"])
+    why = table.pop("_why").fillna("") if left_out else pd.Series("", index=table.index)
+    table["note"] = [w + "; " + t if w and t else w or t for w, t in zip(why, table["note"])]
+    # a count reached by several node layouts (1 node x 2 ranks and 2 nodes x 1 rank) is
+    # pooled here as repeats of one count: said on the row and in the log, never silently
+    layouts = valid_runs(trained).groupby([*SCALING_SERIES, "count"]).apply(
+        lambda d: sorted({(int(n), int(g), int(r)) for n, g, r in
+                          zip(d["nodes"], d["gpus"], d["ranks"])}), include_groups=False)
+    for i, row in table.iterrows():
+        found = layouts.get(tuple(row[c] for c in [*SCALING_SERIES, "count"]), [])
+        if len(found) > 1:
+            shown = " + ".join(f"{n}x{g or r} {'GPUs' if g else 'ranks'}" for n, g, r in found)
+            text = f"pools node layouts {shown} (nodes x per node)"
+            table.at[i, "note"] = "; ".join(t for t in (table.at[i, "note"], text) if t)
+            log(f"scaling: {dict(zip(SCALING_SERIES, row[SCALING_SERIES]))} count "
+                f"{row['count']}: {text}; sweep nodes and ranks/GPUs per node in separate "
+                "workloads to keep them apart")
+    return table
+
+
+def scaling_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of scaling.csv with numbers: not those of series left out (n 0, a note
+    saying why; scaling_summary)."""
+    if table is None or table.empty or "n" not in table:
+        return table
+    return table[pd.to_numeric(table["n"], errors="coerce").fillna(0) > 0]
+
+
+def llm_summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """llm.csv: per workload x model x runtime x nodes x GPUs x threads (never averaged
+    across models; a synthetic model's label says "synthetic weights"), over the valid
+    runs: wall time for the prompt set (describe_repeats: n, mean, median, min, max, std,
+    ci95_low, ci95_high, cv), tokens/s with its 95% CI (also per GPU, of nodes x GPUs,
+    and per node: tokens_per_s_per_gpu / _per_node), mean median TTFT and latency,
+    mean peak server memory; n_disturbed, shared_cores, note."""
+    llm = runs[runs["payload"] == "llm"] if not runs.empty and "payload" in runs else runs.iloc[0:0]
+    if llm.empty:
+        return pd.DataFrame(columns=[*LLM_KEYS, *ROW_NOTES])
+    llm = llm.assign(model_label=[model_label(m, s) for m, s in
+                                  zip(llm.get("model", pd.Series(None, index=llm.index)),
+                                      llm.get("synthetic_model", pd.Series(False, index=llm.index)))])
+    valid = valid_runs(llm)
+    if valid.empty:
+        return pd.DataFrame(columns=[*LLM_KEYS, *ROW_NOTES])
+    table = describe_repeats(valid, LLM_KEYS, "time_s")
+    models = valid.groupby("model_label", dropna=False).agg(
+        model=("model", "first"),
+        synthetic_model=("synthetic_model", lambda s: bool(s.map(truthy).any())))
+    table = table.merge(models.reset_index(), on="model_label", how="left")
+    tokens = valid.dropna(subset=["tokens_per_s"]) if "tokens_per_s" in valid else valid.iloc[0:0]
+    if not tokens.empty:
+        # a rate: total tokens over total time (harmonic mean), CI from the time per token
+        rates = describe_rates(tokens, LLM_KEYS, "tokens_per_s")[
+            [*LLM_KEYS, "mean", "ci95_low", "ci95_high"]].rename(columns={
+                "mean": "tokens_per_s", "ci95_low": "tokens_per_s_ci95_low",
+                "ci95_high": "tokens_per_s_ci95_high"})
+        table = table.merge(rates, on=LLM_KEYS, how="left")
+        # per GPU (nodes x GPUs per node; empty on a CPU-only point) and per node: the
+        # row's estimate and CI divided by the row's constant
+        nodes = pd.to_numeric(table["nodes"], errors="coerce")
+        gpus = nodes * pd.to_numeric(table["gpus"], errors="coerce")
+        for unit, per in (("gpu", gpus.where(gpus > 0)), ("node", nodes.where(nodes > 0))):
+            for col in ("tokens_per_s", "tokens_per_s_ci95_low", "tokens_per_s_ci95_high"):
+                table[col.replace("tokens_per_s", f"tokens_per_s_per_{unit}")] = table[col] / per
+    means = [c for c in ("ttft_p50_s", "latency_p50_s", "peak_rss_mb") if c in valid]
+    if means:
+        table = table.merge(valid.groupby(LLM_KEYS, as_index=False, dropna=False)[means].mean(),
+                            on=LLM_KEYS, how="left")
+    table = _row_notes(table, llm, LLM_KEYS)
+    first = ["workload", "model", "model_label", "synthetic_model", "runtime", "nodes", "gpus",
+             "threads"]
+    return table[first + [c for c in table.columns if c not in first]]
+
+
+def campaign_settings(config: dict) -> dict:
+    """What the campaign's verdicts rest on (measurement.*): the equivalence margin, the
+    CI target, how pairs are formed and when a pair is left out. Written beside runs.csv
+    (results/summary/campaign.json) so that `scalesweep overhead` on a campaign's runs.csv
+    gives exactly the campaign's verdicts."""
+    measurement = config.get("measurement") or {}
+    return {
+        "baseline_runtime": REFERENCE,
+        "pair_col": "block_id",
+        "margin_pct": float(measurement.get("equivalence_margin_pct", 2.0)),
+        "target_ci_pp": float(measurement.get("target_ci_pp", 2.0)),
+        "max_pair_gap_s": float(measurement.get("max_pair_gap_s", 600)),
+        "probe_tolerance_pct": (None if measurement.get("probe_tolerance_pct") is None
+                                else float(measurement["probe_tolerance_pct"])),
+        "confidence": 0.95,
+    }
+
+
+CAMPAIGN_JSON = "campaign.json"  # beside runs.csv (results/summary/)
+
+
+def campaign_record(config: dict, runs: pd.DataFrame) -> dict:
+    """campaign.json: the settings the summary's verdicts rest on (``campaign_settings``),
+    the config they were computed with (private keys left out), and the runs summarised:
+    how many, from when to when, at which commits."""
+    import datetime as _dt
+
+    plain = json.loads(json.dumps({k: v for k, v in config.items() if not k.startswith("_")},
+                                  default=str))
+    start = pd.to_datetime(runs["start"], utc=True, errors="coerce") if len(runs) else None
+    end = pd.to_datetime(runs["end"], utc=True, errors="coerce") if len(runs) else None
+    iso = lambda t: None if t is None or pd.isna(t) else t.isoformat()  # noqa: E731
+    return {
+        "summarised_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "settings": campaign_settings(config),
+        "runs": int(len(runs)),
+        "disturbed": int(_flags(runs, "disturbed").sum()) if len(runs) else 0,
+        "first_start": iso(start.min()) if start is not None else None,
+        "last_end": iso(end.max()) if end is not None else None,
+        "git_commits": (sorted({str(c) for c in runs["git_commit"].dropna()})
+                        if len(runs) and "git_commit" in runs else []),
+        "config": plain,
+    }
+
+
+def overhead_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame:
+    """overhead.csv: analysis.verdict_table of every other runtime (containers, and the
+    A/A runtime native-aa) against native at the same point (workload, nodes, gpus,
+    ranks, threads, and the model for LLM inference), each in its own arm (sweep.BLOCK_DIR):
+    paired on the block the two runs were measured in (same-block pairs), disturbed runs
+    left out and counted, pairs not measured together or on a machine whose speed
+    differed left out and counted; margin, CI target and pairing from
+    ``campaign_settings``. Points with no native run are left out (and logged)."""
+    log = log or (lambda text: None)
+    settings = campaign_settings(config)
+    columns = ["workload", "model", "model_label", "arm", "nodes", "gpus", "ranks", "threads",
+               "runtime"]
+    empty = pd.DataFrame(columns=[*columns, "pairing", "n_native", "n", "native_s", "time_s",
+                                  "overhead_pct", "verdict", "verdict_text", *ROW_NOTES])
+    if runs.empty:
+        return empty
+    data = runs.copy()
+    pair_col = settings["pair_col"]
+    if "arm" not in data.columns:
+        # a table from before blocks had arms: every runtime of a geometry in one block,
+        # paired on the repeat number (and said so: analysis.SAME_REPEAT)
+        data["arm"], pair_col = "", "repeat"
+    elif "block_id" not in data.columns:
+        data = with_blocks(data)
+    is_llm = data["payload"].eq("llm") if "payload" in data else pd.Series(False, index=data.index)
+    labels = [model_label(m, s) if llm else "" for m, s, llm in zip(
+        data.get("model", pd.Series(None, index=data.index)),
+        data.get("synthetic_model", pd.Series(False, index=data.index)), is_llm)]
+    data["model_label"] = labels
+    if "model" not in data:
+        data["model"] = None
+    data.loc[~is_llm, "model"] = None
+    keys = [*OVERHEAD_KEYS, "model_label"]
+    # the reference runs measured alone (arm native) compare nothing
+    data = data[data["arm"] != REFERENCE]
+    if data.empty:
+        return empty
+    has_native = data.groupby(keys)["runtime"].transform(lambda r: (r == REFERENCE).any())
+    for key in data.loc[~has_native, keys].drop_duplicates().itertuples(index=False):
+        log(f"overhead: {dict(zip(keys, key))} has no finished native run; left out")
+    data = data[has_native]
+    if data.empty or data["runtime"].nunique() < 2:
+        return empty
+    table = verdict_table(data, keys, baseline_runtime=settings["baseline_runtime"],
+                          pair_col=pair_col, exclude_col="disturbed",
+                          margin_pct=settings["margin_pct"],
+                          target_ci_pp=settings["target_ci_pp"],
+                          confidence=settings["confidence"],
+                          max_pair_gap_s=settings["max_pair_gap_s"],
+                          probe_tolerance_pct=_probe_tolerance(data, settings))
+    models = data.groupby("model_label")["model"].first()
+    table.insert(1, "model", table["model_label"].map(models))
+    # n_disturbed is verdict_table's own (both sides); shared cores: either side
+    shared = data.assign(_shared=_flags(data, "shared_cores")).groupby(
+        [*keys, "runtime"], dropna=False)["_shared"].any().to_dict()
+    table["shared_cores"] = [
+        bool(shared.get((*k, REFERENCE), False) or shared.get((*k, rt), False))
+        for k, rt in zip(table[keys].itertuples(index=False, name=None), table["runtime"])]
+    table["note"] = np.where(table["shared_cores"], SHARED_CORES_NOTE, "")
+    table = _with_spread(table, data, keys)
+    return table[columns + [c for c in table.columns if c not in columns]]
+
+
+def _with_spread(table: pd.DataFrame, data: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """time_cv_pct (the between-run spread: the CV of the valid runs' time_s, per runtime
+    of the row, averaged over its two runtimes) and within_run_cv_pct (the runs' own per-request spread,
+    LLM inference) per row; where runs differ far more from each other than inside
+    themselves, the verdict's evidence says so (scalesweep.analyse.drift.spread_text)."""
+    from scalesweep.analyse.drift import FAR_MORE_TEXT, cv_pct, spread_text
+
+    valid = valid_runs(data).assign(
+        time_s=lambda d: pd.to_numeric(d["time_s"], errors="coerce"),
+        within_run_cv_pct=lambda d: pd.to_numeric(
+            d["within_run_cv_pct"] if "within_run_cv_pct" in d else np.nan, errors="coerce"))
+    # one pass over the runs: per row key and runtime (keys as in verdict_table's groups)
+    per = valid.groupby([*keys, "runtime"], dropna=False).agg(
+        cv=("time_s", cv_pct), w_sum=("within_run_cv_pct", "sum"),
+        w_n=("within_run_cv_pct", "count"))
+    cv, w_sum, w_n = (per[c].to_dict() for c in ("cv", "w_sum", "w_n"))
+    between, within, texts = [], [], []
+    for key, runtime in zip(table[keys].itertuples(index=False, name=None), table["runtime"]):
+        cvs = [cv.get((*key, rt), np.nan) for rt in (REFERENCE, runtime)]
+        b = float(np.nanmean(cvs)) if np.isfinite(cvs).any() else np.nan
+        n = sum(w_n.get((*key, rt), 0) for rt in (REFERENCE, runtime))
+        w = sum(w_sum.get((*key, rt), 0.0) for rt in (REFERENCE, runtime)) / n if n else np.nan
+        _, text = spread_text(b, w)
+        between.append(b)
+        within.append(w)
+        texts.append(text if text.startswith(FAR_MORE_TEXT) else "")
+    table = table.assign(time_cv_pct=between, within_run_cv_pct=within)
+    table["verdict_text"] = [v + (f"; {t}" if t else "")
+                             for v, t in zip(table["verdict_text"], texts)]
+    return table
+
+
+def _probe_tolerance(data: pd.DataFrame, settings: dict):
+    """The probe tolerance where the runs carry probe figures (else no probe check)."""
+    if settings["probe_tolerance_pct"] is None:
+        return None
+    if not any(c in data.columns for c in ("probe_gflops", "probe_gbps")):
+        return None
+    return settings["probe_tolerance_pct"]

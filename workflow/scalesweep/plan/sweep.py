@@ -1,0 +1,446 @@
+"""Sweep points: the one expansion of config axes into immutable run records.
+
+A point's path under ``results/runs/`` is derived from the point alone and parses back
+to the same point (``SweepPoint.from_path(p.path) == p``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from scalesweep.platform import runtimes as _runtimes
+from scalesweep.platform.site import site_of
+
+# The runtimes are classes (scalesweep.platform.runtimes), registered by name; native-aa is the
+# A/A calibration (measurement.aa_calibration), a second, identical native runtime.
+RUNTIMES = _runtimes.names()
+NATIVE_RUNTIMES = _runtimes.native_names()
+CONTAINER_RUNTIMES = _runtimes.container_names()
+AXES = ("runtimes", "nodes", "gpus_per_node", "ranks_per_node", "threads_per_rank", "repeats")
+
+# The reference every other runtime is compared with (overhead = other vs reference).
+REFERENCE = "native"
+# A block is one repeat of one *arm* of a geometry: the reference and one compared runtime
+# (the arm is named after it), measured one right after the other (block_order). Every
+# comparison has blocks of its own, so a runtime added to a campaign later (the A/A
+# runtime native-aa, a second container) is measured beside a reference run of its own
+# block, never paired with reference runs measured before it existed. A series with the
+# reference alone has the arm "native"; without the reference each runtime is its own arm.
+# results/runs/<workload>/<arm>/n<nodes>-g<gpus>-r<ranks>-t<threads>/rep<repeat>/<runtime>:
+# the block's directory holds its runs.
+BLOCK_DIR = "{workload}/{arm}/n{nodes}-g{gpus}-r{ranks}-t{threads}/rep{repeat}"
+POINT_DIR = BLOCK_DIR + "/{runtime}"
+POINT_DEPTH = POINT_DIR.count("/") + 1  # path segments of a point directory
+# <point dir>/history/<UTC stamp>/: a point's earlier runs, moved aside by `scalesweep rerun`
+HISTORY_DIR = "history"
+
+
+def in_history(path: str) -> bool:
+    """Whether a path below results/runs/ is an earlier run kept in a point's history."""
+    return HISTORY_DIR in path.replace("\\", "/").split("/")
+WILDCARD_CONSTRAINTS = {
+    "workload": r"[a-z][a-z0-9_]*",
+    "arm": "|".join(re.escape(r) for r in RUNTIMES),
+    "runtime": "|".join(re.escape(r) for r in RUNTIMES),
+    "nodes": r"[1-9][0-9]*",
+    "gpus": r"[0-9]+",
+    "ranks": r"[1-9][0-9]*",
+    "threads": r"[1-9][0-9]*",
+    "repeat": r"[1-9][0-9]*",
+}
+_PATH_RE = re.compile(
+    "^"
+    + re.sub(r"\{(\w+)\}", lambda m: f"(?P<{m[1]}>{WILDCARD_CONSTRAINTS[m[1]]})", POINT_DIR)
+    + "$"
+)
+
+
+# the layout of campaigns measured before same-block pairs (one directory per runtime,
+# repeats matched on their number only): recognised, to say why such runs are not read
+_OLD_LAYOUT_RE = re.compile(r"^[a-z][a-z0-9_]*/[a-z][a-z0-9-]*/n\d+-g\d+-r\d+-t\d+/rep\d+$")
+OLD_LAYOUT_NOTE = ("measured before same-block pairs (results/runs/<workload>/<runtime>/"
+                   "<geometry>/rep<k>): not read; its native and container runs were not "
+                   "known to be measured together. Measure it again with this version")
+
+
+def old_layout(path: str) -> bool:
+    """Whether a point directory (below results/runs/) has the layout before blocks."""
+    return bool(_OLD_LAYOUT_RE.match(str(path).strip("/")))
+
+
+class SweepError(ValueError):
+    """The config asks for a sweep that cannot run: raised before any job starts."""
+
+
+@dataclass(frozen=True, order=True)
+class SweepPoint:
+    workload: str
+    runtime: str
+    nodes: int
+    gpus: int  # GPUs per node visible to the point (0 = CPU only)
+    ranks: int  # processes per node
+    threads: int  # threads per rank
+    repeat: int  # the block's number within its arm (one run of each runtime per block)
+    # the runtime compared in this run's block (BLOCK_DIR); by default the run's own
+    # runtime (a compared runtime's run, or the reference measured alone)
+    arm: str = ""
+
+    def __post_init__(self):
+        if not self.arm:
+            object.__setattr__(self, "arm", self.runtime)
+
+    @property
+    def path(self) -> str:
+        return POINT_DIR.format_map(vars(self))  # asdict() deep-copies: 10x slower
+
+    @property
+    def block(self) -> str:
+        """The block's identifier, shared by the runs measured together (its path)."""
+        return BLOCK_DIR.format_map(vars(self))
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks
+
+    @classmethod
+    def from_path(cls, path: str) -> "SweepPoint":
+        m = _PATH_RE.match(path.strip("/"))
+        if not m:
+            raise SweepError(f"not a sweep point path: {path!r}")
+        return cls.from_wildcards(m.groupdict())
+
+    @classmethod
+    def from_wildcards(cls, wc: Any) -> "SweepPoint":
+        get = wc.get if hasattr(wc, "get") else lambda k: getattr(wc, k)
+        return cls(
+            workload=str(get("workload")),
+            runtime=str(get("runtime")),
+            nodes=int(get("nodes")),
+            gpus=int(get("gpus")),
+            ranks=int(get("ranks")),
+            threads=int(get("threads")),
+            repeat=int(get("repeat")),
+            arm=str(get("arm") or "") if _has(wc, "arm") else "",
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        # not dataclasses.asdict(): it deep-copies field by field, 10x slower, and this is
+        # called for every run by collect_runs and point_states
+        return dict(vars(self))
+
+
+def _has(wc: Any, key: str) -> bool:
+    if isinstance(wc, dict):
+        return key in wc
+    try:
+        return key in wc.keys()
+    except AttributeError:
+        return hasattr(wc, key)
+
+
+def workload_axes(config: dict, name: str) -> dict[str, Any]:
+    """The sweep axes of one workload: the top-level ``sweep`` overlaid by its own."""
+    axes = dict(config.get("sweep", {}))
+    axes.update(config["workloads"][name].get("sweep", {}) or {})
+    return axes
+
+
+def enabled_workloads(config: dict) -> list[str]:
+    return [name for name, w in config["workloads"].items() if w.get("enabled", True)]
+
+
+def _as_list(value: Any) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _workload_points(config: dict, name: str) -> Iterable[SweepPoint]:
+    wl = config["workloads"][name]
+    axes = workload_axes(config, name)
+    site = site_of(config)
+    node = site["node"]
+    gpu_machine = node["device"] != "cpu"
+    payload = wl["payload"]
+    parallel = wl.get("parallel", "ddp")
+
+    per_node_axis = "gpus_per_node" if (payload == "llm" or parallel == "dp" or gpu_machine) else "ranks_per_node"
+    required = ["runtimes", "nodes"] + ([] if payload == "llm" else [per_node_axis])
+    missing = [axis for axis in required if axis not in axes]
+    if missing:
+        raise SweepError(
+            f"workload {name}: sweep axis {', '.join(missing)} is not set "
+            "(neither under sweep: nor under the workload's own sweep:)"
+        )
+    if parallel == "mpi" and site["launch"]["launcher"] == "torchrun":
+        raise SweepError(
+            f"workload {name}: parallel 'mpi' starts its ranks with MPI (mpirun or srun), and "
+            f"site {site['name']} has launch.launcher 'torchrun': set launch.launcher to mpirun"
+        )
+    runtimes = workload_runtimes(config, name)
+    for rt in runtimes:
+        if rt not in RUNTIMES:
+            raise SweepError(f"workload {name}: unknown runtime {rt!r}; known: {', '.join(RUNTIMES)}")
+    repeats = int(axes.get("repeats", 1))
+    if repeats < 1:
+        raise SweepError(f"workload {name}: repeats must be >= 1, got {repeats}")
+    threads_axis = _as_list(axes.get("threads_per_rank", [1]))
+
+    # geometry: (nodes, gpus per node, ranks per node)
+    geometry: list[tuple[int, int, int]] = []
+    for nodes in _as_list(axes["nodes"]):
+        if payload == "llm":
+            for gpus in _as_list(axes.get("gpus_per_node", [0])):
+                geometry.append((nodes, gpus, 1))  # one server per node
+        elif parallel == "dp":
+            if not gpu_machine or node["gpus"] < 1:
+                raise SweepError(
+                    f"workload {name}: DataParallel is a GPU mode and site {site['name']} has "
+                    f"node.device {node['device']!r} with {node['gpus']} GPUs per node; "
+                    "nn.DataParallel on CPU would silently do nothing. "
+                    "Disable the workload or run on a GPU site."
+                )
+            if nodes != 1:
+                raise SweepError(f"workload {name}: DataParallel is single-node, got nodes={nodes}")
+            for gpus in _as_list(axes["gpus_per_node"]):
+                geometry.append((1, gpus, 1))
+        elif gpu_machine:
+            for gpus in _as_list(axes["gpus_per_node"]):
+                if gpus > 0:
+                    geometry.append((nodes, gpus, gpus))  # one rank per GPU
+                else:  # the node's CPUs alone: ranks from ranks_per_node (default 1)
+                    for ranks in _as_list(axes.get("ranks_per_node", [1])):
+                        geometry.append((nodes, 0, ranks))
+        else:
+            for ranks in _as_list(axes["ranks_per_node"]):
+                geometry.append((nodes, 0, ranks))
+
+    gpus_avail, cores = node["gpus"], node["cores"]
+    for nodes, gpus, ranks in geometry:
+        if nodes < 1 or ranks < 1 or gpus < 0:
+            raise SweepError(f"workload {name}: nodes={nodes}, ranks={ranks}, gpus={gpus} out of range")
+        if gpus > gpus_avail:
+            raise SweepError(
+                f"workload {name}: gpus_per_node={gpus} but site {site['name']} has "
+                f"node.gpus={gpus_avail}"
+            )
+        for threads in threads_axis:
+            if cores and ranks * threads > cores:
+                raise SweepError(
+                    f"workload {name}: {ranks} ranks x {threads} threads = {ranks * threads} "
+                    f"exceeds node.cores={cores} of site {site['name']} (oversubscription "
+                    "distorts timings)"
+                )
+            for arm in arms_of(runtimes):
+                for rt, rep in itertools.product(arm_members(runtimes, arm),
+                                                 range(1, repeats + 1)):
+                    yield SweepPoint(name, rt, nodes, gpus, ranks, threads, rep, arm)
+
+
+def is_native(runtime: str) -> bool:
+    return _runtimes.is_native(runtime)
+
+
+def workload_runtimes(config: dict, name: str) -> list[str]:
+    """The runtimes a workload compares, in config order (native-aa added after native
+    where the A/A calibration is on)."""
+    axes = workload_axes(config, name)
+    runtimes = _as_list(axes["runtimes"])
+    if (config.get("measurement") or {}).get("aa_calibration") and "native" in runtimes:
+        runtimes = [r for r in runtimes if r != "native-aa"]
+        runtimes.insert(runtimes.index("native") + 1, "native-aa")
+    return runtimes
+
+
+def arms_of(runtimes: list[str]) -> list[str]:
+    """The arms of a series comparing ``runtimes`` (see BLOCK_DIR): one per runtime
+    compared with the reference; the reference alone, or each runtime alone when the
+    reference is not among them."""
+    others = [rt for rt in runtimes if rt != REFERENCE]
+    if REFERENCE not in runtimes:
+        return others
+    return others or [REFERENCE]
+
+
+def arm_members(runtimes: list[str], arm: str) -> list[str]:
+    """The runtimes measured in each block of ``arm``, in the config's order."""
+    if arm != REFERENCE and REFERENCE in runtimes:
+        return [rt for rt in runtimes if rt in (REFERENCE, arm)]
+    return [arm]
+
+
+def workload_arms(config: dict, name: str) -> list[str]:
+    return arms_of(workload_runtimes(config, name))
+
+
+def block_runtimes(config: dict, workload: str, arm: str) -> list[str]:
+    """The runtimes of one block of ``arm`` (the reference first where it is compared)."""
+    return arm_members(workload_runtimes(config, workload), arm)
+
+
+def block_order(point: SweepPoint, config: dict) -> list[str]:
+    """The order of the runtimes in the block of ``point`` (one repeat of one arm of one
+    geometry: the reference and the runtime compared with it).
+
+    Comparisons are interleaved, never all of one runtime before another: within a block
+    every runtime runs once, one after the other; ``alternate`` reverses the order every
+    other repeat (ABBA: drift affects both sides alike), ``random`` shuffles each block
+    with a seed derived from ``measurement.seed`` and the block (reproducible, recorded
+    by each run).
+    """
+    runtimes = block_runtimes(config, point.workload, point.arm)
+    m = config.get("measurement") or {}
+    if m.get("order", "alternate") == "random":
+        import random
+
+        key = (f"{m.get('seed', 0)}:{point.workload}:{point.nodes}:{point.gpus}:"
+               f"{point.ranks}:{point.threads}:{point.repeat}:{point.arm}")
+        rng = random.Random(key)
+        rng.shuffle(runtimes)
+        return runtimes
+    return runtimes if point.repeat % 2 == 1 else runtimes[::-1]
+
+
+def run_order(point: SweepPoint, config: dict) -> dict[str, Any]:
+    """Where this run sits in its block (one repeat of one geometry): see block_order.
+    Recorded by the run (metrics.json ``order``); ``config`` is validated."""
+    sequence = block_order(point, config)
+    return {
+        "scheme": config["measurement"]["order"],
+        "block": point.repeat,
+        # the runs of one block share it (scalesweep.analyse.analysis pairs on it)
+        "block_id": point.block,
+        "arm": point.arm,
+        "position": sequence.index(point.runtime) if point.runtime in sequence else None,
+        "sequence": sequence,
+    }
+
+
+def scaling_count(point: SweepPoint, payload: str) -> int:
+    """What a scaling series is plotted against: GPUs for LLM, total ranks otherwise."""
+    if payload == "llm":
+        return point.nodes * point.gpus
+    if point.gpus and point.ranks == 1:  # DataParallel: one process, many GPUs
+        return point.gpus
+    return point.world_size
+
+
+def sweep_points(config: dict) -> list[SweepPoint]:
+    """Every point the config asks for, sorted, after checking baselines are in the sweep."""
+    points: list[SweepPoint] = []
+    for name in enabled_workloads(config):
+        mine = sorted(set(_workload_points(config, name)))
+        baseline = workload_axes(config, name).get("baseline")
+        if baseline is not None:
+            payload = config["workloads"][name]["payload"]
+            counts = sorted({scaling_count(p, payload) for p in mine})
+            if int(baseline) not in counts:
+                raise SweepError(
+                    f"workload {name}: baseline {baseline} is not a count in the sweep; "
+                    f"counts: {', '.join(map(str, counts))}"
+                )
+        points.extend(mine)
+    if not points:
+        raise SweepError("the config enables no workload, or its axes are empty")
+    return points
+
+
+# --- choosing points from the command line: `--config 'only={workloads: [llm], ...}'` -----
+# The selection limits which points are MEASURED in this invocation; it never removes a
+# point from the sweep (sweep_points), and results outside it are kept and summarised.
+SELECTION_KEY = "only"
+# selection key -> the SweepPoint field it selects on
+SELECTION_AXES = {"workloads": "workload", "runtimes": "runtime", "nodes": "nodes"}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Allowed values per point field; an axis not named allows every value."""
+
+    workloads: frozenset | None = None
+    runtimes: frozenset | None = None
+    nodes: frozenset | None = None
+
+    @classmethod
+    def of(cls, config: dict) -> "Selection":
+        """The config's ``only:`` (no validation against the sweep: ``select_points``)."""
+        only = config.get(SELECTION_KEY) or {}
+        return cls(**{key: frozenset(_as_list(only[key])) if only.get(key) is not None
+                      else None for key in SELECTION_AXES})
+
+    @property
+    def everything(self) -> bool:
+        return all(getattr(self, key) is None for key in SELECTION_AXES)
+
+    def __contains__(self, point: SweepPoint) -> bool:
+        for key, field in SELECTION_AXES.items():
+            allowed = getattr(self, key)
+            if allowed is None or getattr(point, field) in allowed:
+                continue
+            # a chosen runtime is measured in its blocks: with native beside it
+            if field == "runtime" and point.arm in allowed:
+                continue
+            return False
+        return True
+
+    def describe(self) -> str:
+        """The selection as the --config value that gives it: only={workloads: [llm]}."""
+        parts = [f"{key}: [{', '.join(map(str, sorted(getattr(self, key))))}]"
+                 for key in SELECTION_AXES if getattr(self, key) is not None]
+        return f"{SELECTION_KEY}={{{', '.join(parts)}}}" if parts else ""
+
+
+def check_selection(points: Iterable[SweepPoint], config: dict) -> Selection:
+    """The config's selection, checked against ``points`` (the whole sweep,
+    ``sweep_points(config)``): every name or count must be one of the sweep's, and
+    together they must select at least one point. Raises SweepError naming the bad value
+    and the valid choices."""
+    points = list(points)
+    selection = Selection.of(config)
+    if selection.everything:
+        return selection
+    workloads = config.get("workloads") or {}
+    enabled = sorted({p.workload for p in points})
+    for name in sorted(selection.workloads or ()):
+        if name not in workloads:
+            raise SweepError(
+                f"{SELECTION_KEY}.workloads: {name!r} is not a workload of this config "
+                f"(defined: {', '.join(sorted(workloads)) or 'none'})")
+        if name not in enabled:
+            raise SweepError(
+                f"{SELECTION_KEY}.workloads: {name!r} is switched off "
+                f"(workloads.{name}.enabled: false); enabled: {', '.join(enabled) or 'none'}")
+    chosen = [p for p in points
+              if selection.workloads is None or p.workload in selection.workloads]
+    scope = ("the selected workloads" if selection.workloads is not None else "the sweep")
+    for key in ("runtimes", "nodes"):
+        allowed = getattr(selection, key)
+        field = SELECTION_AXES[key]
+        present = sorted({getattr(p, field) for p in chosen},
+                         key=(RUNTIMES.index if key == "runtimes" else int))
+        for value in sorted(allowed or (), key=str):
+            if value not in present:
+                what = "a runtime" if key == "runtimes" else "a node count"
+                raise SweepError(
+                    f"{SELECTION_KEY}.{key}: {value!r} is not {what} of {scope} "
+                    f"(in the sweep: {', '.join(map(str, present))})")
+    if not any(p in selection for p in chosen):
+        raise SweepError(f"{selection.describe()} selects no point of the sweep (no point "
+                         "of the selected workloads has a selected runtime at a selected "
+                         "node count)")
+    return selection
+
+
+def select_points(points: Iterable[SweepPoint], config: dict) -> list[SweepPoint]:
+    """The points of ``points`` (the sweep) that the config's ``only:`` selects, in
+    order; all of them without ``only:``. Raises SweepError for a name or count that is
+    not in the sweep (``check_selection``)."""
+    points = list(points)
+    selection = check_selection(points, config)
+    return points if selection.everything else [p for p in points if p in selection]
+
+
+def selected_points(config: dict) -> list[SweepPoint]:
+    """The points to measure: ``sweep_points(config)`` narrowed by ``only:``."""
+    return select_points(sweep_points(config), config)

@@ -1,0 +1,468 @@
+"""Slurm resources of one sweep point, for snakemake-executor-plugin-slurm (2.8.0).
+
+Every function here is pure (but ``snakemake_args`` and ``started_argv``, which read the
+command line as Snakemake does): a sweep point + its workload + the config (+ the
+attempt) in, plain values out; the machine's rules come from the config's site
+(``scalesweep.platform.site``: ``node``, ``launch.gpu_bind``, ``slurm``, ``storage``).
+``workflow/rules/common.smk`` wraps them as the resource functions of ``rule run_point``;
+the plugin turns them into the ``sbatch`` line.
+``slurm_partition``, ``slurm_account`` and ``qos`` are not set here: they belong to the site
+profile (``profiles/<site>/config.yaml``, ``default-resources``) or the command line.
+
+The geometry of the allocation is exactly the geometry the point's own ``srun`` asks for
+inside it (``scalesweep.platform.launch.launcher_prefix``)::
+
+    one process (nodes=1, ranks=1)        --nodes=1 --ntasks=1 --cpus-per-task=T
+                                          (+ --gpus=G with G GPUs)
+    several ranks, 1 per node              --nodes=N --ntasks=N --cpus-per-task=T
+    several ranks, R > 1 per node          --nodes=N --ntasks-per-node=R --cpus-per-task=T
+      with GPUs (R ranks, G GPUs per node)   + --gpus-per-task=G/R --gpu-bind=<site's>
+
+What the plugin and its jobstep do with these (read from their source, checked on the
+local cluster, ``tests/test_slurm_profile.py`` pins it):
+
+* ``mpi``: the jobstep looks only at whether the key *exists*. With it, the job's command
+  runs directly in the batch step, so the point's own ``srun`` can start the ranks; without
+  it, the command is wrapped in ``srun -n1`` and a nested multi-task ``srun`` hangs. A
+  resource function returning ``None`` drops the key (Snakemake leaves ``None`` resources
+  out of the job), so ``mpi`` is ``"srun"`` when the point has more than one rank and
+  ``None`` otherwise. ``""`` would keep the key (no ``srun -n1``) while the submit side
+  treats it as false: never return ``""``.
+* With ``mpi`` the plugin requires ``tasks > 1`` or ``tasks_per_node > 1`` (never both):
+  ``tasks_per_node`` when R > 1, else ``tasks`` = N (the ranks of a 1-per-node layout).
+* GPUs: the plugin's ``gpu`` resource gives ``--gpus=G`` and, when ``tasks`` is set,
+  ``--ntasks-per-gpu=<tasks>`` (wrong for several ranks, and Slurm refuses it together with
+  ``--ntasks-per-node``). So several ranks get ``--gpus-per-task=G/R`` (and the site's
+  ``launch.gpu_bind``, Frontier ``closest``, as ``--gpu-bind``)
+  through ``slurm_extra`` (which refuses ``--gpus``/``--gres`` but not ``--gpus-per-task``),
+  and one process gets ``gpu=G`` (``--gpus=G`` on sbatch and on the jobstep's ``srun -n1``).
+* ``constraint``/``slurm_extra``: ``None`` leaves the option out; an empty string would
+  give ``-C ''``. The plugin pastes ``slurm_extra`` into a shell line unquoted, so every
+  token is schema-restricted and shell-quoted here.
+* ``mem_mb``: Snakemake refuses ``None`` for a size resource; ``0`` makes the plugin leave
+  ``--mem`` out (the node's default memory: the whole node where nodes are exclusive).
+* Whole nodes: the plugin has no resource or option for an exclusive allocation and does
+  not refuse ``--exclusive`` in ``slurm_extra`` (2.8.0: not among its forbidden options),
+  so the site's ``slurm.exclusive`` (default true) adds ``--exclusive`` there, unless its
+  ``slurm.extra`` already has an ``--exclusive[=...]``. The run records what it got
+  (``scontrol``'s OverSubscribe: ``allocation.exclusive`` in metrics.json).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shlex
+from pathlib import Path
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+from scalesweep.plan.sweep import SweepPoint
+from scalesweep.platform.site import site_of
+from scalesweep.record.hostenv import ENV_REF, expand_vars
+
+DEFAULT_MAX_RUNTIME_MIN = 30  # workloads.<name>.max_runtime_min's schema default
+
+
+class SlurmConfigError(ValueError):
+    """The config asks for Slurm options that cannot work: raised at planning time."""
+
+
+@dataclass(frozen=True)
+class SlurmRequest:
+    """The executor-plugin resources of one point. ``None`` = not passed to the plugin."""
+
+    nodes: int
+    tasks: int | None
+    tasks_per_node: int | None
+    mpi: str | None
+    cpus_per_task: int
+    gpu: int | None
+    slurm_extra: str | None
+    runtime: int
+    mem_mb: int  # per node; 0 = no --mem
+    constraint: str | None
+
+    def resources(self) -> dict[str, Any]:
+        """What Snakemake hands the plugin: the set ones only."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def runtime_min(workload: dict, site: dict, attempt: int = 1) -> int:
+    """Wall time (minutes) of an attempt: the workload's base, doubled on each retry.
+
+    Attempt n asks for ``max_runtime_min x 2^(n-1)``: a point that ran out of time gets
+    twice as long, and a slow node never costs more than twice what was needed. Capped at
+    the site's ``slurm.max_runtime_min`` (e.g. Frontier's 2 h for up to 91 nodes) when
+    that is set, so a retry is never refused by the queue.
+    """
+    base = int(workload.get("max_runtime_min", DEFAULT_MAX_RUNTIME_MIN))
+    minutes = base * 2 ** (max(1, int(attempt)) - 1)
+    cap = site["slurm"]["max_runtime_min"]
+    return min(minutes, cap) if cap else minutes
+
+
+def gpus_per_task(point: SweepPoint) -> int:
+    """GPUs each rank sees (the same rule as the launcher's ``srun --gpus-per-task``)."""
+    return max(1, point.gpus // point.ranks) if point.gpus else 0
+
+
+def forbidden_extra(tokens: list[str]) -> list[str]:
+    """Tokens the plugin refuses in ``slurm_extra`` (options it sets itself)."""
+    if not tokens:  # the usual case: no scan of the plugin's 22 patterns per point
+        return []
+    try:
+        from snakemake_executor_plugin_slurm.validation import get_forbidden_slurm_options
+    except ImportError:  # the plugin checks again at submission
+        return []
+    line = " ".join(tokens) + " "
+    return [name for pattern, name in get_forbidden_slurm_options().items() if re.search(pattern, line)]
+
+
+def extra_tokens(point: SweepPoint, site: dict) -> list[str]:
+    """sbatch options the plugin has no resource for, in a fixed order (GPU binding,
+    core specialisation, exclusive nodes, then the site's own ``slurm.extra``)."""
+    tokens: list[str] = []
+    if point.gpus and point.world_size > 1:
+        tokens.append(f"--gpus-per-task={gpus_per_task(point)}")
+        if site["launch"]["gpu_bind"]:
+            tokens.append(f"--gpu-bind={site['launch']['gpu_bind']}")
+    if site["node"]["core_spec"] is not None:
+        tokens.append(f"--core-spec={site['node']['core_spec']}")
+    own = [str(t) for t in site["slurm"]["extra"]]
+    if site["slurm"]["exclusive"] and not any(t.startswith("--exclusive") for t in own):
+        tokens.append("--exclusive")
+    bad = forbidden_extra(own)
+    if bad:
+        raise SlurmConfigError(
+            f"site {site['name']}: slurm.extra {own} sets what the Slurm executor plugin "
+            f"sets itself ({', '.join(bad)}): use the matching resource or profile key instead"
+        )
+    return tokens + own
+
+
+def constraint(workload: dict, config: dict) -> str | None:
+    """Node features: the site's ``storage.node_local_constraint`` (Frontier: nvme) when
+    the point's dataset is copied to node-local storage (``datasets.<name>.node_local``)."""
+    feature = site_of(config)["storage"]["node_local_constraint"]
+    dataset = config.get("datasets", {}).get(workload.get("dataset") or "", {}) or {}
+    if workload.get("payload") == "cnn" and dataset.get("node_local") and feature:
+        return feature
+    return None
+
+
+def slurm_request(point: SweepPoint, workload: dict, config: dict, attempt: int = 1) -> SlurmRequest:
+    """All executor-plugin resources of one point (see the module docstring)."""
+    site = site_of(config)
+    multi = point.world_size > 1
+    tokens = extra_tokens(point, site)
+    return SlurmRequest(
+        nodes=point.nodes,
+        tasks=point.world_size if multi and point.ranks == 1 else None,
+        tasks_per_node=point.ranks if multi and point.ranks > 1 else None,
+        mpi="srun" if multi else None,
+        cpus_per_task=point.threads,
+        gpu=point.gpus if point.gpus and not multi else None,
+        slurm_extra=shlex.join(tokens) if tokens else None,
+        runtime=runtime_min(workload, site, attempt),
+        mem_mb=site["node"]["mem_mb"],
+        constraint=constraint(workload, config),
+    )
+
+
+def account_problem(raw: str | int | None, environ: Any) -> str | None:
+    """Why the profile's ``slurm_account`` cannot work, or None.
+
+    ``raw`` is the profile's default-resources expression (e.g. ``'$SBATCH_ACCOUNT'``);
+    Snakemake expands ``$VAR`` in it when it evaluates it. None = no account configured
+    (not a Slurm profile, or the plugin's own guess): nothing to check.
+    """
+    if raw is None:
+        return None
+    text = str(raw)
+    names = [a or b for a, b in ENV_REF.findall(text)]
+    value = expand_vars(text, environ)
+    value = value.strip().strip("'\"").strip()
+    if value and "$" not in value:
+        return None
+    if names:
+        unset = [n for n in names if not environ.get(n)]
+        return (
+            f"the Slurm account is empty: the profile's default-resources take it from "
+            f"{', '.join('$' + n for n in unset or names)}, which is not set. Set it to your "
+            f"project's allocation, e.g. `export {(unset or names)[0]}=abc123` "
+            "(sbatch reads SBATCH_ACCOUNT too), or pass "
+            "--default-resources slurm_account=<project> on the command line"
+        )
+    return (
+        "the Slurm account is empty (default-resources slurm_account): "
+        "set it in the profile or with --default-resources slurm_account=<project>"
+    )
+
+
+# --- What a dry run shows per point: the sbatch options and the point's srun line ---------
+# rule run_point's shell command carries them as a trailing comment (common.smk:
+# launch_comment), so `snakemake --profile profiles/frontier -n` prints, per job, what
+# a user following OLCF's documentation would type by hand.
+
+
+# Options whose relative path Snakemake resolves against the directory it started in,
+# which --directory has left by the time the workflow is parsed.
+PATH_OPTIONS = ("--profile", "--workflow-profile", "--snakefile", "-s")
+
+
+def started_argv(argv: Sequence[str], start: str, environ: Any = os.environ) -> list[str] | None:
+    """``argv`` as Snakemake read it when it started in ``start``, made to read the same
+    from any directory, never changing directory: each relative path of ``PATH_OPTIONS``
+    (and ``$SNAKEMAKE_PROFILE`` without a ``--profile``) that exists under ``start`` made
+    absolute there; without ``--snakefile``, the Snakefile Snakemake finds in ``start``
+    (its workflow profile, profiles/default, is looked for beside it). A path that is not
+    under ``start`` stays as given (a profile name Snakemake looks up in its config
+    directories), unless it exists relative to the current directory: then the command line
+    did not start in ``start``, and None."""
+    def absolute(value: str) -> str | None:
+        if os.path.isabs(value) or value == "none":
+            return value
+        there = os.path.join(start, value)
+        if os.path.exists(there):
+            return there
+        return None if os.path.exists(value) else value
+
+    argv = list(argv)
+    end = argv.index("--") if "--" in argv else len(argv)
+    head, tail = argv[:end], argv[end:]
+    named = {a.partition("=")[0] for a in head}
+    if "--profile" not in named and environ.get("SNAKEMAKE_PROFILE"):
+        head += ["--profile", environ["SNAKEMAKE_PROFILE"]]
+    if not named & {"--snakefile", "-s"}:
+        from snakemake.common import SNAKEFILE_CHOICES
+
+        found = [c for c in SNAKEFILE_CHOICES if os.path.isfile(os.path.join(start, c))]
+        head += ["--snakefile", str(found[0])] if found else []
+    out: list[str] = []
+    i = 0
+    while i < len(head):
+        name, eq, value = head[i].partition("=")
+        if name in PATH_OPTIONS and (eq or i + 1 < len(head)):
+            path = absolute(value if eq else head[i + 1])
+            if path is None:
+                return None
+            out += [f"{name}={path}"] if eq else [name, path]
+            i += 1 if eq else 2
+            continue
+        out.append(head[i])
+        i += 1
+    return out + tail
+
+
+def snakemake_args(argv: Sequence[str], starts: Sequence[str | None]) -> Any:
+    """The command line ``argv`` (``sys.argv[1:]`` of a ``snakemake`` run) read as
+    Snakemake reads it: by its own parser (``snakemake.cli.parse_args``, the profiles
+    applied), which is also what Snakemake makes the executor plugin's settings from.
+    Relative paths in it (a profile) are relative to the directory Snakemake started in,
+    which ``--directory`` left: the first of ``starts`` (e.g. the shell's $PWD, then the
+    current directory) from which the command line reads (``started_argv``: made
+    absolute, the current directory never changed). None where it does not read (a
+    command line that is not Snakemake's). Call it while the workflow is parsed: it
+    redirects sys.stdout and sys.stderr for a moment."""
+    from snakemake.cli import parse_args
+
+    for start in dict.fromkeys(s for s in starts if s and os.path.isdir(s)):
+        absolute = started_argv(argv, start)
+        if absolute is None:
+            continue
+        sink = io.StringIO()  # parse_args says again which profiles it uses
+        try:
+            with contextlib.redirect_stderr(sink), contextlib.redirect_stdout(sink):
+                return parse_args(absolute)[1]
+        except (SystemExit, Exception):  # informational: never stops the workflow
+            continue
+    return None
+
+
+def plugin_settings(args: Any) -> Any:
+    """The Slurm plugin's settings (its ExecutorSettings: ``--slurm-qos``,
+    ``--slurm-requeue``, ``--slurm-reservation`` ...) of a command line read by
+    ``snakemake_args``, made by the plugin's own registry entry as Snakemake makes them
+    (``ExecutorPluginRegistry().get_plugin("slurm").get_settings(args)``); None without
+    a command line, or for another executor."""
+    if args is None or getattr(args, "executor", None) != "slurm":
+        return None
+    from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
+
+    try:
+        return ExecutorPluginRegistry().get_plugin("slurm").get_settings(args)
+    except Exception:  # a setting the plugin refuses: Snakemake itself says so
+        return None
+
+
+def _plugin_quote(value: Any) -> str:
+    """The plugin's safe_quote: shlex.quote, '' for an empty value."""
+    text = str(value)
+    return shlex.quote(text) if text else "''"
+
+
+def sbatch_options(resources: Any, threads: int | None = None, settings: Any = None) -> str:
+    """The options snakemake-executor-plugin-slurm (2.8.0) puts on a job's ``sbatch``
+    line, rendered from the job's evaluated ``resources`` (anything with ``.get``) and the
+    plugin's ``settings`` (its ExecutorSettings: the user's ``--slurm-*`` options;
+    ``plugin_settings``), in its order (``submit_string.get_submit_command`` then
+    ``utils.set_gres_string``)::
+
+        -A ACCOUNT -p PARTITION [--clusters C] -t RUNTIME [-C CONSTRAINT] [--qos=Q]
+        [--mem-per-cpu M | --mem M] --nodes=N [--requeue | --no-requeue] [--qos=Q]
+        [--reservation=R] [--exclude=NODES] [--ntasks-per-gpu=T | --ntasks=T]
+        [--ntasks-per-node=R | --ntasks=T] --cpus-per-task=C [SLURM_EXTRA] [--gres=G] [--gpus=G]
+
+    (the first ``--qos`` from a ``qos`` resource, the second from ``--slurm-qos``; the
+    nodes excluded are those of ``--slurm-exclude-failed-nodes``, sorted: the plugin joins
+    them from a set, and adds the nodes jobs fail on as it goes). Left out, being the
+    plugin's own and not the job's: ``--parsable``, ``--job-name``, ``--output``,
+    ``--export=ALL``, ``--comment``, ``-D <workdir>``, ``--wrap``. The account is the first named
+    (the plugin submits with it; it may also canonicalise it through ``sacctmgr``); with
+    no account or partition the plugin guesses one, and none is shown. ``threads``: the
+    job's threads (``--cpus-per-task`` without a ``cpus_per_task`` resource), by default
+    the resources' ``_cores``. Nothing is validated here: the plugin refuses at submission
+    what it refuses (an MPI job without tasks, a forbidden ``slurm_extra`` ...).
+    """
+    get = resources.get  # each resource read once: a call per job while planning
+    opts: list[str] = []
+    account = get("slurm_account")
+    if account:
+        named = [a for a in re.split(r"[,\s]+", str(account)) if a]
+        if named:
+            opts += ["-A", shlex.quote(named[0])]
+    partition = get("slurm_partition")
+    if partition:
+        opts += ["-p", shlex.quote(str(partition))]
+    cluster = get("cluster") or get("clusters") or get("slurm_cluster")
+    if cluster:
+        opts += ["--clusters", _plugin_quote(cluster)]
+    runtime = get("runtime")
+    if runtime:
+        opts += ["-t", _plugin_quote(runtime)]
+    constraint = get("constraint")
+    if constraint is not None:
+        opts += ["-C", _plugin_quote(constraint)]
+    qos = get("qos")
+    if qos is not None:
+        opts.append(f"--qos={_plugin_quote(qos)}")
+    mem_per_cpu = get("mem_mb_per_cpu")
+    mem = get("mem_mb")
+    if mem_per_cpu:
+        opts += ["--mem-per-cpu", str(mem_per_cpu)]
+    elif mem:
+        opts += ["--mem", str(mem)]
+    nodes = get("nodes")
+    if nodes is not None:
+        opts.append(f"--nodes={nodes}")
+    opts += settings_options(settings)
+    gpu = get("gpu")
+    gres = get("gres")
+    gpu_job = bool(gpu or "gpu" in str(gres or ""))
+    mpi = get("mpi", False)
+    tasks = get("tasks")
+    if gpu_job:
+        per_gpu = get("tasks_per_gpu")
+        if per_gpu is None:
+            per_gpu = tasks
+        if per_gpu is not None and per_gpu >= 1:
+            opts.append(f"--ntasks-per-gpu={per_gpu}")
+    elif not mpi:
+        opts.append(f"--ntasks={tasks or 1}")
+    if mpi:
+        per_node = get("tasks_per_node")
+        if per_node:
+            opts.append(f"--ntasks-per-node={per_node}")
+        elif tasks:
+            opts.append(f"--ntasks={tasks}")
+    # the jobstep's get_cpu_setting: cpus_per_task, else (GPU jobs) cpus_per_gpu, else
+    # the job's threads; a negative value (0 for cpus_per_gpu) leaves the option out
+    cpus_per_task = get("cpus_per_task")
+    if cpus_per_task:
+        if cpus_per_task >= 0:
+            opts.append(f"--cpus-per-task={max(1, cpus_per_task)}")
+    elif gpu_job and get("cpus_per_gpu"):
+        if get("cpus_per_gpu") > 0:
+            opts.append(f"--cpus-per-gpu={get('cpus_per_gpu')}")
+    else:
+        opts.append(f"--cpus-per-task={threads if threads is not None else get('_cores', 1)}")
+    extra = get("slurm_extra")
+    if extra:
+        opts.append(str(extra))
+    if gres:
+        opts.append(f"--gres={gres}")
+    gpu_model = get("gpu_model")
+    if gpu_model:
+        opts.append(f"--gpus={gpu_model}:{gpu if gpu is not None else '1'}")
+    elif gpu:
+        opts.append(f"--gpus={gpu}")
+    return " ".join(opts)
+
+
+def settings_options(settings: Any) -> list[str]:
+    """The options the plugin adds to every job's ``sbatch`` from its ``settings``, in its
+    order (after ``--nodes``): see ``sbatch_options``; none for ``None``."""
+    if settings is None:
+        return []
+    opts = []
+    if getattr(settings, "requeue", False):
+        opts.append("--requeue")
+    elif getattr(settings, "no_requeue", False):
+        opts.append("--no-requeue")
+    if getattr(settings, "qos", None):
+        opts.append(f"--qos={_plugin_quote(settings.qos)}")
+    if getattr(settings, "reservation", None):
+        opts.append(f"--reservation={_plugin_quote(settings.reservation)}")
+    excluded = sorted({n.strip() for n in
+                       str(getattr(settings, "exclude_failed_nodes", None) or "").split(",")
+                       if n.strip()})
+    if excluded:
+        opts.append(f"--exclude={','.join(excluded)}")
+    return opts
+
+
+# Where a point's own path goes in a srun line shared by every repeat of its geometry
+# (only characters shlex leaves unquoted: the line quotes alike with the real path).
+POINT_SLOT = "@@POINT@@"
+
+
+def srun_template(point: SweepPoint, workload: dict, config: dict, runs_dir: str) -> str:
+    """The point's launch as a shell line, as the job runs it: several ranks started by
+    ``srun`` with the point's geometry, one process directly:
+    ``VAR=value ... srun --nodes=N --ntasks=... [apptainer exec ... IMAGE] python
+    <payload> <its arguments>`` (the variables the runtime needs on the host,
+    ``launch.launch_env``; the payload's arguments as its run builds them,
+    ``payloads.planned_invocation``), with the point's directory,
+    ``<runs_dir>/<point.path>``, as ``<runs_dir>/POINT_SLOT``: the line is the same for
+    every repeat of a geometry (:func:`srun_line` fills the slot)."""
+    from scalesweep.platform.launch import launch_command, launch_env, shell_line
+    from scalesweep.plan.payloads import image_location, planned_invocation, point_inputs
+    from scalesweep.run.pointlaunch import build_launch
+    from scalesweep.plan.sweep import is_native
+
+    inputs = point_inputs(point.workload, point.runtime, config)
+    # the image's path as run_point gives it (absolute: the campaign directory's)
+    image = "" if is_native(point.runtime) else str(Path(image_location(config, point.workload, point.runtime)).resolve())
+    out_dir = f"{runs_dir}/{POINT_SLOT}"
+    inv = planned_invocation(point, workload, config, inputs, Path(out_dir))
+    launch = build_launch(
+        point,
+        workload,
+        config,
+        payload_args=inv.args,
+        payload=inv.script,
+        data_dir=inv.data_dir,
+        out_dir=out_dir,
+        image=image,
+        # what runs inside the job: several ranks through the point's own srun; one
+        # process (DataParallel, an LLM server) directly in the plugin's job step
+        launcher="srun" if point.world_size > 1 else "local",
+    )
+    return shell_line(launch_command(launch), launch_env(launch))
+
+
+def srun_line(point: SweepPoint, workload: dict, config: dict, runs_dir: str) -> str:
+    return srun_template(point, workload, config, runs_dir).replace(POINT_SLOT, point.path)
