@@ -82,7 +82,7 @@ def test_cpu_ranks_on_a_gpu_node_are_swept_by_ranks_per_node(tmp_path):
 def test_ddp_on_a_gpu_is_nccl_ddp_also_at_one_rank():
     """One CPU rank of ddp trains alone; on a GPU the payload is given ddp at any world size
     (the one-GPU baseline carries the DDP wrapper and the NCCL group, as eight GPUs do)."""
-    from scalesweep.payloads import cnn_parallel
+    from scalesweep.plan.payloads import cnn_parallel
 
     assert cnn_parallel("ddp", 1, "cpu") == "single"
     assert cnn_parallel("ddp", 2, "cpu") == "ddp"
