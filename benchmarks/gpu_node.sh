@@ -6,7 +6,7 @@
 # node has no network: copy them there). WHEELS_DIR (optional): wheels of what the node's
 # Python lacks (snakemake and its dependencies, gguf), installed into $TMPDIR/site.
 # The campaign runs in $TMPDIR/h200; OUTDIR gets the log, the summary, the metrics files
-# and report.html.
+# and report.html (REPORT=0: no report).
 set -uo pipefail
 out=$(realpath "$1"); data=$(realpath "$2"); wheels=${3:-}
 cd "$(dirname "$0")/.."
@@ -37,7 +37,7 @@ start=$SECONDS
 timeout -s INT "${SWEEP_TIMEOUT:-460}" "$py" -m snakemake --snakefile "$repo/Snakefile" \
     --profile "$repo/profiles/local" --configfile "${configs[@]}" -d "$work" --cores all >"$out/snakemake.log" 2>&1
 echo "snakemake exit $? after $((SECONDS - start)) s" | tee -a "$out/machine.txt"
-timeout 90 "$py" -m snakemake --snakefile "$repo/Snakefile" --profile "$repo/profiles/local" \
+[[ "${REPORT:-1}" == 0 ]] || timeout 90 "$py" -m snakemake --snakefile "$repo/Snakefile" --profile "$repo/profiles/local" \
     --configfile "${configs[@]}" -d "$work" \
     --report "$out/report.html" >"$out/report.log" 2>&1 || echo "report failed" >>"$out/machine.txt"
 (cd "$work" && tar czf "$out/results.tgz" results/summary \
