@@ -19,7 +19,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scalesweep.analyse import analysis
+from scalesweep.analyse.frame import TableError, truthy
+from scalesweep.analyse.overhead import STATISTICS, overhead_table, verdict_table
+from scalesweep.analyse.pairing import SAME_BLOCK
+from scalesweep.analyse.scaling import SCALING_MODES, scaling_table
+from scalesweep.analyse.verdict import (EQUIVALENCE_MARGIN_PCT, OVERHEAD_DEFINITION,
+                                        TARGET_CI_PP)
 
 from scalesweep.campaign.usage import UsageError
 from scalesweep.record import columns
@@ -111,7 +116,7 @@ def add_parser(subparsers) -> None:
     )
     scaling.add_argument("file", type=Path, help="CSV with a count column and time_s")
     scaling.add_argument("--baseline", type=int, help="baseline count (default: smallest)")
-    scaling.add_argument("--mode", choices=analysis.SCALING_MODES, default=None,
+    scaling.add_argument("--mode", choices=SCALING_MODES, default=None,
                          help="default: strong (a campaign's runs.csv: each workload's own)")
     scaling.add_argument("--count-col", default=None, help="default: nodes (a campaign's "
                          "runs.csv: count, as scaling.csv)")
@@ -123,7 +128,7 @@ def add_parser(subparsers) -> None:
 
     overhead = subparsers.add_parser(
         "overhead",
-        help=f"container overhead, {analysis.OVERHEAD_DEFINITION}, with its verdict",
+        help=f"container overhead, {OVERHEAD_DEFINITION}, with its verdict",
         description="Container overhead against the baseline runtime with its 95% CI, "
         "p-value and verdict (equivalent / slower / faster / inconclusive, as in "
         "results/summary/overhead.csv), per group and runtime; paired on the repeat "
@@ -135,17 +140,17 @@ def add_parser(subparsers) -> None:
     )
     overhead.add_argument("file", type=Path, help="CSV of runs")
     overhead.add_argument("--baseline-runtime", default="native", help="default: native")
-    overhead.add_argument("--statistic", choices=analysis.STATISTICS, default="mean",
+    overhead.add_argument("--statistic", choices=STATISTICS, default="mean",
                           help="also print the overhead of this statistic of the repeats "
                           "(median, min: extra columns; the verdict is on means)")
     overhead.add_argument("--margin-pct", type=non_negative, default=None,
                           help="equivalence margin: 'equivalent' when the 90%% CI lies "
                           "within +-this (default: the campaign's, from campaign.json "
-                          f"beside the file; else {analysis.EQUIVALENCE_MARGIN_PCT:g})")
+                          f"beside the file; else {EQUIVALENCE_MARGIN_PCT:g})")
     overhead.add_argument("--target-ci-pp", type=non_negative, default=None,
                           help="95%% CI half-width the repeats_needed column aims at "
                           "(default: the campaign's; else "
-                          f"{analysis.TARGET_CI_PP:g})")
+                          f"{TARGET_CI_PP:g})")
     _add_common(overhead)
     overhead.set_defaults(func=run_overhead)
 
@@ -204,7 +209,7 @@ def note_campaign(args, record: dict, table_name: str) -> None:
     note(args, f"the campaign's own analysis, as in {Path(args.file).parent / table_name} "
                f"(from {Path(args.file).parent / 'campaign.json'}: margin "
                f"+-{s.get('margin_pct', '?')}%, CI target {s.get('target_ci_pp', '?')} "
-               f"pp, {analysis.SAME_BLOCK}, pairs more than {s.get('max_pair_gap_s', '?')} "
+               f"pp, {SAME_BLOCK}, pairs more than {s.get('max_pair_gap_s', '?')} "
                "s apart left out); any option of the command analyses the file "
                "with that option instead")
 
@@ -213,7 +218,7 @@ def _campaign_table(args, function, runs, record, table_name):
     logs: list[str] = []
     try:
         table = function(runs, record["config"], logs.append)
-    except (analysis.TableError, KeyError, ValueError) as exc:
+    except (TableError, KeyError, ValueError) as exc:
         raise UsageError(f"{args.file}: {exc}") from None
     for line in logs:
         note(args, line)
@@ -239,7 +244,7 @@ def run_scaling(args: argparse.Namespace) -> int:
     groups, ignored = group_columns(args, runs, key=args.count_col, time_col=args.time_col,
                                     key_role="count")
     runs, disturbed = drop_disturbed(args, runs)
-    table = analyse(args.file, analysis.scaling_table, keyed(runs, groups),
+    table = analyse(args.file, scaling_table, keyed(runs, groups),
                     count_col=args.count_col, time_col=args.time_col, group_cols=groups,
                     baseline=args.baseline, mode=args.mode, cv_threshold=args.cv_threshold)
     note_ignored(args, runs, ignored, groups, disturbed)
@@ -261,7 +266,7 @@ def run_overhead(args: argparse.Namespace) -> int:
         "--time-col": args.time_col if args.time_col != "time_s" else None})
     if record is not None:
         from scalesweep.analyse.collect import overhead_summary
-        from scalesweep.report.tables import add_q_values
+        from scalesweep.report.significance import add_q_values
 
         table = add_q_values(
             _campaign_table(args, overhead_summary, runs, record, "overhead.csv"))
@@ -271,9 +276,9 @@ def run_overhead(args: argparse.Namespace) -> int:
         print_table(table, args.format)
         return 0
     if args.margin_pct is None:
-        args.margin_pct = analysis.EQUIVALENCE_MARGIN_PCT
+        args.margin_pct = EQUIVALENCE_MARGIN_PCT
     if args.target_ci_pp is None:
-        args.target_ci_pp = analysis.TARGET_CI_PP
+        args.target_ci_pp = TARGET_CI_PP
     if "runtime" not in runs.columns and f"{args.baseline_runtime}_s" in runs.columns:
         runs = _melt_runtime_columns(runs, args.time_col)
     groups, ignored = group_columns(args, runs, key="runtime", time_col=args.time_col,
@@ -284,7 +289,7 @@ def run_overhead(args: argparse.Namespace) -> int:
     # runs of one block were measured together: paired on it where the table has it
     repeat = ("block_id" if "block_id" in runs.columns and runs["block_id"].notna().all()
               else repeat_column(runs))
-    table = analyse(args.file, analysis.verdict_table, runs, group_cols=groups,
+    table = analyse(args.file, verdict_table, runs, group_cols=groups,
                     runtime_col="runtime", time_col=args.time_col,
                     baseline_runtime=args.baseline_runtime, pair_col=repeat,
                     exclude_col="disturbed", margin_pct=args.margin_pct,
@@ -301,12 +306,12 @@ def run_overhead(args: argparse.Namespace) -> int:
 def _with_statistic(args, runs: pd.DataFrame, table: pd.DataFrame,
                     groups: list[str]) -> pd.DataFrame:
     """``table`` plus native_<stat>_s, <stat>_s and overhead_<stat>_pct of the valid runs
-    (``analysis.overhead_table``), after overhead_pct."""
+    (``scalesweep.analyse.overhead.overhead_table``), after overhead_pct."""
     stat = args.statistic
     valid = runs
     if "disturbed" in runs.columns:
-        valid = runs[~runs["disturbed"].map(analysis.truthy).astype(bool)]
-    extra = analyse(args.file, analysis.overhead_table, valid, time_col=args.time_col,
+        valid = runs[~runs["disturbed"].map(truthy).astype(bool)]
+    extra = analyse(args.file, overhead_table, valid, time_col=args.time_col,
                     group_cols=groups, baseline_runtime=args.baseline_runtime,
                     statistic=stat)
     names = {"native_s": f"native_{stat}_s", "time_s": f"{stat}_s",
@@ -443,18 +448,18 @@ def drop_disturbed(args, runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     none is left."""
     if "disturbed" not in runs.columns:
         return runs, 0
-    disturbed = runs["disturbed"].map(analysis.truthy).astype(bool)
+    disturbed = runs["disturbed"].map(truthy).astype(bool)
     if disturbed.all():
         raise UsageError(f"{args.file}: every run is marked disturbed; nothing to analyse")
     return runs[~disturbed], int(disturbed.sum())
 
 
 def analyse(path: Path, function, runs: pd.DataFrame, **kwargs) -> pd.DataFrame:
-    """``function(runs, **kwargs)``, an ``analysis.TableError`` turned into a UsageError
+    """``function(runs, **kwargs)``, a ``TableError`` turned into a UsageError
     naming ``path``."""
     try:
         return function(runs, **kwargs)
-    except analysis.TableError as exc:
+    except TableError as exc:
         raise UsageError(f"{path}: {exc}") from None
 
 
