@@ -40,61 +40,37 @@ FORMATS = ("csv", "markdown")
 # The column numbering the repeats of a point (the first present is the one): never a
 # setting; overhead pairs native and container runs on it.
 REPEAT_COLUMNS = ("repeat", "rep", "repetition", "trial", "iteration")
-# Derived from the point (collect.RUN_COLUMNS): they do not group, but must not vary
-# within an output row either (they would, were unlike runs pooled).
-DERIVED_COLUMNS = ("count", "world_size")
-# What a run measured or recorded about itself (runs.csv, llm.csv and usual timing files):
-# these differ from run to run by nature, so they never group (unless named in --group-by).
-MEASUREMENT_NAMES = frozenset({
-    # measured values without a unit suffix
-    "time", "seconds", "wall", "walltime", "elapsed", "duration", "images_per_epoch",
-    "load1_max", "speedup", "efficiency", "overhead", "n", "mean", "median", "min", "max",
-    "std", "cv",
-    # provenance and the run's circumstances
-    "disturbed", "disturbed_reason", "exclusive", "shared_cores", "order_position", "hosts",
-    "host", "hostname", "nodelist", "node_list", "launcher", "image", "image_digest",
-    "slurm_job_id", "job_id", "jobid", "git_commit", "commit", "torch", "engine", "start",
-    "end", "date", "timestamp", "path", "file", "log", "note", "notes", "comment", "state",
-    "status", "reason", "flag",
-})
-# ... and any column named like a measured quantity: a unit of time, rate, share or size
-MEASUREMENT_SUFFIXES = ("_s", "_ms", "_us", "_ns", "_sec", "_secs", "_seconds", "_time",
-                        "_pct", "_percent", "_pp", "_kb", "_mb", "_gb", "_kib", "_mib",
-                        "_gib", "_bytes")
-MEASUREMENT_PREFIXES = ("peak_", "final_")
-MEASUREMENT_WORDS = ("loss", "accuracy", "rss", "throughput")
 
 GROUPING_RULE = (
-    "Grouping: rows are grouped by every column that is not a measurement, text or "
-    "number (workload, runtime, nodes, gpus, ranks, threads, model, ...), so runs that "
-    "differ in a setting are never pooled. Measurements never group: "
-    "the time column, the repeat column (repeat, rep, repetition, trial or iteration), a "
-    "column named like a measured quantity (ending in _s, _ms, _us, _ns, _sec, _time, "
-    "_pct, _percent, _pp, _kb, _mb, _gb, _bytes; starting with peak_ or final_; "
-    "containing loss, accuracy, rss or throughput; or load1_max, images_per_epoch, "
-    "speedup, efficiency, n, mean, median, min, max, std, cv, ...) and provenance (path, "
-    "hosts, start, end, git_commit, slurm_job_id, image_digest, torch, launcher, engine, "
-    "disturbed, disturbed_reason, shared_cores, exclusive, order_position, ...). count "
-    "and world_size (derived from the point) do not group but must be the same within a "
-    "row. --group-by COL[,COL] groups by those columns only (--group-by '' by none); where "
-    "another setting then differs within a row the command refuses, naming it, instead "
-    "of pooling."
+    "Grouping: rows are grouped by the columns scalesweep.record.columns declares as sweep "
+    "axes (workload, runtime, nodes, gpus, ranks, threads, model, ...) and by text columns "
+    "it does not declare (labels such as task or site), so runs that differ in a setting "
+    "are never pooled. A declared measurement (time_s, images_per_s, "
+    "achieved_gflops_per_rank, ..., each with its unit), the run's identity (repeat, "
+    "block_id) and provenance (path, hosts, start, end, git_commit, disturbed, ...) never "
+    "group, nor do the statistics of a summary table read back (speedup, efficiency_pct, "
+    "overhead_pct, ...); count and world_size (derived from the point) do not group but "
+    "must be the same within a row, and so must a number column the declaration does not "
+    "name (where one differs within a row the command refuses, naming it: --group-by it "
+    "if it is a setting). --group-by COL[,COL] groups by those columns only (--group-by "
+    "'' by none); where another setting then differs within a row the command refuses, "
+    "naming it, instead of pooling."
 )
 
 
 def is_measurement(column: str) -> bool:
-    """Whether ``column`` holds a measurement or provenance (it never groups by default):
-    by its declared role where runs.csv declares it (``scalesweep.record.columns``: measurement,
-    provenance or identity), else a name in ``MEASUREMENT_NAMES``, ending in a unit of
-    ``MEASUREMENT_SUFFIXES``, starting with ``MEASUREMENT_PREFIXES`` or containing
-    ``MEASUREMENT_WORDS`` (case-insensitive)."""
+    """Whether ``column`` never groups by default: a declared measurement, provenance or
+    identity column (``scalesweep.record.columns``; no guessing from its name)."""
+    return columns.is_measurement(column)
+
+
+def is_setting(runs: pd.DataFrame, column: str) -> bool:
+    """Whether ``column`` groups by default: a declared axis, or a text column the
+    declaration does not name (a label: a measurement is a number with its unit)."""
     declared = columns.role(column)
     if declared is not None:
-        return declared in (columns.MEASUREMENT, columns.PROVENANCE, columns.IDENTITY)
-    name = str(column).strip().lower()
-    return (name in MEASUREMENT_NAMES or name.endswith(MEASUREMENT_SUFFIXES)
-            or name.startswith(MEASUREMENT_PREFIXES)
-            or any(word in name for word in MEASUREMENT_WORDS))
+        return declared == columns.AXIS
+    return not pd.api.types.is_numeric_dtype(runs[column])
 
 
 def repeat_column(runs: pd.DataFrame) -> str | None:
@@ -355,8 +331,8 @@ def group_columns(args, runs: pd.DataFrame, key: str, time_col: str,
 
     ``key``: the column the analysis runs along within a group (the count column for
     scaling and fits, the runtime column for overhead); it, ``time_col`` and the repeat
-    column never group. Without ``args.group_by`` every other column that is not a
-    measurement (``is_measurement``) or derived (``DERIVED_COLUMNS``) groups, except
+    column never group. Without ``args.group_by`` every other column that is a setting
+    (``is_setting``: a declared axis, or an undeclared text column) groups, except
     columns with no value at all. With it (a list, maybe empty), only the columns it
     names group. Ignored: the measurement columns left out. Raises UsageError (naming
     the file) when ``args.group_by`` names an absent column or one of the analysis' own,
@@ -378,13 +354,10 @@ def group_columns(args, runs: pd.DataFrame, key: str, time_col: str,
                              f"{roles[col]} column, which the analysis runs along")
     rest = [col for col in runs.columns if col not in roles]
     ignored = [col for col in rest if is_measurement(col) and col not in group_by]
-    derived = [col for col in rest
-               if str(col).lower() in DERIVED_COLUMNS and col not in group_by]
     if narrowed:
         groups = [col for col in rest if col in group_by]
     else:
-        groups = [col for col in rest if col not in ignored and col not in derived
-                  and runs[col].notna().any()]
+        groups = [col for col in rest if is_setting(runs, col) and runs[col].notna().any()]
     unchecked = set(groups) | set(ignored)
     left_out = [col for col in rest if col not in unchecked and runs[col].notna().any()]
     cells = [*groups, *([key] if key in runs.columns else [])]
@@ -392,8 +365,11 @@ def group_columns(args, runs: pd.DataFrame, key: str, time_col: str,
     if varying:
         how = (f"--group-by '{','.join(group_by)}'" if narrowed
                else "grouping by every setting")
+        undeclared = [col for col in varying if columns.role(col) is None]
+        why = (f"; {', '.join(undeclared)}: not declared in scalesweep.record.columns"
+               if undeclared and not narrowed else "")
         raise UsageError(f"{args.file}: {how} would pool runs that differ in "
-                         f"{', '.join(varying)} ({_example(runs, cells, varying[0])}); "
+                         f"{', '.join(varying)} ({_example(runs, cells, varying[0])}){why}; "
                          f"name {'it' if len(varying) == 1 else 'them'} in --group-by too")
     return groups, ignored
 

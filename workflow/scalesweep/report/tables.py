@@ -32,6 +32,7 @@ import pandas as pd
 from scalesweep.analyse.frame import truthy
 from scalesweep.analyse.stats import rate_stats, sample_stats, welch_difference
 from scalesweep.plan.sweep import RUNTIMES
+from scalesweep.record import columns
 
 GEOMETRY = ["nodes", "gpus", "ranks", "threads"]
 PARITY_KEYS = ["workload", *GEOMETRY, "runtime"]
@@ -432,7 +433,7 @@ def concurrency_table(runs: pd.DataFrame) -> pd.DataFrame:
         for m in LEVEL_METRICS:
             values = pd.to_numeric(valid[m], errors="coerce")
             # rates: total work over total time (harmonic mean); times: arithmetic
-            st = rate_stats(values) if m.endswith("_per_s") else sample_stats(values)
+            st = rate_stats(values) if columns.is_rate(m) else sample_stats(values)
             row[f"{m}_mean"], row[f"{m}_std"] = st["mean"], st["std"]
         row["note"] = f"n={len(valid)}: no std" if len(valid) < 2 else ""
         out.append(row)
