@@ -9,7 +9,7 @@ The metrics.json files are realistic: copies of a real CNN and a real LLM run of
 repository (benchmarks/data/metrics_{cnn,llm}.json) with the point and the measured values
 varied. They are written first (not timed), then a separate process runs exactly what the
 `aggregate` and `plot_scaling`/`plot_llm` rules run (workflow/scripts/aggregate.py,
-plot_scaling.py, plot_llm.py: scalesweep.analyse.collect.collect_runs, analysis.scaling_table,
+plot_scaling.py, plot_llm.py: scalesweep.analyse.collect.collect_runs, scaling.scaling_table,
 describe_repeats, overhead_table, collect.point_states, plots.scaling_figure and
 llm_figure, the CSV writes and the PNGs) and reports the time of each stage and its own
 peak memory (resource.getrusage ru_maxrss). The files are read from the page cache (they
@@ -149,7 +149,9 @@ def measure(root: Path, profile: str | None) -> dict:
     t0 = time.perf_counter()
     import pandas as pd
 
-    from scalesweep.analyse.analysis import describe_repeats, overhead_table, scaling_table
+    from scalesweep.analyse.overhead import overhead_table
+    from scalesweep.analyse.scaling import scaling_table
+    from scalesweep.analyse.stats import describe_repeats
     from scalesweep.analyse.collect import collect_runs, point_states
     from scalesweep.report.plots import llm_figure, scaling_figure
     from scalesweep.plan.sweep import sweep_points, workload_axes

@@ -11,13 +11,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from scalesweep.analyse.analysis import (
-    OVERHEAD_DEFINITION,
-    describe_repeats,
-    overhead_pct,
-    overhead_table,
-    scaling_table,
-)
+from scalesweep.analyse.overhead import overhead_table
+from scalesweep.analyse.scaling import scaling_table
+from scalesweep.analyse.stats import describe_repeats
+from scalesweep.analyse.verdict import OVERHEAD_DEFINITION, overhead_pct
 
 IN_REPO = Path(__file__).parent / "data" / "published"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "published"

@@ -1,5 +1,5 @@
 """Pairs are runs measured together: arms and blocks (sweep.BLOCK_DIR), same-block pairing
-(analysis.verdict_table), and the CLI giving a campaign's own verdicts (campaign.json)."""
+(scalesweep.analyse.overhead.verdict_table), and the CLI giving a campaign's own verdicts (campaign.json)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalesweep.analyse import analysis
+from scalesweep.analyse.overhead import verdict_table
+from scalesweep.analyse.pairing import SAME_BLOCK
 
 from scalesweep.analyse.collect import (RUN_COLUMNS, campaign_record, overhead_summary,
                                         scaling_summary, with_blocks)
@@ -104,7 +105,7 @@ def test_the_aa_check_on_a_drifting_machine_is_not_called_faster():
     cfg = base_config()
     table = overhead_summary(drifting_campaign(aa_blocks=True), cfg)
     aa = table[table["runtime"] == "native-aa"].iloc[0]
-    assert aa["pairing"] == analysis.SAME_BLOCK
+    assert aa["pairing"] == SAME_BLOCK
     assert aa["verdict"] == "equivalent", aa["verdict_text"]
     assert "same-block pairs" in aa["verdict_text"]
     cc = table[table["runtime"] == "charliecloud"].iloc[0]
@@ -114,16 +115,16 @@ def test_the_aa_check_on_a_drifting_machine_is_not_called_faster():
 def test_runs_that_only_share_a_repeat_number_were_the_false_verdict():
     # what the issue saw: native-aa measured later, "paired" on the repeat number alone
     runs = drifting_campaign(aa_blocks=False)
-    old = analysis.verdict_table(runs, ["workload", "nodes", "ranks"], pair_col="repeat",
+    old = verdict_table(runs, ["workload", "nodes", "ranks"], pair_col="repeat",
                                  margin_pct=5.0)
     assert old.set_index("runtime").loc["native-aa", "verdict"] == "faster"
     # paired on the block, with the time check, the same runs are not pairs at all
-    new = analysis.verdict_table(runs, ["workload", "nodes", "ranks"], pair_col="block_id",
+    new = verdict_table(runs, ["workload", "nodes", "ranks"], pair_col="block_id",
                                  margin_pct=5.0, max_pair_gap_s=600)
     row = new.set_index("runtime").loc["native-aa"]
     assert row["n_pairs_split"] == 8 and row["n"] == 0
     # and the runs measured apart are never compared side by side instead
-    assert row["pairing"] == analysis.SAME_BLOCK and row["verdict"] == "inconclusive"
+    assert row["pairing"] == SAME_BLOCK and row["verdict"] == "inconclusive"
     assert "8 pairs not measured together left out" in row["verdict_text"]
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalesweep.analyse import analysis
+from scalesweep.analyse.overhead import VERDICT_COLUMNS
 
 from scalesweep.analyse.collect import RUN_COLUMNS
 from scalesweep.campaign import analysis_cli
@@ -69,8 +69,8 @@ def test_scaling_weak_mode_and_explicit_baseline(tmp_path):
 
 def test_overhead_of_the_wide_odo_table():
     out = table_from(scalesweep("overhead", PUBLISHED / "odo_llm_astrollama.csv"))
-    # the verdict columns of analysis.verdict_table, whatever the data
-    assert out.columns.tolist() == ["gpus", "runtime", *analysis.VERDICT_COLUMNS]
+    # the verdict columns of scalesweep.analyse.overhead.verdict_table, whatever the data
+    assert out.columns.tolist() == ["gpus", "runtime", *VERDICT_COLUMNS]
     assert out["runtime"].unique().tolist() == ["container"]
     assert out.set_index("gpus").at[1, "overhead_pct"] == -39.93
     # no repeats: no CI or test, an inconclusive verdict asking for repeats

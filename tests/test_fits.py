@@ -15,7 +15,8 @@ import yaml
 
 from conftest import REPO, run_snakemake, tiny_config
 from scalesweep.analyse import fits
-from scalesweep.analyse.analysis import TableError, scaling_table
+from scalesweep.analyse.frame import TableError
+from scalesweep.analyse.scaling import scaling_table
 from scalesweep.plan.sweep import sweep_points
 from scalesweep.record.metrics import write_metrics
 

@@ -627,8 +627,9 @@ def test_first_screen_says_what_you_get_and_where_to_read_it():
 
 
 def test_sample_verdicts_are_in_the_analysis_own_words():
-    """Each sample verdict line is what scalesweep.analyse.analysis writes for its numbers."""
-    from scalesweep.analyse import analysis
+    """Each sample verdict line is what scalesweep.analyse.verdict writes for its numbers."""
+    from scalesweep.analyse.overhead import _with_pairing
+    from scalesweep.analyse.verdict import _verdict_text
 
     samples = [line for lang, body in document(README)[1] if lang == "text"
                for line in body.splitlines()]
@@ -645,7 +646,7 @@ def test_sample_verdicts_are_in_the_analysis_own_words():
         v = {"verdict": kind, "overhead_pct": float(m["o"]), "ci95_low_pct": float(m["lo"]),
              "ci95_high_pct": float(m["hi"]), "paired": True, "n": int(m["n"]),
              "n_native": int(m["n"]), "ci_method": "paired t"}
-        text = analysis._verdict_text(v, float(m["margin"] or 5), int(m["more"] or 0))
-        text = text.replace(" pairs)", " same-block pairs)")  # as analysis._with_pairing says it
+        text = _verdict_text(v, float(m["margin"] or 5), int(m["more"] or 0))
+        text = text.replace(" pairs)", " same-block pairs)")  # as overhead._with_pairing says it
         assert line.endswith(text), f"README sample {line!r}: the analysis writes {text!r}"
     assert found >= 1

@@ -460,7 +460,7 @@ def test_scaling_figure_legend_beside_and_says_why_no_law_is_fitted():
 
 
 def test_memory_figure_error_bars_are_the_95_ci_of_the_bars_and_name_the_measure():
-    from scalesweep.analyse.analysis import describe_repeats
+    from scalesweep.analyse.stats import describe_repeats
 
     # the quickstart's cnn_ddp peaks (runs.csv peak_rss_mb, MiB), 1 rank
     peaks = {"native": [760.7, 712.4, 721.0, 748.3, 687.2], "charliecloud": [725.5, 756.3,

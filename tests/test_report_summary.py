@@ -27,7 +27,9 @@ from scalesweep.analyse.collect import SHARED_CORES_NOTE, SYNTHETIC_LABEL
 from scalesweep.campaign.status import report_freshness
 from scalesweep.cli import main
 from scalesweep.report import pages as rp
-from scalesweep.report import tables as rt
+from scalesweep.report import made as report_made
+from scalesweep.report import rules as report_rules
+from scalesweep.report import significance as report_significance
 
 GEOMETRY = dict(nodes=1, gpus=0, ranks=2, threads=1)
 
@@ -106,15 +108,15 @@ def clean_campaign() -> dict:
 
 
 def by_rule(table: pd.DataFrame) -> dict[int, pd.Series]:
-    assert table.columns.tolist() == rt.RULES_COLUMNS
-    assert table["rule"].tolist() == list(rt.RULES)
+    assert table.columns.tolist() == report_rules.RULES_COLUMNS
+    assert table["rule"].tolist() == list(report_rules.RULES)
     return {i: row for i, row in table.iterrows()}
 
 
 # --- the benchmarking rules ------------------------------------------------------------------
 
 def test_a_clean_campaign_passes_every_rule_with_its_evidence():
-    rules = by_rule(rt.rules_table(**clean_campaign()))
+    rules = by_rule(report_rules.rules_table(**clean_campaign()))
     assert [r["passed"] for r in rules.values()] == ["yes"] * 8, rules
     assert "4 of 4 speedup/efficiency rows show baseline_time_s" in rules[0]["evidence"]
     assert "2 of 2 overheads show native_s and time_s" in rules[0]["evidence"]
@@ -129,7 +131,7 @@ def test_a_clean_campaign_passes_every_rule_with_its_evidence():
 
 
 def test_an_empty_campaign_is_not_applicable_not_passed():
-    rules = by_rule(rt.rules_table(runs=pd.DataFrame(), scaling=pd.DataFrame(),
+    rules = by_rule(report_rules.rules_table(runs=pd.DataFrame(), scaling=pd.DataFrame(),
                                    llm=pd.DataFrame(), overhead=pd.DataFrame(),
                                    points=pd.DataFrame()))
     assert {r["passed"] for r in rules.values()} == {"not applicable"}
@@ -151,7 +153,7 @@ def test_each_rule_fails_where_its_tables_break_it_and_names_the_rows():
     c["runs"].loc[0, "git_commit"] = None
     c["runs"].loc[1, "image_digest"] = None  # the first apptainer run
     c["scaling"].loc[0, "linear_time_s"] = np.nan
-    rules = by_rule(rt.rules_table(**c))
+    rules = by_rule(report_rules.rules_table(**c))
     assert [rules[i]["passed"] for i in range(8)] == ["no"] * 8, rules
     assert "scaling.csv without them: cnn apptainer 1 thr/rank count 2" in rules[0]["evidence"]
     assert "3 of 4 speedup/efficiency rows" in rules[0]["evidence"]
@@ -176,18 +178,18 @@ def test_normality_rule_fails_on_a_parametric_ci_where_normality_is_rejected():
     c = clean_campaign()
     c["overhead"] = pd.DataFrame([overhead_row(1, normality=0.001, method="paired t"),
                                   overhead_row(2)])
-    rule = by_rule(rt.rules_table(**c))[3]
+    rule = by_rule(report_rules.rules_table(**c))[3]
     assert rule["passed"] == "no"
     assert "a parametric CI where normality was rejected (cnn apptainer n1-g0-r1-t1)" \
         in rule["evidence"]
     # without the column, the paired rows were not checked at all
     c["overhead"] = c["overhead"].drop(columns=["normality_p_value"])
-    rule = by_rule(rt.rules_table(**c))[3]
+    rule = by_rule(report_rules.rules_table(**c))[3]
     assert rule["passed"] == "no" and "has no normality_p_value" in rule["evidence"]
     # unpaired rows use Fieller/Welch unchecked
     c["overhead"] = pd.DataFrame([overhead_row(1, paired=False, method="Fieller/Welch",
                                                normality=np.nan)])
-    rule = by_rule(rt.rules_table(**c))[3]
+    rule = by_rule(report_rules.rules_table(**c))[3]
     assert rule["passed"] == "no" and "1 unpaired rows use Fieller/Welch" in rule["evidence"]
 
 
@@ -199,22 +201,22 @@ def test_normality_of_scaling_repeats_is_checked_on_the_runs():
     extra["repeat"] = [5, 6, 7, 8]
     extra["time_s"] = [9.85, 10.08, 9.95, 30.0]
     c["runs"] = pd.concat([runs, extra], ignore_index=True)
-    rule = by_rule(rt.rules_table(**c))[3]
+    rule = by_rule(report_rules.rules_table(**c))[3]
     assert rule["passed"] == "no"
     assert "scaling.csv: a Student t CI where normality is rejected (cnn native 1 thr/rank " \
            "count 1 (p " in rule["evidence"]
     # disturbed repeats are not in the statistics, so not in the check either
     c["runs"].loc[c["runs"]["time_s"] == 30.0, "disturbed"] = True
-    assert by_rule(rt.rules_table(**c))[3]["passed"] == "yes"
+    assert by_rule(report_rules.rules_table(**c))[3]["passed"] == "yes"
 
 
 def test_provenance_requires_block_and_probe_where_runs_csv_has_them():
     c = clean_campaign()
     c["runs"]["block_id"] = "b"
     c["runs"]["probe_gflops"] = 1.0
-    assert by_rule(rt.rules_table(**c))[5]["passed"] == "yes"
+    assert by_rule(report_rules.rules_table(**c))[5]["passed"] == "yes"
     c["runs"].loc[2, "probe_gflops"] = np.nan
-    rule = by_rule(rt.rules_table(**c))[5]
+    rule = by_rule(report_rules.rules_table(**c))[5]
     assert rule["passed"] == "no" and "probe_gflops missing in 1" in rule["evidence"]
 
 
@@ -233,9 +235,9 @@ def test_rules_and_significance_on_the_aggregation_s_own_tables():
               "llm": collect.llm_summary(runs), "overhead": collect.overhead_summary(runs, cfg),
               "points": points_table()}
     assert len(tables["overhead"]) == 2 and len(tables["scaling"]) == 4
-    rules = by_rule(rt.rules_table(**tables))
+    rules = by_rule(report_rules.rules_table(**tables))
     assert [r["passed"] for r in rules.values()] == ["yes"] * 8, rules
-    significance = rt.significance_table(tables["overhead"]).set_index("column")
+    significance = report_significance.significance_table(tables["overhead"]).set_index("column")
     assert significance.loc["equivalence_p_value", "claims"] == 2
     assert significance.loc["p_value", "statement"].endswith("no faster/slower verdict.")
 
@@ -250,7 +252,7 @@ def test_rules_from_a_csv_round_trip(tmp_path):
             read[name] = pd.read_csv(tmp_path / f"{name}.csv", dtype={"reason": str, "log": str})
         except pd.errors.EmptyDataError:
             read[name] = pd.DataFrame()
-    assert rt.rules_table(**read)["passed"].tolist() == ["yes"] * 8
+    assert report_rules.rules_table(**read)["passed"].tolist() == ["yes"] * 8
 
 
 # --- many comparisons --------------------------------------------------------------------------
@@ -262,8 +264,8 @@ def test_significance_counts_chance_and_benjamini_hochberg():
         verdict = "slower" if value < 0.05 else "inconclusive"
         rows.append(overhead_row(ranks=i + 1, verdict=verdict, p=value, eq_p=0.5))
     overhead = pd.DataFrame(rows)
-    table = rt.significance_table(overhead, alpha=0.05)
-    assert table.columns.tolist() == rt.SIGNIFICANCE_COLUMNS
+    table = report_significance.significance_table(overhead, alpha=0.05)
+    assert table.columns.tolist() == report_significance.SIGNIFICANCE_COLUMNS
     diff = table.set_index("column").loc["p_value"]
     finite = np.array([x for x in p if not np.isnan(x)])
     q = stats.false_discovery_control(finite)
@@ -284,7 +286,7 @@ def test_significance_counts_chance_and_benjamini_hochberg():
 
 
 def test_significance_without_overhead_says_so():
-    table = rt.significance_table(pd.DataFrame(), alpha=0.05)
+    table = report_significance.significance_table(pd.DataFrame(), alpha=0.05)
     assert table["tests"].tolist() == [0, 0]
     assert table["statement"].str.startswith("no ").all()
 
@@ -293,7 +295,7 @@ def test_q_values_are_benjamini_hochberg_and_leave_the_rest_alone():
     overhead = pd.DataFrame([overhead_row(i, p=p, eq_p=e) for i, (p, e) in
                              enumerate([(0.01, 0.2), (0.04, np.nan), (np.nan, 0.01),
                                         (0.03, 0.03)], 1)])
-    out = rt.add_q_values(overhead)
+    out = report_significance.add_q_values(overhead)
     cols = out.columns.tolist()
     assert cols.index("q_value") == cols.index("p_value") + 1
     assert cols.index("equivalence_q_value") == cols.index("equivalence_p_value") + 1
@@ -301,7 +303,7 @@ def test_q_values_are_benjamini_hochberg_and_leave_the_rest_alone():
     assert out["q_value"].tolist()[:2] == pytest.approx(expected[:2].tolist())
     assert np.isnan(out["q_value"].iloc[2]) and out["q_value"].iloc[3] == pytest.approx(expected[2])
     pd.testing.assert_frame_equal(out.drop(columns=["q_value", "equivalence_q_value"]), overhead)
-    assert rt.add_q_values(out).columns.tolist() == cols  # idempotent
+    assert report_significance.add_q_values(out).columns.tolist() == cols  # idempotent
 
 
 # --- made ---------------------------------------------------------------------------------------
@@ -311,11 +313,11 @@ def test_made_table_time_range_runs_and_commits():
     runs.loc[0, "disturbed"] = True
     runs.loc[1:2, "git_commit"] = "b" * 40
     runs.loc[3, "git_commit"] = None
-    made = rt.made_table(runs, points_table(("done", "failed")),
+    made = report_made.made_table(runs, points_table(("done", "failed")),
                          pd.Timestamp("2025-03-01 01:45:10", tz="UTC"),
                          "c" * 40 + " + uncommitted changes",
                          ["runs.csv", "overhead.csv"])
-    assert made.columns.tolist() == rt.MADE_COLUMNS
+    assert made.columns.tolist() == report_made.MADE_COLUMNS
     items = dict(zip(made["item"], made["value"]))
     assert items["summarised (UTC)"] == "2025-03-01 01:45:10 UTC"
     assert items["campaign ran (first run's start .. last run's end)"] == \
@@ -331,19 +333,19 @@ def test_made_table_time_range_runs_and_commits():
 def test_made_table_names_the_site_and_machine():
     site = {"name": "local", "description": "The machine", "scheduler": "none",
             "node": {"cores": 2, "gpus": 0}}
-    made = rt.made_table(runs_table(n=1), None, 0, "c", site=site)
+    made = report_made.made_table(runs_table(n=1), None, 0, "c", site=site)
     items = dict(made.values)
     assert made["item"].tolist()[2:4] == ["site", "machine"]
     assert items["site"] == "local: The machine (sites/local.yaml)"
     assert items["machine"] == "per node 2 cores, no GPU, scheduler none; hosts node1 (4 runs)"
-    assert "site" not in dict(rt.made_table(runs_table(n=1), None, 0, "c").values)
+    assert "site" not in dict(report_made.made_table(runs_table(n=1), None, 0, "c").values)
 
 
 def test_made_table_of_no_runs_and_the_workflow_commit(tmp_path):
-    made = dict(rt.made_table(pd.DataFrame(), None, time.time() * 1e9, "unknown").values)
+    made = dict(report_made.made_table(pd.DataFrame(), None, time.time() * 1e9, "unknown").values)
     assert made["runs"].startswith("0 (0 disturbed") and "no runs" in made.values()
-    assert rt.workflow_commit(tmp_path) == "unknown (not a git checkout)"
-    commit = rt.workflow_commit(REPO)
+    assert report_made.workflow_commit(tmp_path) == "unknown (not a git checkout)"
+    commit = report_made.workflow_commit(REPO)
     assert len(commit.split()[0]) == 40
 
 
@@ -377,12 +379,12 @@ def test_landing_page_embeds_the_first_screen_and_the_rules(tmp_path):
     summary = tmp_path / "results/summary"
     summary.mkdir(parents=True)
     c = clean_campaign()
-    made = rt.made_table(c["runs"], c["points"], pd.Timestamp("2025-03-01 01:45:10", tz="UTC"),
+    made = report_made.made_table(c["runs"], c["points"], pd.Timestamp("2025-03-01 01:45:10", tz="UTC"),
                          "c" * 40, ["runs.csv"])
-    significance = rt.significance_table(c["overhead"])
-    made = rt.with_significance(made, significance)
+    significance = report_significance.significance_table(c["overhead"])
+    made = report_made.with_significance(made, significance)
     c["runs"].loc[0, "git_commit"] = None
-    rules = rt.rules_table(**c)
+    rules = report_rules.rules_table(**c)
     rules.to_csv(summary / "rules.csv", index=False)
     overhead = pd.DataFrame([{**overhead_row(1), "verdict_text": "equivalent within +-5% (x)"}])
     front = rp.front_page({**c, "overhead": overhead, "made": made, "rules": rules,
@@ -515,7 +517,7 @@ def clean_front() -> dict:
             "llm": pd.DataFrame(), "missing": c["points"].iloc[:0],
             "fits": pd.DataFrame([{"workload": "cnn", "runtime": "native", "model": "amdahl",
                                    "status": "ok", "reason": ""}]),
-            "rules": rt.rules_table(**c), "significance": rt.significance_table(overhead)}
+            "rules": report_rules.rules_table(**c), "significance": report_significance.significance_table(overhead)}
 
 
 def _broken(name):
@@ -733,7 +735,7 @@ def test_report_pages_script_writes_every_table_page_and_the_first_screen(tmp_pa
     c = clean_campaign()
     overhead = pd.DataFrame([{**overhead_row(1), "verdict_text": "equivalent (one)"}])
     tables = {"runs": c["runs"], "scaling": c["scaling"], "overhead": overhead,
-              "missing": c["points"].iloc[:0], "made": rt.made_table(c["runs"], None, 0, "c")}
+              "missing": c["points"].iloc[:0], "made": report_made.made_table(c["runs"], None, 0, "c")}
     inputs = {}
     for name, table in tables.items():
         inputs[name] = str(summary / f"{name}.csv")

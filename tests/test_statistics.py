@@ -13,8 +13,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from scalesweep.analyse import analysis
-from scalesweep.analyse.analysis import expected_false_positives, fdr_adjust, overhead_verdict
+from scalesweep.analyse.stats import (EXACT_SIGNED_RANK_MAX_N, expected_false_positives,
+                                      fdr_adjust, rank_ci_order, rank_interval, rank_min_pairs,
+                                      signed_rank_cdf, signed_rank_p, walsh_averages)
+from scalesweep.analyse.verdict import (CI_METHODS, PAIRED_T, RANK_METHOD, RANK_TOO_FEW,
+                                        UNPAIRED_METHOD, overhead_verdict)
 
 
 def times_with(d, base=60.0):
@@ -31,7 +34,7 @@ def test_normal_log_ratios_get_the_paired_t_interval():
     d = rng.normal(0.01, 0.02, 10)
     assert stats.shapiro(d).pvalue >= 0.05
     v = overhead_verdict(*times_with(d), paired=True, margin_pct=5)
-    assert v["ci_method"] == analysis.PAIRED_T == "paired t"
+    assert v["ci_method"] == PAIRED_T == "paired t"
     assert v["normality_p_value"] == pytest.approx(stats.shapiro(d).pvalue)
     half = stats.t.ppf(0.975, 9) * d.std(ddof=1) / math.sqrt(10)
     assert v["ci95_low_pct"] == pytest.approx(math.expm1(d.mean() - half) * 100)
@@ -46,10 +49,10 @@ def test_normality_is_not_computed_where_it_cannot_be():
     flat = overhead_verdict([10.0] * 4, [10.5] * 4, paired=True)  # no spread
     assert flat["ci_method"] == "paired t" and math.isnan(flat["normality_p_value"])
     unpaired = overhead_verdict([10.0, 10.2, 9.9], [10.1, 10.4, 10.3])
-    assert unpaired["ci_method"] == analysis.UNPAIRED_METHOD == "Fieller/Welch"
+    assert unpaired["ci_method"] == UNPAIRED_METHOD == "Fieller/Welch"
     assert math.isnan(unpaired["normality_p_value"])
     for v in (two, flat, unpaired):
-        assert v["ci_method"] in analysis.CI_METHODS
+        assert v["ci_method"] in CI_METHODS
         assert isinstance(v["normality_p_value"], float)
 
 
@@ -66,7 +69,7 @@ def test_an_outlier_pair_switches_to_the_hodges_lehmann_wilcoxon_interval():
     Hodges-Lehmann estimate is the median, (W_(14) + W_(15)) / 2 = 0.04."""
     assert stats.shapiro(D7).pvalue < 0.05
     v = overhead_verdict(*times_with(D7), paired=True, margin_pct=5)
-    assert v["ci_method"] == analysis.RANK_METHOD == "Hodges-Lehmann/Wilcoxon"
+    assert v["ci_method"] == RANK_METHOD == "Hodges-Lehmann/Wilcoxon"
     assert v["normality_p_value"] == pytest.approx(stats.shapiro(D7).pvalue)
     assert v["overhead_pct"] == pytest.approx(math.expm1(0.04) * 100)
     assert v["ci95_low_pct"] == pytest.approx(math.expm1(0.02) * 100)
@@ -100,18 +103,18 @@ def signed_rank_distribution_by_enumeration(n):
 
 @pytest.mark.parametrize("n", [1, 2, 5, 7, 10])
 def test_the_exact_signed_rank_distribution_is_that_of_random_signs(n):
-    np.testing.assert_allclose(analysis._signed_rank_cdf(n),
+    np.testing.assert_allclose(signed_rank_cdf(n),
                                signed_rank_distribution_by_enumeration(n), rtol=1e-12)
 
 
 def test_beyond_the_exact_range_the_signed_rank_distribution_is_normal():
-    n = analysis.EXACT_SIGNED_RANK_MAX_N
-    exact = analysis._signed_rank_cdf(n)
+    n = EXACT_SIGNED_RANK_MAX_N
+    exact = signed_rank_cdf(n)
     top = n * (n + 1) // 2
     normal = stats.norm.cdf((np.arange(top + 1) + 0.5 - top / 2)
                             / math.sqrt(n * (n + 1) * (2 * n + 1) / 24))
     assert np.abs(exact - normal).max() < 1e-3  # where the two meet, they agree
-    beyond = analysis._signed_rank_cdf(n + 1)
+    beyond = signed_rank_cdf(n + 1)
     assert beyond[-1] == pytest.approx(1) and beyond[(n + 1) * (n + 2) // 4] == pytest.approx(
         0.5, abs=1e-3)
 
@@ -122,10 +125,10 @@ def test_rank_interval_orders_match_the_published_critical_values():
     critical = {6: 0, 7: 2, 8: 3, 9: 5, 10: 8, 11: 10, 12: 13, 13: 17, 14: 21, 15: 25,
                 20: 52, 25: 89, 30: 137}
     for n, c in critical.items():
-        assert analysis._rank_ci_order(n, 0.95) == c + 1, n
+        assert rank_ci_order(n, 0.95) == c + 1, n
     for n in range(1, 6):
-        assert analysis._rank_ci_order(n, 0.95) == 0
-    assert analysis._rank_min_pairs(0.95) == 6 and analysis._rank_min_pairs(0.90) == 5
+        assert rank_ci_order(n, 0.95) == 0
+    assert rank_min_pairs(0.95) == 6 and rank_min_pairs(0.90) == 5
 
 
 def test_signed_rank_p_values_match_scipy_without_ties():
@@ -133,9 +136,9 @@ def test_signed_rank_p_values_match_scipy_without_ties():
     for n in (6, 8, 12, 20):
         for _ in range(20):
             d = rng.standard_t(2, n) * 0.05 + 0.02
-            walsh = analysis._walsh_averages(d)
+            walsh = walsh_averages(d)
             for alternative in ("two-sided", "greater", "less"):
-                ours = analysis._signed_rank_p(walsh, n, 0.0, alternative)
+                ours = signed_rank_p(walsh, n, 0.0, alternative)
                 theirs = stats.wilcoxon(d, method="exact", alternative=alternative).pvalue
                 assert ours == pytest.approx(theirs, rel=1e-9, abs=1e-15)
 
@@ -150,11 +153,11 @@ def test_rank_verdicts_are_the_intervals_read_off():
         n = int(rng.integers(6, 16))
         d = rng.standard_t(1.5, n) * rng.choice([0.003, 0.01, 0.03]) + rng.normal(0, 0.03)
         v = overhead_verdict(*times_with(d), paired=True, margin_pct=5)
-        if v["ci_method"] != analysis.RANK_METHOD:
+        if v["ci_method"] != RANK_METHOD:
             continue
-        walsh = analysis._walsh_averages(d)
-        lo90, hi90 = analysis._rank_interval(walsh, n, 0.90)
-        lo95, hi95 = analysis._rank_interval(walsh, n, 0.95)
+        walsh = walsh_averages(d)
+        lo90, hi90 = rank_interval(walsh, n, 0.90)
+        lo95, hi95 = rank_interval(walsh, n, 0.95)
         assert v["ci95_low_pct"] == pytest.approx(math.expm1(lo95) * 100)
         assert v["ci95_high_pct"] == pytest.approx(math.expm1(hi95) * 100)
         if bounds[0] < lo90 and hi90 < bounds[1]:
@@ -177,13 +180,13 @@ def test_too_few_pairs_for_a_rank_interval_is_inconclusive_and_says_so():
     d = [0.01, 0.012, 0.011, 0.013, 0.30]  # 5 pairs, one outlier
     assert stats.shapiro(d).pvalue < 0.05
     v = overhead_verdict(*times_with(d), paired=True, margin_pct=5, target_ci_pp=3)
-    assert v["ci_method"] == analysis.RANK_TOO_FEW
+    assert v["ci_method"] == RANK_TOO_FEW
     assert v["ci_method"] == "Hodges-Lehmann (too few pairs for a 95% rank interval)"
     assert v["verdict"] == "inconclusive" and not v["target_met"]
     assert v["repeats_needed"] >= 1  # at least to the 6 pairs a rank interval needs
     assert math.isnan(v["ci95_low_pct"]) and math.isnan(v["equivalence_p_value"])
     assert v["overhead_pct"] == pytest.approx(
-        math.expm1(np.median(analysis._walsh_averages(np.array(d)))) * 100)
+        math.expm1(np.median(walsh_averages(np.array(d)))) * 100)
     assert v["p_value"] == pytest.approx(2 / 32)  # all 5 positive: the smallest p there is
     assert "too few pairs for a rank interval" in v["verdict_text"]
     assert v["verdict_text"].startswith("inconclusive: about ")
@@ -193,9 +196,9 @@ def test_too_few_pairs_for_a_rank_interval_is_inconclusive_and_says_so():
 def test_rank_repeats_needed_reach_the_target_by_the_t_projection_of_the_rank_spread():
     d = np.array([0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.60])
     v = overhead_verdict(*times_with(d), paired=True, margin_pct=5, target_ci_pp=3)
-    assert v["ci_method"] == analysis.RANK_METHOD and not v["target_met"]
-    walsh = analysis._walsh_averages(d)
-    low, high = analysis._rank_interval(walsh, 8, 0.95)
+    assert v["ci_method"] == RANK_METHOD and not v["target_met"]
+    walsh = walsh_averages(d)
+    low, high = rank_interval(walsh, 8, 0.95)
     spread = (high - low) / 2 * math.sqrt(8) / stats.t.ppf(0.975, 7)
 
     def half(size):
@@ -247,7 +250,7 @@ def test_expected_false_positives_is_tests_times_level():
 
 
 def test_rates_are_total_work_over_total_time_never_a_mean_of_rates():
-    from scalesweep.analyse.analysis import rate_stats
+    from scalesweep.analyse.stats import rate_stats
 
     # two runs of the same work: 10 s (1 unit/s... 100 units) and 20 s: 150 units/30 s... no:
     # the same 100 units each: 10 units/s and 5 units/s -> 200 units in 30 s = 6.67/s

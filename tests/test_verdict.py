@@ -15,9 +15,11 @@ import pytest
 import yaml
 from scipy import stats
 
-from scalesweep.analyse import analysis, collect
-
-from scalesweep.analyse.analysis import overhead_verdict, scaling_table, verdict_table
+from scalesweep.analyse import collect
+from scalesweep.analyse.overhead import VERDICT_COLUMNS, overhead_table, verdict_table
+from scalesweep.analyse.scaling import scaling_table
+from scalesweep.analyse.stats import fieller_from_moments
+from scalesweep.analyse.verdict import overhead_verdict
 from scalesweep.campaign import status
 from scalesweep.plan.sweep import SweepPoint
 from scalesweep.record.metrics import write_metrics
@@ -55,7 +57,7 @@ def test_paired_known_answer_by_hand_and_scipy():
 def test_unpaired_known_answer_matches_fieller_welch_and_a_scaled_welch_tost():
     v = overhead_verdict(NATIVE, CONTAINER)
     assert v["paired"] is False and v["n_native"] == v["n"] == 5
-    table = analysis.overhead_table(pd.DataFrame(
+    table = overhead_table(pd.DataFrame(
         {"runtime": ["native"] * 5 + ["c"] * 5, "time_s": NATIVE + CONTAINER})).iloc[0]
     for ours, theirs in (("overhead_pct", "overhead_pct"), ("ci95_low_pct", "overhead_ci95_low_pct"),
                          ("ci95_high_pct", "overhead_ci95_high_pct"), ("p_value", "p_value")):
@@ -181,7 +183,7 @@ def test_verdict_table_pairs_by_repeat_and_leaves_disturbed_runs_out():
     assert row["overhead_pct"] == pytest.approx((row["time_s"] - row["native_s"])
                                                 / row["native_s"] * 100)
     assert list(verdict_table(df, ["workload"]).columns) == [
-        "workload", "runtime", *analysis.VERDICT_COLUMNS]
+        "workload", "runtime", *VERDICT_COLUMNS]
 
 
 def test_verdict_table_unpaired_when_fewer_than_two_valid_pairs():
@@ -208,8 +210,8 @@ def test_scaling_efficiency_ci_is_fieller_and_100_at_the_baseline():
     base, two = [10.0, 10.2, 9.8], [5.5, 5.4, 5.6]
     out = scaling_table(pd.DataFrame({"nodes": [1] * 3 + [2] * 3, "time_s": base + two}))
     row = out.set_index("nodes").loc[2]
-    lo, hi = analysis._fieller_from_moments(np.mean(base), np.var(base, ddof=1), 3,
-                                            np.mean(two), np.var(two, ddof=1), 3, 0.95)
+    lo, hi = fieller_from_moments(np.mean(base), np.var(base, ddof=1), 3,
+                                  np.mean(two), np.var(two, ddof=1), 3, 0.95)
     assert row["efficiency_ci95_low_pct"] == pytest.approx(lo * 50)
     assert row["efficiency_ci95_high_pct"] == pytest.approx(hi * 50)
     assert row["efficiency_ci95_low_pct"] < row["efficiency_pct"] < row["efficiency_ci95_high_pct"]
@@ -391,7 +393,7 @@ def test_pairs_on_the_same_nodes_are_preferred():
     nodes are used where there are at least two of them."""
     import pandas as pd
 
-    from scalesweep.analyse.analysis import verdict_table
+    from scalesweep.analyse.overhead import verdict_table
 
     rows = []
     for k, (nat, cont, same) in enumerate([(10.0, 10.1, True), (10.0, 10.05, True),

@@ -44,7 +44,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from scalesweep.analyse.analysis import overhead_verdict
+from scalesweep.analyse.verdict import overhead_verdict
 from scalesweep.analyse.decision import decide
 from scalesweep.plan.adaptive import Series, repeat_bounds, wants_more
 from scalesweep.plan.sweep import block_order

@@ -23,7 +23,7 @@ from scalesweep.analyse.collect import (  # noqa: E402
 from scalesweep.plan.sweep import HISTORY_DIR, sweep_points  # noqa: E402
 from scalesweep.record.metrics import write_json_atomic  # noqa: E402
 from scalesweep.record.pointdir import METRICS_JSON, RUNS_DIR  # noqa: E402
-from scalesweep.report.tables import add_q_values  # noqa: E402
+from scalesweep.report.significance import add_q_values  # noqa: E402
 
 sm = snakemake  # noqa: F821
 cfg = sm.config

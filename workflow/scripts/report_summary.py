@@ -2,7 +2,7 @@
 significance.csv (how many "significant" results chance alone would give) and rules.csv
 (the benchmarking rules, passed or not for this campaign).
 
-The tables are made by scalesweep.report.tables (made_table, significance_table,
+The tables are made by scalesweep.report.made, .significance and .rules (made_table, significance_table,
 rules_table) from the campaign's own results/summary/*.csv; "summarised" is when the
 newest of them was written.
 """
@@ -16,13 +16,9 @@ sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # no
 
 import pandas as pd  # noqa: E402
 
-from scalesweep.report.tables import (  # noqa: E402
-    made_table,
-    rules_table,
-    significance_table,
-    with_significance,
-    workflow_commit,
-)
+from scalesweep.report.made import made_table, with_significance, workflow_commit  # noqa: E402
+from scalesweep.report.rules import rules_table  # noqa: E402
+from scalesweep.report.significance import significance_table  # noqa: E402
 
 sm = snakemake  # noqa: F821
 
@@ -41,7 +37,7 @@ try:  # the level the campaign's verdicts used (scalesweep.analyse.collect.campa
 
     confidence = float(campaign_settings(sm.config)["confidence"])
 except (ImportError, KeyError):
-    from scalesweep.analyse.analysis import CONFIDENCE as confidence
+    from scalesweep.analyse.stats import CONFIDENCE as confidence
 alpha = 1 - confidence
 newest = max(Path(p).stat().st_mtime for p in sm.input)
 summarised = datetime.datetime.fromtimestamp(newest, datetime.timezone.utc)

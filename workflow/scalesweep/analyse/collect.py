@@ -9,8 +9,10 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from scalesweep.analyse.analysis import (SCALING_COLUMNS, describe_rates, describe_repeats,
-                                         scaling_table, truthy, verdict_table)
+from scalesweep.analyse.frame import truthy
+from scalesweep.analyse.overhead import verdict_table
+from scalesweep.analyse.scaling import SCALING_COLUMNS, scaling_table
+from scalesweep.analyse.stats import describe_rates, describe_repeats
 from scalesweep.measure.probe import summary as probe_summary
 from scalesweep.plan.sweep import (BLOCK_DIR, HISTORY_DIR, REFERENCE, SweepError, SweepPoint,
                                    scaling_count, workload_axes)
@@ -420,7 +422,7 @@ def _row_notes(table: pd.DataFrame, runs: pd.DataFrame, keys: list[str],
 
 
 def scaling_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame:
-    """scaling.csv: analysis.scaling_table per workload x runtime x threads over the valid
+    """scaling.csv: scaling.scaling_table per workload x runtime x threads over the valid
     (not disturbed) CNN runs, plus n_disturbed, shared_cores and note per row. A series
     whose every run of its baseline count was disturbed has no numbers: one row at that
     count with n 0 says so (note; in ``log`` too), never an empty table without a word
@@ -580,7 +582,7 @@ def campaign_record(config: dict, runs: pd.DataFrame) -> dict:
 
 
 def overhead_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame:
-    """overhead.csv: analysis.verdict_table of every other runtime (containers, and the
+    """overhead.csv: overhead.verdict_table of every other runtime (containers, and the
     A/A runtime native-aa) against native at the same point (workload, nodes, gpus,
     ranks, threads, and the model for LLM inference), each in its own arm (sweep.BLOCK_DIR):
     paired on the block the two runs were measured in (same-block pairs), disturbed runs
@@ -599,7 +601,7 @@ def overhead_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame
     pair_col = settings["pair_col"]
     if "arm" not in data.columns:
         # a table from before blocks had arms: every runtime of a geometry in one block,
-        # paired on the repeat number (and said so: analysis.SAME_REPEAT)
+        # paired on the repeat number (and said so: pairing.SAME_REPEAT)
         data["arm"], pair_col = "", "repeat"
     elif "block_id" not in data.columns:
         data = with_blocks(data)

@@ -2,7 +2,7 @@
 
 ``decide`` reads the runs of one series (``scalesweep.plan.adaptive.Series``) measured so
 far and forms the comparisons with native as the published verdict forms them (same-block
-pairs, ``scalesweep.analyse.analysis.block_pairs`` and ``overhead_verdict``, under the
+pairs, ``scalesweep.analyse.pairing.block_pairs`` and ``overhead_verdict``, under the
 campaign's settings, ``scalesweep.analyse.collect.campaign_settings``); the workflow
 (``workflow/scripts/decide_repeats.py``) writes its record, and
 ``scalesweep.plan.adaptive`` walks the records (``wants_more``, ``asked_points``).
@@ -16,7 +16,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from scalesweep.analyse.analysis import block_pairs, overhead_verdict
+from scalesweep.analyse.pairing import block_pairs
+from scalesweep.analyse.verdict import overhead_verdict
 from scalesweep.analyse.collect import campaign_settings
 from scalesweep.plan.adaptive import MIN_COMPARED, Series, repeat_bounds, wants_more
 from scalesweep.plan.sweep import REFERENCE, is_native
@@ -64,7 +65,7 @@ def decide(
             if rt == REFERENCE:
                 continue
             # the runs of one repeat of a series are one block: measured together; the
-            # pairs as the published verdict forms them (analysis.block_pairs: pairs
+            # pairs as the published verdict forms them (pairing.block_pairs: pairs
             # measured apart or on a machine whose speed differed left out)
             pairs = block_pairs(base, valid[rt], "time_s", max_gap_s=settings["max_pair_gap_s"],
                                 probe_tolerance_pct=settings["probe_tolerance_pct"])

@@ -24,7 +24,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from scalesweep.analyse.analysis import rate_stats, truthy
+from scalesweep.analyse.frame import truthy
+from scalesweep.analyse.stats import cv_pct, rate_stats
 
 DRIFT_KEYS = ["workload", "nodes", "gpus", "ranks", "threads", "runtime"]
 DRIFT_COLUMNS = [
@@ -50,15 +51,6 @@ def _numeric(df: pd.DataFrame, col: str) -> pd.Series:
     if col not in df.columns:
         return pd.Series(np.nan, index=df.index, dtype=float)
     return pd.to_numeric(df[col], errors="coerce")
-
-
-def cv_pct(values) -> float:
-    """Sample coefficient of variation in percent (NaN with fewer than 2 finite values)."""
-    x = np.asarray(values, dtype=float)
-    x = x[np.isfinite(x)]
-    if x.size < 2 or x.mean() == 0:
-        return np.nan
-    return float(100.0 * x.std(ddof=1) / abs(x.mean()))
 
 
 def explained(time_s, probe, min_runs: int = MIN_RUNS, alpha: float = ALPHA) -> dict:

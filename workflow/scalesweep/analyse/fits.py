@@ -1,7 +1,7 @@
 """Scaling-law fits of a time-vs-count series: Amdahl's law and the Universal Scalability Law.
 
 Pure functions on a table of runs (one row per run; rows with the same count are repeats),
-as ``analysis.scaling_table`` takes it. Both laws are fitted in the time form, by least
+as ``scaling.scaling_table`` takes it. Both laws are fitted in the time form, by least
 squares on log(time), so every point weighs by its relative error whatever its magnitude:
 
 - Amdahl:  T(n) = T1 * (s + (1 - s) / n)                                  (t1_s, serial_fraction)
@@ -40,13 +40,9 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from scalesweep.analyse.analysis import (
-    CONFIDENCE,
-    TableError,
-    _require_positive_times,
-    _require_table,
-    _require_valid,
-)
+from scalesweep.analyse.frame import (TableError, require_positive_times, require_table,
+                                      require_valid)
+from scalesweep.analyse.stats import CONFIDENCE
 
 MODELS: dict[str, tuple[str, ...]] = {
     "amdahl": ("t1_s", "serial_fraction"),
@@ -294,7 +290,7 @@ def fit_groups(
 ) -> list[tuple[dict, Fit]]:
     """Every model fitted to every group: [(group values, fit)], groups in table order."""
     group_cols = [group_cols] if isinstance(group_cols, str) else list(group_cols)
-    _require_table(runs, [*group_cols, count_col, time_col])
+    require_table(runs, [*group_cols, count_col, time_col])
     out = []
     keys = group_cols if group_cols else np.zeros(len(runs), dtype=int)
     for key, group in runs.groupby(keys, sort=False, dropna=False):
@@ -344,11 +340,11 @@ def holdout_errors(
 # --- fitting ------------------------------------------------------------------------------
 
 def _series(runs: pd.DataFrame, count_col: str, time_col: str) -> tuple[np.ndarray, np.ndarray]:
-    _require_table(runs, [count_col, time_col])
-    _require_positive_times(runs, time_col)
+    require_table(runs, [count_col, time_col])
+    require_positive_times(runs, time_col)
     counts = pd.to_numeric(runs[count_col], errors="coerce")
     whole = counts.notna() & np.isfinite(counts) & (counts > 0) & (counts % 1 == 0)
-    _require_valid(runs, count_col, whole, "a positive whole number")
+    require_valid(runs, count_col, whole, "a positive whole number")
     return counts.to_numpy(float), pd.to_numeric(runs[time_col]).to_numpy(float)
 
 
@@ -460,7 +456,7 @@ def fit_figure(series: list[tuple[str, pd.DataFrame, list[Fit]]], count_col: str
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    from scalesweep.analyse.analysis import describe_repeats
+    from scalesweep.analyse.stats import describe_repeats
 
     sns.set_theme(style="whitegrid", context="notebook")
     fig, ax = plt.subplots(figsize=(10.5, 5.5))

@@ -19,7 +19,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scalesweep.analyse import analysis
+from scalesweep.analyse.frame import TableError, truthy
+from scalesweep.analyse.overhead import STATISTICS, overhead_table, verdict_table
+from scalesweep.analyse.pairing import SAME_BLOCK
+from scalesweep.analyse.scaling import SCALING_MODES, scaling_table
+from scalesweep.analyse.verdict import (EQUIVALENCE_MARGIN_PCT, OVERHEAD_DEFINITION,
+                                        TARGET_CI_PP)
 
 from scalesweep.campaign.usage import UsageError
 from scalesweep.record import columns
@@ -35,61 +40,37 @@ FORMATS = ("csv", "markdown")
 # The column numbering the repeats of a point (the first present is the one): never a
 # setting; overhead pairs native and container runs on it.
 REPEAT_COLUMNS = ("repeat", "rep", "repetition", "trial", "iteration")
-# Derived from the point (collect.RUN_COLUMNS): they do not group, but must not vary
-# within an output row either (they would, were unlike runs pooled).
-DERIVED_COLUMNS = ("count", "world_size")
-# What a run measured or recorded about itself (runs.csv, llm.csv and usual timing files):
-# these differ from run to run by nature, so they never group (unless named in --group-by).
-MEASUREMENT_NAMES = frozenset({
-    # measured values without a unit suffix
-    "time", "seconds", "wall", "walltime", "elapsed", "duration", "images_per_epoch",
-    "load1_max", "speedup", "efficiency", "overhead", "n", "mean", "median", "min", "max",
-    "std", "cv",
-    # provenance and the run's circumstances
-    "disturbed", "disturbed_reason", "exclusive", "shared_cores", "order_position", "hosts",
-    "host", "hostname", "nodelist", "node_list", "launcher", "image", "image_digest",
-    "slurm_job_id", "job_id", "jobid", "git_commit", "commit", "torch", "engine", "start",
-    "end", "date", "timestamp", "path", "file", "log", "note", "notes", "comment", "state",
-    "status", "reason", "flag",
-})
-# ... and any column named like a measured quantity: a unit of time, rate, share or size
-MEASUREMENT_SUFFIXES = ("_s", "_ms", "_us", "_ns", "_sec", "_secs", "_seconds", "_time",
-                        "_pct", "_percent", "_pp", "_kb", "_mb", "_gb", "_kib", "_mib",
-                        "_gib", "_bytes")
-MEASUREMENT_PREFIXES = ("peak_", "final_")
-MEASUREMENT_WORDS = ("loss", "accuracy", "rss", "throughput")
 
 GROUPING_RULE = (
-    "Grouping: rows are grouped by every column that is not a measurement, text or "
-    "number (workload, runtime, nodes, gpus, ranks, threads, model, ...), so runs that "
-    "differ in a setting are never pooled. Measurements never group: "
-    "the time column, the repeat column (repeat, rep, repetition, trial or iteration), a "
-    "column named like a measured quantity (ending in _s, _ms, _us, _ns, _sec, _time, "
-    "_pct, _percent, _pp, _kb, _mb, _gb, _bytes; starting with peak_ or final_; "
-    "containing loss, accuracy, rss or throughput; or load1_max, images_per_epoch, "
-    "speedup, efficiency, n, mean, median, min, max, std, cv, ...) and provenance (path, "
-    "hosts, start, end, git_commit, slurm_job_id, image_digest, torch, launcher, engine, "
-    "disturbed, disturbed_reason, shared_cores, exclusive, order_position, ...). count "
-    "and world_size (derived from the point) do not group but must be the same within a "
-    "row. --group-by COL[,COL] groups by those columns only (--group-by '' by none); where "
-    "another setting then differs within a row the command refuses, naming it, instead "
-    "of pooling."
+    "Grouping: rows are grouped by the columns scalesweep.record.columns declares as sweep "
+    "axes (workload, runtime, nodes, gpus, ranks, threads, model, ...) and by text columns "
+    "it does not declare (labels such as task or site), so runs that differ in a setting "
+    "are never pooled. A declared measurement (time_s, images_per_s, "
+    "achieved_gflops_per_rank, ..., each with its unit), the run's identity (repeat, "
+    "block_id) and provenance (path, hosts, start, end, git_commit, disturbed, ...) never "
+    "group, nor do the statistics of a summary table read back (speedup, efficiency_pct, "
+    "overhead_pct, ...); count and world_size (derived from the point) do not group but "
+    "must be the same within a row, and so must a number column the declaration does not "
+    "name (where one differs within a row the command refuses, naming it: --group-by it "
+    "if it is a setting). --group-by COL[,COL] groups by those columns only (--group-by "
+    "'' by none); where another setting then differs within a row the command refuses, "
+    "naming it, instead of pooling."
 )
 
 
 def is_measurement(column: str) -> bool:
-    """Whether ``column`` holds a measurement or provenance (it never groups by default):
-    by its declared role where runs.csv declares it (``scalesweep.record.columns``: measurement,
-    provenance or identity), else a name in ``MEASUREMENT_NAMES``, ending in a unit of
-    ``MEASUREMENT_SUFFIXES``, starting with ``MEASUREMENT_PREFIXES`` or containing
-    ``MEASUREMENT_WORDS`` (case-insensitive)."""
+    """Whether ``column`` never groups by default: a declared measurement, provenance or
+    identity column (``scalesweep.record.columns``; no guessing from its name)."""
+    return columns.is_measurement(column)
+
+
+def is_setting(runs: pd.DataFrame, column: str) -> bool:
+    """Whether ``column`` groups by default: a declared axis, or a text column the
+    declaration does not name (a label: a measurement is a number with its unit)."""
     declared = columns.role(column)
     if declared is not None:
-        return declared in (columns.MEASUREMENT, columns.PROVENANCE, columns.IDENTITY)
-    name = str(column).strip().lower()
-    return (name in MEASUREMENT_NAMES or name.endswith(MEASUREMENT_SUFFIXES)
-            or name.startswith(MEASUREMENT_PREFIXES)
-            or any(word in name for word in MEASUREMENT_WORDS))
+        return declared == columns.AXIS
+    return not pd.api.types.is_numeric_dtype(runs[column])
 
 
 def repeat_column(runs: pd.DataFrame) -> str | None:
@@ -111,7 +92,7 @@ def add_parser(subparsers) -> None:
     )
     scaling.add_argument("file", type=Path, help="CSV with a count column and time_s")
     scaling.add_argument("--baseline", type=int, help="baseline count (default: smallest)")
-    scaling.add_argument("--mode", choices=analysis.SCALING_MODES, default=None,
+    scaling.add_argument("--mode", choices=SCALING_MODES, default=None,
                          help="default: strong (a campaign's runs.csv: each workload's own)")
     scaling.add_argument("--count-col", default=None, help="default: nodes (a campaign's "
                          "runs.csv: count, as scaling.csv)")
@@ -123,7 +104,7 @@ def add_parser(subparsers) -> None:
 
     overhead = subparsers.add_parser(
         "overhead",
-        help=f"container overhead, {analysis.OVERHEAD_DEFINITION}, with its verdict",
+        help=f"container overhead, {OVERHEAD_DEFINITION}, with its verdict",
         description="Container overhead against the baseline runtime with its 95% CI, "
         "p-value and verdict (equivalent / slower / faster / inconclusive, as in "
         "results/summary/overhead.csv), per group and runtime; paired on the repeat "
@@ -135,17 +116,17 @@ def add_parser(subparsers) -> None:
     )
     overhead.add_argument("file", type=Path, help="CSV of runs")
     overhead.add_argument("--baseline-runtime", default="native", help="default: native")
-    overhead.add_argument("--statistic", choices=analysis.STATISTICS, default="mean",
+    overhead.add_argument("--statistic", choices=STATISTICS, default="mean",
                           help="also print the overhead of this statistic of the repeats "
                           "(median, min: extra columns; the verdict is on means)")
     overhead.add_argument("--margin-pct", type=non_negative, default=None,
                           help="equivalence margin: 'equivalent' when the 90%% CI lies "
                           "within +-this (default: the campaign's, from campaign.json "
-                          f"beside the file; else {analysis.EQUIVALENCE_MARGIN_PCT:g})")
+                          f"beside the file; else {EQUIVALENCE_MARGIN_PCT:g})")
     overhead.add_argument("--target-ci-pp", type=non_negative, default=None,
                           help="95%% CI half-width the repeats_needed column aims at "
                           "(default: the campaign's; else "
-                          f"{analysis.TARGET_CI_PP:g})")
+                          f"{TARGET_CI_PP:g})")
     _add_common(overhead)
     overhead.set_defaults(func=run_overhead)
 
@@ -204,7 +185,7 @@ def note_campaign(args, record: dict, table_name: str) -> None:
     note(args, f"the campaign's own analysis, as in {Path(args.file).parent / table_name} "
                f"(from {Path(args.file).parent / 'campaign.json'}: margin "
                f"+-{s.get('margin_pct', '?')}%, CI target {s.get('target_ci_pp', '?')} "
-               f"pp, {analysis.SAME_BLOCK}, pairs more than {s.get('max_pair_gap_s', '?')} "
+               f"pp, {SAME_BLOCK}, pairs more than {s.get('max_pair_gap_s', '?')} "
                "s apart left out); any option of the command analyses the file "
                "with that option instead")
 
@@ -213,7 +194,7 @@ def _campaign_table(args, function, runs, record, table_name):
     logs: list[str] = []
     try:
         table = function(runs, record["config"], logs.append)
-    except (analysis.TableError, KeyError, ValueError) as exc:
+    except (TableError, KeyError, ValueError) as exc:
         raise UsageError(f"{args.file}: {exc}") from None
     for line in logs:
         note(args, line)
@@ -239,7 +220,7 @@ def run_scaling(args: argparse.Namespace) -> int:
     groups, ignored = group_columns(args, runs, key=args.count_col, time_col=args.time_col,
                                     key_role="count")
     runs, disturbed = drop_disturbed(args, runs)
-    table = analyse(args.file, analysis.scaling_table, keyed(runs, groups),
+    table = analyse(args.file, scaling_table, keyed(runs, groups),
                     count_col=args.count_col, time_col=args.time_col, group_cols=groups,
                     baseline=args.baseline, mode=args.mode, cv_threshold=args.cv_threshold)
     note_ignored(args, runs, ignored, groups, disturbed)
@@ -261,7 +242,7 @@ def run_overhead(args: argparse.Namespace) -> int:
         "--time-col": args.time_col if args.time_col != "time_s" else None})
     if record is not None:
         from scalesweep.analyse.collect import overhead_summary
-        from scalesweep.report.tables import add_q_values
+        from scalesweep.report.significance import add_q_values
 
         table = add_q_values(
             _campaign_table(args, overhead_summary, runs, record, "overhead.csv"))
@@ -271,9 +252,9 @@ def run_overhead(args: argparse.Namespace) -> int:
         print_table(table, args.format)
         return 0
     if args.margin_pct is None:
-        args.margin_pct = analysis.EQUIVALENCE_MARGIN_PCT
+        args.margin_pct = EQUIVALENCE_MARGIN_PCT
     if args.target_ci_pp is None:
-        args.target_ci_pp = analysis.TARGET_CI_PP
+        args.target_ci_pp = TARGET_CI_PP
     if "runtime" not in runs.columns and f"{args.baseline_runtime}_s" in runs.columns:
         runs = _melt_runtime_columns(runs, args.time_col)
     groups, ignored = group_columns(args, runs, key="runtime", time_col=args.time_col,
@@ -284,7 +265,7 @@ def run_overhead(args: argparse.Namespace) -> int:
     # runs of one block were measured together: paired on it where the table has it
     repeat = ("block_id" if "block_id" in runs.columns and runs["block_id"].notna().all()
               else repeat_column(runs))
-    table = analyse(args.file, analysis.verdict_table, runs, group_cols=groups,
+    table = analyse(args.file, verdict_table, runs, group_cols=groups,
                     runtime_col="runtime", time_col=args.time_col,
                     baseline_runtime=args.baseline_runtime, pair_col=repeat,
                     exclude_col="disturbed", margin_pct=args.margin_pct,
@@ -301,12 +282,12 @@ def run_overhead(args: argparse.Namespace) -> int:
 def _with_statistic(args, runs: pd.DataFrame, table: pd.DataFrame,
                     groups: list[str]) -> pd.DataFrame:
     """``table`` plus native_<stat>_s, <stat>_s and overhead_<stat>_pct of the valid runs
-    (``analysis.overhead_table``), after overhead_pct."""
+    (``scalesweep.analyse.overhead.overhead_table``), after overhead_pct."""
     stat = args.statistic
     valid = runs
     if "disturbed" in runs.columns:
-        valid = runs[~runs["disturbed"].map(analysis.truthy).astype(bool)]
-    extra = analyse(args.file, analysis.overhead_table, valid, time_col=args.time_col,
+        valid = runs[~runs["disturbed"].map(truthy).astype(bool)]
+    extra = analyse(args.file, overhead_table, valid, time_col=args.time_col,
                     group_cols=groups, baseline_runtime=args.baseline_runtime,
                     statistic=stat)
     names = {"native_s": f"native_{stat}_s", "time_s": f"{stat}_s",
@@ -350,8 +331,8 @@ def group_columns(args, runs: pd.DataFrame, key: str, time_col: str,
 
     ``key``: the column the analysis runs along within a group (the count column for
     scaling and fits, the runtime column for overhead); it, ``time_col`` and the repeat
-    column never group. Without ``args.group_by`` every other column that is not a
-    measurement (``is_measurement``) or derived (``DERIVED_COLUMNS``) groups, except
+    column never group. Without ``args.group_by`` every other column that is a setting
+    (``is_setting``: a declared axis, or an undeclared text column) groups, except
     columns with no value at all. With it (a list, maybe empty), only the columns it
     names group. Ignored: the measurement columns left out. Raises UsageError (naming
     the file) when ``args.group_by`` names an absent column or one of the analysis' own,
@@ -373,13 +354,10 @@ def group_columns(args, runs: pd.DataFrame, key: str, time_col: str,
                              f"{roles[col]} column, which the analysis runs along")
     rest = [col for col in runs.columns if col not in roles]
     ignored = [col for col in rest if is_measurement(col) and col not in group_by]
-    derived = [col for col in rest
-               if str(col).lower() in DERIVED_COLUMNS and col not in group_by]
     if narrowed:
         groups = [col for col in rest if col in group_by]
     else:
-        groups = [col for col in rest if col not in ignored and col not in derived
-                  and runs[col].notna().any()]
+        groups = [col for col in rest if is_setting(runs, col) and runs[col].notna().any()]
     unchecked = set(groups) | set(ignored)
     left_out = [col for col in rest if col not in unchecked and runs[col].notna().any()]
     cells = [*groups, *([key] if key in runs.columns else [])]
@@ -387,8 +365,11 @@ def group_columns(args, runs: pd.DataFrame, key: str, time_col: str,
     if varying:
         how = (f"--group-by '{','.join(group_by)}'" if narrowed
                else "grouping by every setting")
+        undeclared = [col for col in varying if columns.role(col) is None]
+        why = (f"; {', '.join(undeclared)}: not declared in scalesweep.record.columns"
+               if undeclared and not narrowed else "")
         raise UsageError(f"{args.file}: {how} would pool runs that differ in "
-                         f"{', '.join(varying)} ({_example(runs, cells, varying[0])}); "
+                         f"{', '.join(varying)} ({_example(runs, cells, varying[0])}){why}; "
                          f"name {'it' if len(varying) == 1 else 'them'} in --group-by too")
     return groups, ignored
 
@@ -443,18 +424,18 @@ def drop_disturbed(args, runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     none is left."""
     if "disturbed" not in runs.columns:
         return runs, 0
-    disturbed = runs["disturbed"].map(analysis.truthy).astype(bool)
+    disturbed = runs["disturbed"].map(truthy).astype(bool)
     if disturbed.all():
         raise UsageError(f"{args.file}: every run is marked disturbed; nothing to analyse")
     return runs[~disturbed], int(disturbed.sum())
 
 
 def analyse(path: Path, function, runs: pd.DataFrame, **kwargs) -> pd.DataFrame:
-    """``function(runs, **kwargs)``, an ``analysis.TableError`` turned into a UsageError
+    """``function(runs, **kwargs)``, a ``TableError`` turned into a UsageError
     naming ``path``."""
     try:
         return function(runs, **kwargs)
-    except analysis.TableError as exc:
+    except TableError as exc:
         raise UsageError(f"{path}: {exc}") from None
 
 

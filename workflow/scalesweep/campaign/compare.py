@@ -8,7 +8,7 @@ pooled, never two models, runtimes or geometries, and a point whose model change
 the campaigns is listed as only in A and only in B. For each point found in both:
 change = (mean B - mean A) / mean A x 100 (positive = B slower), its 95% CI (Fieller's
 interval for the ratio of means with Welch-Satterthwaite degrees of freedom, as for
-container overhead: ``analysis.overhead_table``) and Welch's p-value. A point is a
+container overhead: ``scalesweep.analyse.overhead.overhead_table``) and Welch's p-value. A point is a
 ``regression`` when B is slower by more than the threshold and the difference is
 significant (p < alpha), an ``improvement`` when faster by more than the threshold and
 significant, ``within_threshold`` only when the whole 95% CI lies inside +-threshold, and
@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scalesweep.analyse import analysis
+from scalesweep.analyse.frame import TableError
+from scalesweep.analyse.overhead import overhead_table
 from scalesweep.analyse.collect import collect_runs
 from scalesweep.campaign.analysis_cli import add_format, non_negative, print_table
 from scalesweep.campaign.usage import UsageError
@@ -111,7 +112,7 @@ def compare_runs(a: pd.DataFrame, b: pd.DataFrame, threshold: float = 5.0,
                  alpha: float = 0.05, metric: str = "time_s") -> pd.DataFrame:
     """One row per point of either table (``COLUMNS``), matched points first."""
     if metric not in METRICS:
-        raise analysis.TableError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}")
+        raise TableError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}")
     tables = {}
     for side, runs in (("a", a), ("b", b)):
         runs = runs.dropna(subset=[metric]) if metric in runs else runs.iloc[0:0]
@@ -128,9 +129,9 @@ def compare_runs(a: pd.DataFrame, b: pd.DataFrame, threshold: float = 5.0,
                         index=pooled.index, dtype=bool)
     rows = []
     if both:
-        change = analysis.overhead_table(pooled[in_both], runtime_col="campaign",
-                                         time_col=metric, group_cols=POINT_KEYS,
-                                         baseline_runtime="a", alpha=alpha)
+        change = overhead_table(pooled[in_both], runtime_col="campaign",
+                                time_col=metric, group_cols=POINT_KEYS,
+                                baseline_runtime="a", alpha=alpha)
         for _, r in change.iterrows():
             rows.append({
                 **{k: r[k] for k in POINT_KEYS},

@@ -234,12 +234,12 @@ def expected_seconds(points: pd.DataFrame, history: pd.DataFrame) -> pd.DataFram
 
 def observed_spreads(history: pd.DataFrame, config: dict) -> tuple[dict, dict]:
     """The spread of d = ln(t_runtime / t_native) over the same-block pairs of earlier
-    runs, paired as the workflow's decisions pair them (``analysis.block_pairs`` with the
+    runs, paired as the workflow's decisions pair them (``pairing.block_pairs`` with the
     config's pair checks), each campaign's blocks apart: ({(series key..., runtime):
     (mean d, sd of d, pairs)} for the series with MIN_SPREAD_PAIRS pairs or more,
     {(workload, runtime): (mean d, pooled sd, pairs)} over a workload's series, each
     series' deviations from its own mean)."""
-    from scalesweep.analyse.analysis import block_pairs
+    from scalesweep.analyse.pairing import block_pairs
     from scalesweep.analyse.collect import campaign_settings
 
     if history.empty or not {"time_s", "runtime", "repeat", *SERIES_KEY} <= set(history):

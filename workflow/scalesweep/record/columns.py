@@ -1,8 +1,11 @@
 """What each column of runs.csv is, declared once: a sweep axis (a setting: it groups), the
 run's identity (repeat, block), derived from the point, a measurement with its unit, or
-provenance. Every grouping reads it (``scalesweep.campaign.analysis_cli.is_measurement``): no command
-groups by a measured value. A column runs.csv gains is declared here
-(tests/test_columns.py holds collect.RUN_COLUMNS to it).
+provenance (``COLUMNS``); and the statistics the summary tables and the analysis commands
+write (``SUMMARY_COLUMNS``: scaling.csv, overhead.csv), each with its unit. Every grouping
+reads it (``scalesweep.campaign.analysis_cli.group_columns``: only declared axes group, no
+command groups by a measured value), and so do the units the CLI, the report's tables
+and figures print. A column runs.csv gains is declared here (tests/test_columns.py holds
+collect.RUN_COLUMNS to it, and every measurement to a unit).
 """
 
 from __future__ import annotations
@@ -84,20 +87,60 @@ COLUMNS: dict[str, Column] = {c.name: c for c in [
 ]}
 
 
+# The statistics of the summary tables (scaling.csv, overhead.csv) and of the analysis
+# commands' output, which may be read back as input: never settings.
+_STATISTICS_OF_TIME = [Column(n, MEASUREMENT, "s") for n in (
+    "median", "min", "max", "std", "ci95_low", "ci95_high", "baseline_time_s",
+    "linear_time_s", "native_s", "native_mean_s", "native_median_s", "native_min_s",
+    "mean_s", "median_s", "min_s", "max_s", "std_s")]
+SUMMARY_COLUMNS: dict[str, Column] = {c.name: c for c in [
+    Column("n", MEASUREMENT, "runs"), Column("n_native", MEASUREMENT, "runs"),
+    Column("n_disturbed", MEASUREMENT, "runs"), Column("repeats_needed", MEASUREMENT, "runs"),
+    Column("baseline_count", DERIVED),
+    *_STATISTICS_OF_TIME,
+    Column("cv", MEASUREMENT, "1"),
+    Column("speedup", MEASUREMENT, "1"),
+    *(Column(n, MEASUREMENT, "%") for n in (
+        "efficiency_pct", "efficiency_ci95_low_pct", "efficiency_ci95_high_pct",
+        "overhead_pct", "overhead_ci95_low_pct", "overhead_ci95_high_pct",
+        "overhead_mean_pct", "overhead_median_pct", "overhead_min_pct", "margin_pct")),
+    *(Column(n, MEASUREMENT, "pp") for n in ("ci_half_width_pp", "target_ci_pp")),
+    *(Column(n, MEASUREMENT, "p") for n in (
+        "p_value", "q_value", "equivalence_p_value", "equivalence_q_value",
+        "normality_p_value")),
+]}
+
+
+def declared(name: str) -> Column | None:
+    """The declaration of a column (runs.csv's, else a summary table's); None where none."""
+    return COLUMNS.get(str(name)) or SUMMARY_COLUMNS.get(str(name))
+
+
 def role(name: str) -> str | None:
-    """The declared role of a runs.csv column, None for a column not declared here."""
-    column = COLUMNS.get(str(name))
+    """The declared role of a column, None for a column not declared here."""
+    column = declared(name)
     return column.role if column else None
 
 
 def unit(name: str) -> str:
-    column = COLUMNS.get(str(name))
+    """The declared unit of a measurement ("" for other columns and undeclared ones)."""
+    column = declared(name)
     return column.unit if column else ""
 
 
 def is_rate(name: str) -> bool:
-    column = COLUMNS.get(str(name))
+    column = declared(name)
     return bool(column and column.rate)
+
+
+def is_measurement(name: str) -> bool:
+    """A declared measurement, provenance or identity column: never a setting, never a
+    group."""
+    return role(name) in (MEASUREMENT, PROVENANCE, IDENTITY)
+
+
+def measurements() -> list[str]:
+    return [c.name for c in COLUMNS.values() if c.role == MEASUREMENT]
 
 
 def axes() -> list[str]:

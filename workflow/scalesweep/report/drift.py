@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from scalesweep.analyse.drift import NO_PROBE, SERIES_LINES, _numeric, cv_pct
+from scalesweep.analyse.drift import NO_PROBE, SERIES_LINES, _numeric
+from scalesweep.analyse.stats import cv_pct
 from scalesweep.report.figures import (DISTURBED_COLOR, OUTSIDE_LEGEND, _finish, _theme,
                                        disturbed_mask, disturbed_note, no_data_figure,
                                        runtime_order, runtime_palette)

@@ -25,7 +25,9 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from scalesweep.analyse.analysis import OVERHEAD_DEFINITION, describe_repeats, truthy  # noqa: E402
+from scalesweep.analyse.frame import truthy
+from scalesweep.analyse.stats import describe_repeats
+from scalesweep.analyse.verdict import OVERHEAD_DEFINITION
 from scalesweep.analyse.collect import SHARED_CORES_NOTE, disturbance, scaling_rows  # noqa: E402
 from scalesweep.plan.sweep import RUNTIMES, SweepPoint, scaling_count  # noqa: E402
 

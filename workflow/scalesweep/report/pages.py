@@ -24,10 +24,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from scalesweep.analyse.analysis import truthy
+from scalesweep.analyse.frame import truthy
 from scalesweep.analyse.collect import SHARED_CORES_NOTE, SYNTHETIC_LABEL
 from scalesweep.plan.sweep import REFERENCE
-from scalesweep.report.tables import _label as row_label
+from scalesweep.report.significance import row_label
 
 AA_RUNTIME = "native-aa"  # the A/A calibration (scalesweep.platform.runtimes.NativeAA)
 SHOWN = 3  # rows named in a caveat before "and k more"

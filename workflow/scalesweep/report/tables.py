@@ -8,10 +8,14 @@ out; workflow/scripts/report_tables.py reads and writes the files).
   percentage of the site's declared peak;
 - ``mpi_table``: which MPI library each runtime's ranks actually loaded (host, container or
   mixed), with the Allreduce and epoch times;
-- ``made_table``, ``significance_table`` and ``rules_table`` (from the summary tables, not
-  runs.csv alone): what report.html was made from, how many "significant" overhead tests
-  chance alone would give (and Benjamini-Hochberg's answer; ``add_q_values`` puts the q
-  values in overhead.csv), and the benchmarking rules, passed or not for the campaign.
+- ``data_path_table``: where the training data came from, and the part of an epoch spent
+  waiting for it;
+- ``concurrency_table``: an LLM point's concurrency levels, one row per level.
+
+The report's other tables have their own modules: ``scalesweep.report.made`` (what
+report.html was made from), ``scalesweep.report.significance`` (q values, and how many
+"significant" tests chance alone would give) and ``scalesweep.report.rules`` (the
+benchmarking rules). The statistics are ``scalesweep.analyse.stats``'.
 
 Every statistic is over the undisturbed runs (disturbed ones are counted in
 ``n_disturbed``); every row says its ``n``. A table with nothing to show is one row whose
@@ -21,15 +25,14 @@ Every statistic is over the undisturbed runs (disturbed ones are counted in
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
-from scalesweep.analyse.analysis import CONFIDENCE, rate_stats, truthy
-from scalesweep.analyse.collect import scaling_rows
+from scalesweep.analyse.frame import truthy
+from scalesweep.analyse.stats import rate_stats, sample_stats, welch_difference
 from scalesweep.plan.sweep import RUNTIMES
+from scalesweep.record import columns
 
 GEOMETRY = ["nodes", "gpus", "ranks", "threads"]
 PARITY_KEYS = ["workload", *GEOMETRY, "runtime"]
@@ -73,19 +76,19 @@ def note_only(columns: list[str], note: str) -> pd.DataFrame:
     return pd.DataFrame([{"note": note}], columns=columns)
 
 
-def _flags(runs: pd.DataFrame, col: str) -> pd.Series:
+def flags(runs: pd.DataFrame, col: str) -> pd.Series:
     if col not in runs.columns:
         return pd.Series(False, index=runs.index)
     return runs[col].map(truthy).astype(bool)
 
 
-def _numeric(runs: pd.DataFrame, col: str) -> pd.Series:
+def numeric(runs: pd.DataFrame, col: str) -> pd.Series:
     if col not in runs.columns:
         return pd.Series(np.nan, index=runs.index, dtype=float)
     return pd.to_numeric(runs[col], errors="coerce")
 
 
-def _has_columns(runs: pd.DataFrame | None, cols: list[str]) -> bool:
+def has_columns(runs: pd.DataFrame | None, cols: list[str]) -> bool:
     return runs is not None and not runs.empty and all(c in runs.columns for c in cols)
 
 
@@ -102,44 +105,6 @@ def _sorted(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     if "runtime" in keys:
         by.insert(by.index("_rt") + 1, "runtime")
     return order.sort_values(by, kind="stable", ignore_index=True).drop(columns="_rt")
-
-
-def sample_stats(values) -> dict:
-    """n, mean, std (ddof=1) and the Student t 95% CI of the mean of the finite values; std
-    and CI are NaN where n < 2, and zero-width where the values are identical."""
-    x = np.asarray(values, dtype=float)
-    x = x[np.isfinite(x)]
-    n = int(x.size)
-    out = {"n": n, "mean": float(x.mean()) if n else np.nan, "std": np.nan,
-           "ci95_low": np.nan, "ci95_high": np.nan}
-    if n >= 2:
-        out["std"] = 0.0 if np.ptp(x) == 0 else float(x.std(ddof=1))
-        half = stats.t.ppf((1 + CONFIDENCE) / 2, n - 1) * out["std"] / np.sqrt(n)
-        out["ci95_low"], out["ci95_high"] = out["mean"] - half, out["mean"] + half
-    return out
-
-
-def welch_difference(sample, baseline, confidence: float = CONFIDENCE
-                     ) -> tuple[float, float, float]:
-    """(mean(sample) - mean(baseline), CI low, CI high): Welch's interval (unequal variances,
-    Welch-Satterthwaite degrees of freedom). The CI is NaN where either side has fewer
-    than 2 finite values; zero-width where neither side varies."""
-    a = np.asarray(sample, dtype=float)
-    b = np.asarray(baseline, dtype=float)
-    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
-    if a.size == 0 or b.size == 0:
-        return np.nan, np.nan, np.nan
-    diff = float(a.mean() - b.mean())
-    if a.size < 2 or b.size < 2:
-        return diff, np.nan, np.nan
-    va = 0.0 if np.ptp(a) == 0 else float(a.var(ddof=1))
-    vb = 0.0 if np.ptp(b) == 0 else float(b.var(ddof=1))
-    se_a, se_b = va / a.size, vb / b.size
-    if se_a + se_b == 0:
-        return diff, diff, diff
-    dof = (se_a + se_b) ** 2 / (se_a**2 / (a.size - 1) + se_b**2 / (b.size - 1))
-    half = float(stats.t.ppf((1 + confidence) / 2, dof) * np.sqrt(se_a + se_b))
-    return diff, diff - half, diff + half
 
 
 def within_noise(diff: float, low: float, high: float, native_std: float):
@@ -162,11 +127,11 @@ def accuracy_parity_table(runs: pd.DataFrame) -> pd.DataFrame:
     baseline (the native row), within noise, outside noise (naming the quantity),
     undetermined (fewer than 2 runs on a side) or no native run at this geometry. Runs
     without test_accuracy are left out; training-set accuracy is never used."""
-    if not _has_columns(runs, [*PARITY_KEYS, "test_accuracy"]):
+    if not has_columns(runs, [*PARITY_KEYS, "test_accuracy"]):
         return note_only(PARITY_COLUMNS, NO_TEST_ACCURACY)
-    data = runs.assign(test_accuracy=_numeric(runs, "test_accuracy"),
-                       test_loss=_numeric(runs, "test_loss"),
-                       _disturbed=_flags(runs, "disturbed"))
+    data = runs.assign(test_accuracy=numeric(runs, "test_accuracy"),
+                       test_loss=numeric(runs, "test_loss"),
+                       _disturbed=flags(runs, "disturbed"))
     data = data[data["test_accuracy"].notna()]
     if data.empty:
         return note_only(PARITY_COLUMNS, NO_TEST_ACCURACY)
@@ -266,13 +231,13 @@ def achieved_rate_table(runs: pd.DataFrame, peak_gflops_per_device: float = 0.0,
     never to the FP32 one, and gets no percent where the site declares none."""
     tensor_peaks = tensor_peaks or {}
     needed = [*RATE_KEYS, "achieved_gflops_per_rank"]
-    if not _has_columns(runs, needed):
+    if not has_columns(runs, needed):
         return note_only(RATE_COLUMNS, NO_FLOPS)
     precision = (runs["precision"].fillna("fp32").astype(str) if "precision" in runs.columns
                  else pd.Series("fp32", index=runs.index))
-    data = runs.assign(achieved_gflops_per_rank=_numeric(runs, "achieved_gflops_per_rank"),
-                       flops_per_step=_numeric(runs, "flops_per_step"),
-                       _disturbed=_flags(runs, "disturbed"), _precision=precision)
+    data = runs.assign(achieved_gflops_per_rank=numeric(runs, "achieved_gflops_per_rank"),
+                       flops_per_step=numeric(runs, "flops_per_step"),
+                       _disturbed=flags(runs, "disturbed"), _precision=precision)
     data = data[data["achieved_gflops_per_rank"].notna()]
     if data.empty:
         return note_only(RATE_COLUMNS, NO_FLOPS)
@@ -336,7 +301,7 @@ def mpi_table(runs: pd.DataFrame) -> pd.DataFrame:
     separate rows, named in the note): n, mean and std of ``allreduce_s`` (rank 0's seconds
     per steady epoch in the gradient Allreduce; ``n_allreduce`` runs recorded it) and of
     ``time_s`` (seconds per steady epoch), and the Allreduce's share of the epoch."""
-    if not _has_columns(runs, [*MPI_KEYS, "mpi_library"]):
+    if not has_columns(runs, [*MPI_KEYS, "mpi_library"]):
         return note_only(MPI_COLUMNS, NO_MPI)
     library = runs["mpi_library"]
     data = runs[library.notna() & (library.astype(str).str.strip() != "")]
@@ -344,9 +309,9 @@ def mpi_table(runs: pd.DataFrame) -> pd.DataFrame:
         return note_only(MPI_COLUMNS, NO_MPI)
     data = data.assign(**{c: (data[c] if c in data.columns else pd.Series("", index=data.index))
                           .fillna("").astype(str) for c in MPI_LIBRARY},
-                       allreduce_s=_numeric(data, "allreduce_s"),
-                       time_s=_numeric(data, "time_s"),
-                       _disturbed=_flags(data, "disturbed"))
+                       allreduce_s=numeric(data, "allreduce_s"),
+                       time_s=numeric(data, "time_s"),
+                       _disturbed=flags(data, "disturbed"))
     libraries = data.groupby(MPI_KEYS, dropna=False)["mpi_library"].transform(
         lambda s: len(set(zip(s, data.loc[s.index, "mpi_library_version"],
                               data.loc[s.index, "mpi_origin"]))))
@@ -394,19 +359,19 @@ def data_path_table(runs: pd.DataFrame) -> pd.DataFrame:
     undisturbed runs: seconds per steady epoch and the part of it spent getting batches
     (``data_wait_s``, rank 0), mean and std with n; the one-off ``data_load_s`` (decoding
     before training) and ``staging_s`` (the node-local copy)."""
-    if not _has_columns(runs, [*DATA_KEYS, "data_wait_s"]):
+    if not has_columns(runs, [*DATA_KEYS, "data_wait_s"]):
         return note_only(DATA_COLUMNS, NO_DATA_PATH)
-    data = runs[_numeric(runs, "data_wait_s").notna()]
+    data = runs[numeric(runs, "data_wait_s").notna()]
     if data.empty:
         return note_only(DATA_COLUMNS, NO_DATA_PATH)
-    staging = _numeric(data, "staging_s") if "staging_s" in data else pd.Series(np.nan, index=data.index)
+    staging = numeric(data, "staging_s") if "staging_s" in data else pd.Series(np.nan, index=data.index)
     data = data.assign(
         data_path=(data["data_path"] if "data_path" in data else pd.Series("memory", index=data.index))
         .fillna("memory").astype(str),
         node_local=staging.notna(),
-        _disturbed=_flags(data, "disturbed"),
-        _wait=_numeric(data, "data_wait_s"), _time=_numeric(data, "time_s"),
-        _load=_numeric(data, "data_load_s") if "data_load_s" in data else np.nan,
+        _disturbed=flags(data, "disturbed"),
+        _wait=numeric(data, "data_wait_s"), _time=numeric(data, "time_s"),
+        _load=numeric(data, "data_load_s") if "data_load_s" in data else np.nan,
         _staging=staging)
     rows = []
     for key, group in data.groupby([*DATA_KEYS, "data_path", "node_local"], sort=False, dropna=False):
@@ -443,7 +408,7 @@ def concurrency_table(runs: pd.DataFrame) -> pd.DataFrame:
     workload's ``concurrency`` list, each level measured within every run against its
     warmed-up server): throughput (tokens/s, requests/s) and the requests' TTFT and
     latency percentiles, mean and std over the undisturbed repeats, n."""
-    if not _has_columns(runs, ["workload", "runtime", "nodes", "gpus", "threads",
+    if not has_columns(runs, ["workload", "runtime", "nodes", "gpus", "threads",
                                "concurrency_levels"]):
         return note_only(LEVEL_COLUMNS, NO_LEVELS)
     rows = []
@@ -468,7 +433,7 @@ def concurrency_table(runs: pd.DataFrame) -> pd.DataFrame:
         for m in LEVEL_METRICS:
             values = pd.to_numeric(valid[m], errors="coerce")
             # rates: total work over total time (harmonic mean); times: arithmetic
-            st = rate_stats(values) if m.endswith("_per_s") else sample_stats(values)
+            st = rate_stats(values) if columns.is_rate(m) else sample_stats(values)
             row[f"{m}_mean"], row[f"{m}_std"] = st["mean"], st["std"]
         row["note"] = f"n={len(valid)}: no std" if len(valid) < 2 else ""
         out.append(row)
@@ -480,624 +445,3 @@ def concurrency_table(runs: pd.DataFrame) -> pd.DataFrame:
 # made.csv, significance.csv and rules.csv: made from the campaign's own summary tables
 # (results/summary/*.csv) by workflow/scripts/report_summary.py, after every aggregation,
 # so that report.html says from which results it was made and what they can support.
-
-MADE_COLUMNS = ["item", "value"]
-SIGNIFICANCE_COLUMNS = ["family", "statement", "tests", "significant", "expected_by_chance",
-                        "bh_significant", "claims", "claims_not_bh_significant", "column",
-                        "alpha"]
-RULES_COLUMNS = ["rule", "passed", "evidence"]
-YES, NO, NOT_APPLICABLE = "yes", "no", "not applicable"
-CLAIMS = {"p_value": ("slower", "faster"), "equivalence_p_value": ("equivalent",)}
-SHOWN = 3  # rows named in an evidence text before "and k more"
-
-
-def _fdr_adjust(p_values) -> np.ndarray:
-    """Benjamini-Hochberg q values (analysis.fdr_adjust; the same procedure here where an
-    older analysis module lacks it): NaN stays NaN and does not count."""
-    from scalesweep.analyse import analysis
-
-    if hasattr(analysis, "fdr_adjust"):
-        return np.asarray(analysis.fdr_adjust(p_values), dtype=float)
-    p = np.asarray(p_values, dtype=float)
-    q = np.full(p.shape, np.nan)
-    ok = ~np.isnan(p)
-    m = int(ok.sum())
-    if m:
-        order = np.argsort(p[ok], kind="stable")
-        scaled = p[ok][order] * m / np.arange(1, m + 1)
-        values = np.empty(m)
-        values[order] = np.minimum(np.minimum.accumulate(scaled[::-1])[::-1], 1.0)
-        q[ok] = values
-    return q
-
-
-def _expected_false_positives(n_tests: int, alpha: float) -> float:
-    """n_tests x alpha (analysis.expected_false_positives where it exists)."""
-    from scalesweep.analyse import analysis
-
-    if hasattr(analysis, "expected_false_positives"):
-        return float(analysis.expected_false_positives(n_tests, alpha))
-    return float(n_tests * alpha)
-
-
-def add_q_values(overhead: pd.DataFrame) -> pd.DataFrame:
-    """overhead.csv with ``q_value`` (Benjamini-Hochberg over the campaign's finite
-    ``p_value`` of the difference tests) and ``equivalence_q_value`` (the same over
-    ``equivalence_p_value``) added after ``p_value`` / ``equivalence_p_value``. A row
-    with q < alpha is a discovery at a false discovery rate of alpha over every comparison
-    of the table. The verdicts are not changed (they are per comparison)."""
-    table = overhead.copy()
-    for p_col, q_col in (("p_value", "q_value"), ("equivalence_p_value", "equivalence_q_value")):
-        if p_col not in table.columns:
-            continue
-        q = _fdr_adjust(pd.to_numeric(table[p_col], errors="coerce").to_numpy(float))
-        if q_col in table.columns:
-            table[q_col] = q
-        else:
-            table.insert(table.columns.get_loc(p_col) + 1, q_col, q)
-    return table
-
-
-def _label(row: pd.Series) -> str:
-    """A row of a summary table as the evidence names it: its workload (and model), runtime
-    and geometry or count, e.g. "cnn_ddp apptainer n1-g0-r2-t1"."""
-    def value(col):
-        v = row.get(col)
-        return "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
-
-    parts = [value("workload")]
-    if value("model_label"):
-        parts.append(f"({value('model_label')})")
-    runtime = value("runtime")
-    if runtime:
-        arm = value("arm")
-        parts.append(runtime + (f" [arm {arm}]" if arm and arm != runtime else ""))
-    geometry = [f"{c[0]}{value(c)}" for c in ("nodes", "gpus", "ranks", "threads")
-                if value(c)]
-    if len(geometry) == 4:
-        parts.append("-".join(geometry))
-    elif value("threads"):
-        parts.append(f"{value('threads')} thr/rank")
-    if value("count"):
-        parts.append(f"count {value('count')}")
-    return " ".join(p for p in parts if p)
-
-
-def _named(rows: pd.DataFrame) -> str:
-    """The first SHOWN rows named, "; and k more" for the rest."""
-    labels = [_label(r) for _, r in rows.head(SHOWN).iterrows()]
-    more = len(rows) - len(labels)
-    return "; ".join(labels) + (f"; and {more} more" if more > 0 else "")
-
-
-def significance_table(overhead: pd.DataFrame | None, alpha: float = 0.05) -> pd.DataFrame:
-    """How many "significant" results chance alone would give, per family of tests in
-    overhead.csv: the difference tests (``p_value``: the faster / slower verdicts) and the
-    equivalence tests (``equivalence_p_value``, TOST: the equivalent verdicts). For each:
-    ``tests`` (rows with a p value), ``significant`` (p < alpha), ``expected_by_chance``
-    (tests x alpha: the significant results to expect if no runtime differed at all, or,
-    for equivalence, if every one differed by the margin), ``bh_significant`` (q < alpha,
-    Benjamini-Hochberg: a false discovery rate of alpha over the family), ``claims``
-    (verdicts resting on the test) and the claims whose q is not below alpha, named; and
-    the ``statement`` the report prints."""
-    rows = []
-    has_rows = overhead is not None and not overhead.empty
-    for column, (family, what) in {
-        "p_value": ("difference from native", "faster/slower"),
-        "equivalence_p_value": ("equivalence within the margin (TOST)", "equivalent"),
-    }.items():
-        if not has_rows or column not in overhead.columns:
-            rows.append({"family": family, "column": column, "tests": 0, "alpha": alpha,
-                         "significant": 0, "expected_by_chance": 0.0, "bh_significant": 0,
-                         "claims": 0, "claims_not_bh_significant": "",
-                         "statement": f"no {what} comparison with a test in overhead.csv"})
-            continue
-        p = pd.to_numeric(overhead[column], errors="coerce").to_numpy(float)
-        q = _fdr_adjust(p)
-        tested = ~np.isnan(p)
-        m = int(tested.sum())
-        k = int((p[tested] < alpha).sum())
-        d = int((q[tested] < alpha).sum())
-        expected = _expected_false_positives(m, alpha)
-        verdicts = overhead["verdict"].astype(str) if "verdict" in overhead else pd.Series(
-            "", index=overhead.index)
-        claimed = verdicts.isin(CLAIMS[column]).to_numpy()
-        weak = overhead[claimed & ~(q < alpha)]
-        level = f"{alpha * 100:g}%"
-        if m == 0:
-            statement = f"no {what} comparison with a test in overhead.csv"
-        else:
-            null = ("no runtime differed from native" if column == "p_value"
-                    else "every runtime differed from native by the margin")
-            q_col = "q_value" if column == "p_value" else "equivalence_q_value"
-            statement = (
-                f"{k} of {m} comparison{'s' if m != 1 else ''} significant at {level} "
-                f"({column} < {alpha:g}); if {null}, "
-                f"chance alone would give about {expected:.1f}. Benjamini-Hochberg at a "
-                f"false discovery rate of {level} over these {m}: {d} remain "
-                f"({q_col} < {alpha:g}). "
-                f"The verdicts are per comparison at {level}, not adjusted: "
-                + (f"no {what} verdict." if not claimed.any() else
-                   f"{int(claimed.sum())} {what} verdict{'s' if claimed.sum() != 1 else ''}, "
-                   + (f"{len(weak)} of them not significant after the adjustment ("
-                      f"{_named(weak)})." if len(weak) else
-                      "all of them significant after it.")))
-        rows.append({"family": family, "column": column, "tests": m, "alpha": alpha,
-                     "significant": k, "expected_by_chance": expected, "bh_significant": d,
-                     "claims": int(claimed.sum()),
-                     "claims_not_bh_significant": _named(weak) if len(weak) else "",
-                     "statement": statement})
-    return pd.DataFrame(rows, columns=SIGNIFICANCE_COLUMNS)
-
-
-def workflow_commit(code_root) -> str:
-    """The workflow's git commit (``git rev-parse HEAD`` in ``code_root``), with
-    " + uncommitted changes" where tracked files differ from it; "unknown (not a git
-    checkout)" otherwise."""
-    import subprocess
-
-    def git(*args):
-        try:
-            out = subprocess.run(["git", *args], cwd=code_root, capture_output=True,
-                                 text=True, timeout=20)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return out.stdout.strip() if out.returncode == 0 else None
-
-    head = git("rev-parse", "HEAD")
-    if not head:
-        return "unknown (not a git checkout)"
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return head + (" + uncommitted changes" if dirty else "")
-
-
-def _utc(value) -> str:
-    """A time as the tables print it: 2025-01-31 01:36:05 UTC ('' where unknown)."""
-    t = pd.to_datetime(value, utc=True, errors="coerce")
-    return "" if pd.isna(t) else t.strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _commits(runs: pd.DataFrame) -> str:
-    if "git_commit" not in runs.columns or runs.empty:
-        return "not recorded"
-    commits = runs["git_commit"].where(runs["git_commit"].notna(), None)
-    counts = commits.dropna().astype(str).value_counts()
-    parts = [f"{c[:12]} ({n} run{'s' if n != 1 else ''})" for c, n in counts.items()]
-    missing = int(commits.isna().sum())
-    if missing:
-        parts.append(f"not recorded ({missing} run{'s' if missing != 1 else ''})")
-    return "; ".join(parts)
-
-
-def with_significance(made: pd.DataFrame, significance: pd.DataFrame) -> pd.DataFrame:
-    """made.csv with one row per family of ``significance_table`` (its statement): the
-    report's front page shows made.csv, and the ten-column significance table is too wide
-    beside Snakemake's rule graph."""
-    if not {"family", "statement"} <= set(significance.columns) or significance.empty:
-        return made
-    return pd.concat([made, pd.DataFrame({
-        "item": [f"many comparisons: {f}" for f in significance["family"]],
-        "value": significance["statement"]})], ignore_index=True)
-
-
-def _hosts(runs: pd.DataFrame) -> str:
-    """The hosts the runs ran on (runs.csv hosts), with their runs counted."""
-    if "hosts" not in runs.columns or runs.empty:
-        return "not recorded"
-    hosts = runs["hosts"].where(runs["hosts"].notna(), None)
-    counts = hosts.dropna().astype(str).value_counts()
-    parts = [f"{h} ({n} run{'s' if n != 1 else ''})" for h, n in counts.head(SHOWN).items()]
-    if len(counts) > SHOWN:
-        parts.append(f"and {len(counts) - SHOWN} more host sets")
-    missing = int(hosts.isna().sum())
-    if missing:
-        parts.append(f"not recorded ({missing} run{'s' if missing != 1 else ''})")
-    return "; ".join(parts)
-
-
-def _site_rows(site: dict | None, runs: pd.DataFrame) -> list[tuple[str, str]]:
-    """made.csv's site and machine rows: the site file's name and description, its node
-    (cores, GPUs, scheduler) and the hosts the runs ran on."""
-    if not site:
-        return []
-    node = site.get("node") or {}
-    shape = ", ".join(p for p in (
-        f"{node['cores']} cores" if node.get("cores") else "",
-        f"{node['gpus']} GPUs" if node.get("gpus") else "no GPU",
-        f"scheduler {site['scheduler']}" if site.get("scheduler") else "") if p)
-    name = site.get("name") or "unknown"
-    described = f"{name}: {site['description']}" if site.get("description") else name
-    return [("site", f"{described} (sites/{name}.yaml)"),
-            ("machine", f"per node {shape}; hosts {_hosts(runs)}")]
-
-
-def made_table(runs: pd.DataFrame, points: pd.DataFrame | None, summarised_at,
-               workflow: str, tables: Iterable[str] = (), site: dict | None = None
-               ) -> pd.DataFrame:
-    """What report.html was made from, as item / value rows: when the summary tables were
-    written (``summarised_at``, shown in UTC), the campaign's time range (the first run's
-    start .. the last run's end, runs.csv start / end), the site and machine (``site``: the
-    site's record, its name, description, scheduler and node; the runs' hosts), the runs
-    (and disturbed ones), the requested points by state, the git commit(s) of the runs and
-    of the workflow (``workflow``: workflow_commit), and the tables."""
-    runs = runs if runs is not None else pd.DataFrame()
-    n = len(runs)
-    disturbed = int(_flags(runs, "disturbed").sum()) if n else 0
-    start = pd.to_datetime(runs["start"], utc=True, errors="coerce") if "start" in runs else None
-    end = pd.to_datetime(runs["end"], utc=True, errors="coerce") if "end" in runs else None
-    if n and start is not None and end is not None and start.notna().any() and end.notna().any():
-        span = f"{_utc(start.min())} .. {_utc(end.max())}"
-        unknown = int((start.isna() | end.isna()).sum())
-        if unknown:
-            span += f" ({unknown} run{'s' if unknown != 1 else ''} without a start or end)"
-    else:
-        span = "unknown (no run recorded its start and end)" if n else "no runs"
-    rows = [
-        ("summarised (UTC)", _utc(summarised_at)),
-        ("campaign ran (first run's start .. last run's end)", span),
-        *_site_rows(site, runs),
-        ("runs", f"{n} ({disturbed} disturbed: kept, left out of the statistics)"),
-    ]
-    if points is not None and not points.empty and "state" in points:
-        counts = points["state"].value_counts()
-        rows.append(("requested points", f"{len(points)}: " + ", ".join(
-            f"{int(c)} {s}" for s, c in counts.items())))
-    rows += [
-        ("git commit of the runs", _commits(runs)),
-        ("git commit of the workflow (at summary time)", workflow),
-    ]
-    tables = list(tables)
-    if tables:
-        rows.append(("made from", ", ".join(tables)))
-    rows.append(("report.html", "made by snakemake --report report.html from these tables; "
-                 "scalesweep status says when it is older than them"))
-    return pd.DataFrame(rows, columns=MADE_COLUMNS)
-
-
-# the benchmarking rules (Hoefler and Belli, SC15, "Scientific benchmarking of parallel
-# computing systems") a tool can check on a campaign's summary tables, in report order
-RULES = (
-    "the baseline's absolute time is shown next to every speedup, efficiency and overhead",
-    "requested vs delivered points, with a reason for each one not delivered",
-    "a 95% CI on every nondeterministic number the verdicts and figures rest on",
-    "normality checked before a parametric CI (Shapiro-Wilk), a rank interval where rejected",
-    "a statistical test behind every faster / slower / equivalent claim",
-    "provenance complete for every run (commit, time, hosts, launcher, software, image)",
-    "ideal (linear) lines in the scaling figures",
-    "error bars (95% CI) on every mean drawn in a figure",
-)
-
-
-def _finite(df: pd.DataFrame, col: str) -> pd.Series:
-    return _numeric(df, col).notna() & np.isfinite(_numeric(df, col))
-
-
-def _rule(rule: int, passed: str, evidence: str) -> dict:
-    return {"rule": RULES[rule], "passed": passed, "evidence": evidence}
-
-
-def _verdict(failures: list[str], checked: int) -> str:
-    return NOT_APPLICABLE if not checked else (NO if failures else YES)
-
-
-def _rule_baseline(scaling: pd.DataFrame, overhead: pd.DataFrame) -> dict:
-    checked, failures, parts = 0, [], []
-    if not _is_empty(scaling):
-        rel = scaling[_finite(scaling, "speedup") | _finite(scaling, "efficiency_pct")]
-        bad = rel[~(_finite(rel, "baseline_time_s") & _finite(rel, "time_s"))]
-        checked += len(rel)
-        parts.append(f"scaling.csv: {len(rel) - len(bad)} of {len(rel)} speedup/efficiency "
-                     "rows show baseline_time_s and time_s")
-        if len(bad):
-            failures.append(f"scaling.csv without them: {_named(bad)}")
-    if not _is_empty(overhead):
-        rel = overhead[_finite(overhead, "overhead_pct")]
-        bad = rel[~(_finite(rel, "native_s") & _finite(rel, "time_s"))]
-        checked += len(rel)
-        parts.append(f"overhead.csv: {len(rel) - len(bad)} of {len(rel)} overheads show "
-                     "native_s and time_s")
-        if len(bad):
-            failures.append(f"overhead.csv without them: {_named(bad)}")
-    text = "; ".join(parts + failures) or "no speedup, efficiency or overhead in the tables"
-    return _rule(0, _verdict(failures, checked), text)
-
-
-def _rule_points(points: pd.DataFrame) -> dict:
-    if _is_empty(points) or "state" not in points:
-        return _rule(1, NOT_APPLICABLE, "points.csv lists no requested point")
-    states = points["state"].astype(str)
-    reasons = points["reason"].fillna("").astype(str).str.strip() if "reason" in points \
-        else pd.Series("", index=points.index)
-    gaps = points[states != "done"]
-    silent = gaps[reasons[states != "done"] == ""]
-    counts = states.value_counts()
-    text = (f"points.csv: {len(points)} requested, {int(counts.get('done', 0))} delivered "
-            "(done); " + ", ".join(f"{int(c)} {s}" for s, c in counts.items() if s != "done"))
-    text = text.rstrip("; ")
-    if len(gaps):
-        text += f"; {len(gaps) - len(silent)} of {len(gaps)} not delivered have a reason"
-    if len(silent):
-        text += " (without: " + "; ".join(silent["path"].astype(str).head(SHOWN)) + (
-            f"; and {len(silent) - SHOWN} more" if len(silent) > SHOWN else "") + ")"
-    return _rule(1, NO if len(silent) else YES, text)
-
-
-# (table, value column, CI low, CI high, what it is): the estimates the verdicts and the
-# figures rest on; speedup's CI is efficiency's, rescaled (speedup = efficiency x r / 100)
-CI_CHECKS = (
-    ("scaling", "time_s", "ci95_low", "ci95_high", "mean seconds per epoch"),
-    ("scaling", "efficiency_pct", "efficiency_ci95_low_pct", "efficiency_ci95_high_pct",
-     "efficiency (and speedup)"),
-    ("overhead", "overhead_pct", "overhead_ci95_low_pct", "overhead_ci95_high_pct",
-     "overhead"),
-    ("llm", "mean", "ci95_low", "ci95_high", "mean wall time"),
-    ("llm", "tokens_per_s", "tokens_per_s_ci95_low", "tokens_per_s_ci95_high", "tokens/s"),
-)
-
-
-def _ci_gaps(tables: dict, checks=CI_CHECKS) -> tuple[int, int, list[str]]:
-    """(estimates checked, with a CI, what lacks one) over ``checks``."""
-    checked = with_ci = 0
-    missing = []
-    for name, value, low, high, what in checks:
-        table = tables.get(name)
-        if _is_empty(table) or value not in table.columns:
-            continue
-        rows = table[_finite(table, value)]
-        ok = _finite(rows, low) & _finite(rows, high)
-        checked += len(rows)
-        with_ci += int(ok.sum())
-        if (~ok).any():
-            bad = rows[~ok]
-            why = ""
-            if "n" in bad.columns and (pd.to_numeric(bad["n"], errors="coerce") < 2).all():
-                why = ", n < 2"
-            missing.append(f"{name}.csv {what}: {len(bad)} without a CI{why} ("
-                           f"{_named(bad)})")
-    return checked, with_ci, missing
-
-
-def _rule_ci(tables: dict) -> dict:
-    checked, with_ci, missing = _ci_gaps(tables)
-    if not checked:
-        return _rule(2, NOT_APPLICABLE, "no estimate in scaling.csv, overhead.csv or llm.csv")
-    text = (f"{with_ci} of {checked} estimates in scaling.csv, overhead.csv and llm.csv have "
-            "a 95% CI (speedup's is efficiency's, rescaled)")
-    return _rule(2, NO if missing else YES, "; ".join([text, *missing]))
-
-
-def _shapiro_p(values) -> float:
-    x = np.asarray(values, dtype=float)
-    x = x[np.isfinite(x)]
-    if x.size < 3 or np.ptp(x) == 0:
-        return np.nan
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return float(stats.shapiro(x).pvalue)
-
-
-def _group_normality(table: pd.DataFrame, runs: pd.DataFrame, keys: list[str],
-                     value: str, alpha: float) -> tuple[int, int, list[str], int]:
-    """Shapiro-Wilk of the undisturbed repeats behind each row of ``table`` (a Student t
-    CI): (rows with >= 3 repeats checked, rejected, the rejected rows named, rows with
-    fewer than 3 repeats)."""
-    keys = [k for k in keys if k in table.columns and k in runs.columns]
-    if _is_empty(table) or _is_empty(runs) or value not in runs.columns or not keys:
-        return 0, 0, [], 0
-    valid = runs[~_flags(runs, "disturbed")]
-    samples = {tuple(str(v) for v in (k if isinstance(k, tuple) else (k,))): g[value]
-               for k, g in valid.groupby(keys, dropna=False)}
-    checked = rejected = small = 0
-    named = []
-    for _, row in table.iterrows():
-        sample = samples.get(tuple(str(row[k]) for k in keys))
-        if sample is None:
-            continue
-        p = _shapiro_p(pd.to_numeric(sample, errors="coerce"))
-        if np.isnan(p):
-            small += 1
-            continue
-        checked += 1
-        if p < alpha:
-            rejected += 1
-            named.append(f"{_label(row)} (p {p:.3g})")
-    return checked, rejected, named, small
-
-
-def _rule_normality(tables: dict, alpha: float) -> dict:
-    from scalesweep.analyse import collect
-
-    overhead, runs = tables.get("overhead"), tables.get("runs")
-    parts, failures, checked = [], [], 0
-    if not _is_empty(overhead):
-        with_ci = overhead[_finite(overhead, "overhead_ci95_low_pct")]
-        checked += len(with_ci)
-        is_paired = _flags(overhead, "paired")
-        paired = overhead[is_paired]
-        need = paired[_numeric(paired, "n") >= 3]
-        few = int((_numeric(paired, "n") == 2).sum())
-        if "normality_p_value" not in overhead.columns:
-            if len(need):
-                failures.append(f"overhead.csv has no normality_p_value: its {len(need)} "
-                                "paired rows with 3 pairs or more were not checked")
-        else:
-            tested = need[_finite(need, "normality_p_value")]
-            rejected = tested[_numeric(tested, "normality_p_value") < alpha]
-            method = (rejected["ci_method"].fillna("").astype(str) if "ci_method" in rejected
-                      else pd.Series("", index=rejected.index))
-            parametric = rejected[method.str.contains("paired t|Fieller|Welch", case=False)
-                                  | (method == "")]
-            parts.append(f"overhead.csv: Shapiro-Wilk on the per-pair log ratios of "
-                         f"{len(tested)} of {len(need)} paired rows with 3 pairs or more, "
-                         f"rejected in {len(rejected)}"
-                         + (f" (their ci_method: {', '.join(sorted(set(method)))})"
-                            if len(rejected) else ""))
-            if len(tested) < len(need):
-                failures.append(f"overhead.csv: {len(need) - len(tested)} paired rows not "
-                                f"checked ({_named(need[~_finite(need, 'normality_p_value')])})")
-            if len(parametric):
-                failures.append("overhead.csv: a parametric CI where normality was "
-                                f"rejected ({_named(parametric)})")
-        if few:
-            parts.append(f"overhead.csv: {few} paired rows with 2 pairs cannot be checked")
-        unpaired = with_ci[~_flags(with_ci, "paired")]
-        if len(unpaired):
-            failures.append(f"overhead.csv: {len(unpaired)} unpaired rows use Fieller/Welch "
-                            f"without a normality check ({_named(unpaired)})")
-    series = getattr(collect, "SCALING_SERIES", ["workload", "runtime", "threads"])
-    llm_keys = getattr(collect, "LLM_KEYS", ["workload", "model_label", "runtime", "nodes",
-                                             "gpus", "threads"])
-    has_payload = not _is_empty(runs) and "payload" in runs
-    cnn = runs[runs["payload"] == "cnn"] if has_payload else None
-    llm = runs[runs["payload"] == "llm"] if has_payload else None
-    for name, table, keys, sample in (("scaling", tables.get("scaling"), [*series, "count"], cnn),
-                                      ("llm", tables.get("llm"), llm_keys, llm)):
-        n_checked, rejected, named, small = _group_normality(table, sample, keys, "time_s",
-                                                             alpha)
-        checked += n_checked
-        if n_checked or small:
-            parts.append(f"{name}.csv: Student t CIs; Shapiro-Wilk of their undisturbed "
-                         f"repeats (checked here) on {n_checked} rows with 3 repeats or more, "
-                         f"rejected in {rejected}"
-                         + (f"; {small} rows with fewer than 3 distinct repeats cannot be "
-                            "checked" if small else ""))
-        if rejected:
-            failures.append(f"{name}.csv: a Student t CI where normality is rejected ("
-                            + "; ".join(named[:SHOWN])
-                            + (f"; and {len(named) - SHOWN} more" if len(named) > SHOWN else "")
-                            + ")")
-    text = "; ".join(parts + failures) or "no CI with 3 values or more to check"
-    return _rule(3, _verdict(failures, checked), text)
-
-
-def _rule_tests(overhead: pd.DataFrame, alpha: float) -> dict:
-    if _is_empty(overhead) or "verdict" not in overhead:
-        return _rule(4, NOT_APPLICABLE, "overhead.csv has no verdicts")
-    verdicts = overhead["verdict"].astype(str)
-    claims = overhead[verdicts.isin(["slower", "faster", "equivalent"])]
-    if claims.empty:
-        return _rule(4, NOT_APPLICABLE, f"no faster/slower/equivalent verdict in "
-                     f"overhead.csv ({len(overhead)} rows, all inconclusive)")
-    diff = claims[claims["verdict"].isin(["slower", "faster"])]
-    equiv = claims[claims["verdict"] == "equivalent"]
-    bad_diff = diff[~(_numeric(diff, "p_value") < alpha)]
-    bad_equiv = equiv[~(_numeric(equiv, "equivalence_p_value") < alpha)]
-    text = (f"overhead.csv: {len(diff) - len(bad_diff)} of {len(diff)} faster/slower verdicts "
-            f"with p_value < {alpha:g}; {len(equiv) - len(bad_equiv)} of {len(equiv)} "
-            f"equivalent verdicts with equivalence_p_value < {alpha:g} (TOST)")
-    bad = pd.concat([bad_diff, bad_equiv])
-    if len(bad):
-        text += (f"; without a test below {alpha:g} (identical repeats, decided on the exact "
-                 f"difference, or no test): {_named(bad)}")
-    return _rule(4, NO if len(bad) else YES, text)
-
-
-def _rule_provenance(runs: pd.DataFrame) -> dict:
-    if _is_empty(runs):
-        return _rule(5, NOT_APPLICABLE, "runs.csv has no runs")
-    from scalesweep.plan.sweep import CONTAINER_RUNTIMES
-
-    required = {col: pd.Series(True, index=runs.index)
-                for col in ("git_commit", "start", "end", "hosts", "launcher")}
-    if "payload" in runs:
-        required["torch"] = runs["payload"].astype(str).eq("cnn")
-    required["image_digest"] = runs["runtime"].isin(list(CONTAINER_RUNTIMES)) \
-        if "runtime" in runs else pd.Series(False, index=runs.index)
-    # recorded by this version of the workflow: required where runs.csv has the column
-    for col in ("block_id", "probe_gflops", "probe_gbps"):
-        if col in runs.columns:
-            required[col] = pd.Series(True, index=runs.index)
-    gaps, complete = [], pd.Series(True, index=runs.index)
-    for col, needed in required.items():
-        values = runs[col] if col in runs.columns else pd.Series(np.nan, index=runs.index)
-        empty = values.isna() | values.astype(str).str.strip().isin(["", "nan", "None"])
-        lacking = needed & empty
-        complete &= ~lacking
-        if lacking.any():
-            gaps.append(f"{col} missing in {int(lacking.sum())}")
-    text = (f"runs.csv: {int(complete.sum())} of {len(runs)} runs record "
-            + ", ".join(required) + " (torch: CNN runs; image_digest: container runs)")
-    if gaps:
-        text += "; " + "; ".join(gaps)
-    return _rule(5, NO if gaps else YES, text)
-
-
-def _rule_ideal(scaling: pd.DataFrame) -> dict:
-    if _is_empty(scaling) or "count" not in scaling:
-        return _rule(6, NOT_APPLICABLE, "scaling.csv has no rows with numbers (no CNN "
-                     "scaling series, or none with an undisturbed baseline run)")
-    ok = _finite(scaling, "linear_time_s")
-    text = (f"scaling.csv: linear_time_s (the ideal the scaling figure draws dashed; the "
-            f"efficiency figures draw 100%) on {int(ok.sum())} of {len(scaling)} rows")
-    if (~ok).any():
-        text += f"; without: {_named(scaling[~ok])}"
-    return _rule(6, NO if (~ok).any() else YES, text)
-
-
-FIGURE_CHECKS = (  # the means a figure draws, and the table CI it draws as the error bar
-    ("scaling", "time_s", "ci95_low", "ci95_high", "scaling.png"),
-    ("scaling", "efficiency_pct", "efficiency_ci95_low_pct", "efficiency_ci95_high_pct",
-     "efficiency figures"),
-    ("overhead", "overhead_pct", "overhead_ci95_low_pct", "overhead_ci95_high_pct",
-     "overhead figures"),
-    ("llm", "mean", "ci95_low", "ci95_high", "llm.png (wall time)"),
-    ("llm", "tokens_per_s", "tokens_per_s_ci95_low", "tokens_per_s_ci95_high",
-     "llm.png (tokens/s)"),
-)
-
-
-def _rule_error_bars(tables: dict) -> dict:
-    checked, with_ci, missing = _ci_gaps(tables, FIGURE_CHECKS)
-    if not checked:
-        return _rule(7, NOT_APPLICABLE, "no figure of a mean (no scaling, overhead or LLM rows)")
-    text = (f"{with_ci} of {checked} means drawn in the scaling, efficiency, overhead and "
-            "LLM figures have a 95% CI error bar; the peak-memory bars carry the 95% CI of "
-            "their mean; the start-up and per-epoch figures draw every repeat instead")
-    return _rule(7, NO if missing else YES, "; ".join([text, *[m.replace(" without a CI",
-                                                                    " drawn without an error bar")
-                                                            for m in missing]]))
-
-
-def _is_empty(df: pd.DataFrame | None) -> bool:
-    return df is None or df.empty
-
-
-def rules_table(runs: pd.DataFrame | None = None, scaling: pd.DataFrame | None = None,
-                llm: pd.DataFrame | None = None, overhead: pd.DataFrame | None = None,
-                points: pd.DataFrame | None = None, alpha: float = 0.05) -> pd.DataFrame:
-    """The benchmarking rules (``RULES``; Hoefler and Belli, SC15) a tool can check, each
-    passed ("yes"), not ("no") or "not applicable" for this campaign, with the evidence:
-    computed from the campaign's summary tables (runs.csv, scaling.csv, llm.csv,
-    overhead.csv, points.csv), never assumed.
-
-    1. baseline: every scaling row with a speedup / efficiency has baseline_time_s and
-       time_s, every overhead native_s and time_s;
-    2. points: every requested point not done (points.csv) has a reason;
-    3. CIs: every estimate in ``CI_CHECKS`` has a finite 95% CI;
-    4. normality: overhead.csv's paired rows with >= 3 pairs carry a Shapiro-Wilk
-       normality_p_value, and none rejected at alpha kept a parametric CI; unpaired rows
-       (Fieller / Welch, unchecked) fail it; scaling.csv's and llm.csv's Student t CIs
-       are checked here on their undisturbed repeats (>= 3);
-    5. tests: every slower / faster verdict has p_value < alpha, every equivalent one
-       equivalence_p_value < alpha;
-    6. provenance: every run has git_commit, start, end, hosts, launcher (torch for CNN
-       runs, image_digest for container runs; block_id, probe_gflops, probe_gbps where
-       runs.csv has the column);
-    7. ideal lines: every scaling row has linear_time_s (the dashed ideal);
-    8. error bars: every mean a figure draws (``FIGURE_CHECKS``) has its CI.
-    """
-    scaling = scaling_rows(scaling)  # not the rows saying why a series has no numbers
-    tables = {"runs": runs, "scaling": scaling, "llm": llm, "overhead": overhead}
-    rows = [
-        _rule_baseline(scaling, overhead),
-        _rule_points(points),
-        _rule_ci(tables),
-        _rule_normality(tables, alpha),
-        _rule_tests(overhead, alpha),
-        _rule_provenance(runs),
-        _rule_ideal(scaling),
-        _rule_error_bars(tables),
-    ]
-    return pd.DataFrame(rows, columns=RULES_COLUMNS)

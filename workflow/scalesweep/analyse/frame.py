@@ -1,0 +1,74 @@
+"""What every analysis of a table of runs shares: its error, the checks of its columns
+and values (naming the first bad row by its index label: the CLI labels file lines), a
+flag read back from a CSV, and the grouping (no group columns: the whole table is one
+group).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import pandas as pd
+
+
+class TableError(ValueError):
+    """The table cannot be analysed as asked: a missing column, value or baseline."""
+
+
+def truthy(value) -> bool:
+    """A flag from a table or a CSV round trip: True, 'True', 'true', 1 (NaN: False)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    try:
+        return bool(value) and not pd.isna(value)
+    except (TypeError, ValueError):
+        return False
+
+
+def as_list(cols: Iterable[str]) -> list[str]:
+    return [cols] if isinstance(cols, str) else list(cols)
+
+
+def group_keys(df: pd.DataFrame, group_cols: list[str]):
+    # groupby needs at least one key: with no group columns the whole table is one group.
+    return group_cols if group_cols else np.zeros(len(df), dtype=int)
+
+
+def grouped(df: pd.DataFrame, group_cols: list[str]) -> Iterator[tuple[tuple, pd.DataFrame]]:
+    for key, group in df.groupby(group_keys(df, group_cols), sort=False, dropna=False):
+        yield (key if group_cols else ()), group
+
+
+def describe_group(group_cols: list[str], key: tuple) -> str:
+    if not group_cols:
+        return "the table"
+    return "group " + ", ".join(f"{col}={value}" for col, value in zip(group_cols, key))
+
+
+def require_table(df: pd.DataFrame, required: list[str]) -> None:
+    """The required columns exist and there is at least one row."""
+    missing = [col for col in required if col not in df.columns]
+    if missing:
+        raise TableError(
+            f"missing column {', '.join(missing)} (needs {', '.join(required)}; "
+            f"has {', '.join(map(str, df.columns))})"
+        )
+    if df.empty:
+        raise TableError("no rows")
+
+
+def require_positive_times(df: pd.DataFrame, col: str) -> None:
+    values = pd.to_numeric(df[col], errors="coerce")
+    require_valid(df, col, values.notna() & np.isfinite(values) & (values > 0),
+                   "a positive number")
+
+
+def require_valid(df: pd.DataFrame, col: str, ok: pd.Series, what: str) -> None:
+    """Raise naming the first bad row by its index label (the CLI labels file lines)."""
+    if ok.all():
+        return
+    first_bad = int(np.flatnonzero(~ok.to_numpy())[0])
+    label, value = df.index[first_bad], df[col].iloc[first_bad]
+    shown = "an empty cell" if pd.isna(value) else f"'{value}'"
+    raise TableError(f"{col} must be {what}; {df.index.name or 'row'} {label} has {shown}")
