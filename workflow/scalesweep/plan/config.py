@@ -74,7 +74,28 @@ def moved_keys(config: dict) -> list[str]:
             node = node.get(key) if isinstance(node, dict) else None
         if node is not None:
             out.append(f"config key {'.'.join(path)}: {where}")
+    datasets = config.get("datasets")
+    for name, ds in (datasets.items() if isinstance(datasets, dict) else ()):
+        path = ds.get("node_local") if isinstance(ds, dict) else None
+        if isinstance(path, str) and path.lower() not in ("true", "false", ""):
+            out.append(f"config key datasets.{name}.node_local: the node-local path is the "
+                       "site's (its site file's storage.node_local_path, sites/*.yaml): set "
+                       f"`node_local: true` (it was {path!r})")
     return out
+
+
+def check_node_local(config: dict) -> None:
+    """A dataset copied node-local (``node_local: true``) needs the site's node-local
+    storage (its site file's ``storage.node_local_path``)."""
+    from scalesweep.platform.site import site_of
+
+    site = site_of(config)
+    for name, ds in sorted((config.get("datasets") or {}).items()):
+        if ds.get("node_local") and not site["storage"]["node_local_path"]:
+            raise ConfigError(
+                f"config key datasets.{name}.node_local: site {site['name']!r} has no "
+                "node-local storage (its site file states no storage.node_local_path): "
+                "state it there, or read the dataset in place (node_local: false)")
 
 
 def check_config(config: dict, directory: str | Path = ".") -> None:
@@ -104,6 +125,7 @@ def check_config(config: dict, directory: str | Path = ".") -> None:
         config[SITE_KEY] = load_site(config["site"], base=REPO)
     except SiteError as exc:
         raise ConfigError(f"config key site: {exc}") from None
+    check_node_local(config)
     check_dataset_sources(config, directory)
     check_runtimes(config)
     check_images(config)
