@@ -2,7 +2,7 @@
 # This file is a table of contents; the logic lives in workflow/rules and workflow/scalesweep.
 
 
-configfile: "config/config.yaml"
+include: "workflow/rules/config.smk"
 
 
 report: "workflow/report/workflow.rst"

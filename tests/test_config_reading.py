@@ -73,7 +73,17 @@ def as_json(config: dict) -> dict:
 # --- reading the configuration -------------------------------------------------------------
 
 def test_the_snakefile_reads_the_file_scalesweep_reads():
-    assert f'configfile: "{WORKFLOW_CONFIGFILE}"' in (REPO / "Snakefile").read_text()
+    """One configfile directive (workflow/rules/config.smk), in the workflow and in what
+    effective_config has Snakemake parse through its API (plan/read_config.smk)."""
+    from scalesweep.plan.config import READ_CONFIG
+
+    directive = f'configfile: "{WORKFLOW_CONFIGFILE}"'
+    assert directive in (REPO / "workflow" / "rules" / "config.smk").read_text()
+    assert 'include: "workflow/rules/config.smk"' in (REPO / "Snakefile").read_text()
+    assert 'include: "../../rules/config.smk"' in READ_CONFIG.read_text()
+    holders = [p for p in [REPO / "Snakefile", *(REPO / "workflow").rglob("*.smk")]
+               if "configfile:" in re.sub(r"#.*", "", p.read_text())]
+    assert holders == [REPO / "workflow" / "rules" / "config.smk"]
 
 
 def test_partial_configfile_merges_over_the_campaign_config(campaign, tmp_path):

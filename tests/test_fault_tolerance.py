@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from conftest import (REPO, SNAKEMAKE, have, measured_by, payload_pids, run_files_digest,
-                      run_snakemake, tiny_config)
+                      run_snakemake, tiny_config, write_site)
 
 pytestmark = pytest.mark.integration
 PROFILE = str(REPO / "profiles" / "local")
@@ -139,7 +139,8 @@ def test_a_dataset_changed_after_staging_fails_its_point_and_a_restage_redoes_on
     victim, other = sorted((wd / "resources/datasets/tiny/a").iterdir())[:2]
     victim.write_bytes(other.read_bytes())
     nvme = tmp_path / "nvme"
-    for node_local in ([], ["--config", f"datasets={{tiny: {{node_local: {nvme}}}}}"]):
+    site = write_site(tmp_path, "nvme", storage={"node_local_path": str(nvme)})
+    for node_local in ([], ["--config", "datasets={tiny: {node_local: true}}", f"site={site}"]):
         proc = run_snakemake(wd, "--profile", PROFILE, "--until", "run_point", *node_local,
                              check=False)
         assert proc.returncode != 0

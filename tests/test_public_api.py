@@ -216,3 +216,106 @@ def test_scripts_use_the_documented_snakemake_object():
 def test_basedir_only_where_tolerated():
     assert violations("d = workflow.basedir\n", "workflow/rules/common.smk") == []
     assert violations("d = workflow.basedir\n", "workflow/rules/new.smk")
+
+
+# --- the package (issue #28): Snakemake's public API only, internals in one adapter -------
+
+PACKAGE = REPO / "workflow" / "scalesweep"
+# What a module of the package may import from Snakemake (None: any public name).
+PACKAGE_IMPORTS = {
+    "snakemake.api": {"SnakemakeApi", "ConfigSettings", "OutputSettings", "ResourceSettings"},
+    "snakemake.utils": None,
+    "snakemake.exceptions": {"WorkflowError"},
+}
+# The one module that calls Snakemake beyond it (tests/test_snakemake_adapter.py pins it).
+ADAPTER = "workflow/scalesweep/plan/snakemake_adapter.py"
+# Still outside the adapter, name by name (issue #28: to move into it): the Slurm
+# plugin's settings and forbidden options, Snakefile names, the command-line parser.
+PENDING = {
+    "workflow/scalesweep/run/slurm.py": {
+        "snakemake_executor_plugin_slurm.validation.get_forbidden_slurm_options",
+        "snakemake.common.SNAKEFILE_CHOICES",
+        "snakemake.cli.parse_args",
+        "snakemake_interface_executor_plugins.registry.ExecutorPluginRegistry",
+    },
+}
+
+
+def package_imports(text: str) -> list[tuple[int, str, list[str]]]:
+    """(line, module, names) of every import of Snakemake or of a Snakemake plugin or
+    interface package (snakemake_*) in one module's text."""
+    tokens = list(_code(tokenize.generate_tokens(io.StringIO(text).readline)))
+    out = []
+    for i, tok in enumerate(tokens):
+        prev = tokens[i - 1] if i else None
+        starts = prev is None or prev.type in (tokenize.NEWLINE,) or prev.string == ":"
+        if tok.type == tokenize.NAME and tok.string in ("import", "from") and starts:
+            for module, names in _imports(tokens, i):
+                if module.split(".")[0] == "snakemake" or module.startswith("snakemake_"):
+                    out.append((tok.start[0], module, names))
+    return out
+
+
+def package_violations(text: str, path: str) -> list[str]:
+    if path == ADAPTER:
+        return []
+    pending = PENDING.get(path, set())
+    found = []
+    for line, module, names in package_imports(text):
+        allowed = PACKAGE_IMPORTS.get(module, set())
+        for name in names or [""]:
+            full = f"{module}.{name}" if name else module
+            if full in pending:
+                continue
+            if module not in PACKAGE_IMPORTS or not name or name.startswith("_") or (
+                    allowed is not None and name not in allowed):
+                found.append(f"{path}:{line}: imports {full} (not Snakemake's public API: "
+                             f"call it through {ADAPTER})")
+    return found
+
+
+def package_files() -> list[Path]:
+    return sorted([*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.smk")])
+
+
+def test_the_package_uses_only_snakemakes_public_api():
+    files = package_files()
+    assert len(files) > 30
+    found = [v for f in files for v in package_violations(f.read_text(), str(f.relative_to(REPO)))]
+    assert not found, "\n".join(found)
+
+
+def test_package_smk_files_use_only_documented_snakemake():
+    found = [v for f in PACKAGE.rglob("*.smk")
+             for v in violations(f.read_text(), str(f.relative_to(REPO)))]
+    assert not found, "\n".join(found)
+
+
+def test_pending_internals_are_still_used():
+    """A name moved into the adapter leaves PENDING too (else it would be allowed back)."""
+    for path, names in PENDING.items():
+        used = {f"{m}.{n}" for _, m, ns in package_imports((REPO / path).read_text()) for n in ns}
+        assert names <= used, (path, names - used)
+
+
+@pytest.mark.parametrize("snippet", [
+    "from snakemake.cli import parse_config\n",
+    "def f():\n    from snakemake.settings.types import ConfigSettings\n",
+    "from snakemake.common.configfile import load_configfile\n",
+    "import snakemake.workflow\n",
+    "from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry\n",
+    "from snakemake.api import _private\n",
+])
+def test_package_internals_are_caught(snippet):
+    assert package_violations(snippet, "workflow/scalesweep/plan/new.py"), snippet
+    assert package_violations(snippet, ADAPTER) == []
+
+
+@pytest.mark.parametrize("snippet", [
+    "from snakemake.api import SnakemakeApi, ConfigSettings\n",
+    "def f():\n    from snakemake.utils import update_config, validate\n",
+    "from snakemake.exceptions import WorkflowError\n",
+    "x = 'from snakemake.cli import parse_args'\n",
+])
+def test_package_public_api_passes(snippet):
+    assert package_violations(snippet, "workflow/scalesweep/plan/new.py") == []

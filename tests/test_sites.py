@@ -240,3 +240,66 @@ def test_the_sweep_is_checked_against_the_sites_node(tmp_path):
     config["sweep"]["threads_per_rank"] = [5]  # 4 ranks x 5 threads > 16 cores
     with pytest.raises(SweepError, match="exceeds node.cores=16 of site made-up"):
         sweep_points(config)
+
+
+# --- a site is its site file (issue #28): machine facts once, there ---------------------------
+
+TOY = {
+    "name": "toy",
+    "description": "A toy GPU cluster, added as one file",
+    "source": "made up for the test",
+    "scheduler": "slurm",
+    "node": {"cores": 56, "gpus": 8, "device": "rocm", "gpu_visibility_var": "ROCR_VISIBLE_DEVICES"},
+    "launch": {"launcher": "srun"},
+    "slurm": {"max_runtime_min": 120, "limits": {"max_nodes": 64}},
+    "storage": {"node_local_path": "/scratch/local/$USER", "node_local_constraint": "ssd"},
+    "runtimes": {"apptainer": {"bin": "apptainer", "python": "/opt/venv/bin/python",
+                               "gpu_flag": "--rocm",
+                               "host_mpi": {"lib_dirs": ["/opt/toy/mpich/lib"]}}},
+}
+
+
+def test_a_toy_site_file_alone_plans_the_frontier_study(tmp_path, monkeypatch):
+    """One new file, sites/<name>.yaml (here in tmp_path): the Frontier study measured on
+    it, its node-local copies where the toy site says, nothing else of the repository
+    touched."""
+    from scalesweep.plan.payloads import node_local_dir
+
+    before = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True,
+                            text=True).stdout
+    toy = tmp_path / "toy.yaml"
+    toy.write_text(yaml.safe_dump(TOY))
+    study = REPO / "config" / "frontier.yaml"
+    out = scalesweep("plan", "-d", REPO, "--configfile", study, "--site", toy, "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["site"] == "toy"
+    config = effective_config(REPO, [study], [f"site={toy}"])
+    assert config["_site"]["name"] == "toy"
+    monkeypatch.setenv("USER", "someone")
+    assert node_local_dir(config, "study_images") == "/scratch/local/someone/study_images"
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True,
+                          text=True).stdout == before
+
+
+def test_the_node_local_path_is_the_sites_alone(tmp_path):
+    """datasets.<name>.node_local says whether, the site file's storage.node_local_path
+    where; a path in the config is refused saying where it went, node_local on a site
+    without node-local storage naming the site."""
+    config = tiny_config()
+    config["datasets"]["tiny"]["node_local"] = "/mnt/bb/$USER"
+    with pytest.raises(ConfigError, match=r"datasets.tiny.node_local: the node-local path is "
+                                          r"the site's .*storage.node_local_path"):
+        check_config(config)
+    config = tiny_config(site=write_site(tmp_path, "bare", extends=None, scheduler="none",
+                                         node={"cores": 2, "gpus": 0, "device": "cpu"},
+                                         launch={"launcher": "mpirun"}))
+    config["datasets"]["tiny"]["node_local"] = True
+    with pytest.raises(ConfigError, match="site 'bare' has no node-local storage"):
+        check_config(config)
+    # every study config of the repository states no machine path of a site's
+    for path in sorted((REPO / "config").glob("*.yaml")):
+        text = path.read_text()
+        for site in SITE_FILES:
+            local = (yaml.safe_load(site.read_text()).get("storage") or {}).get("node_local_path")
+            assert not local or local not in text.split("#")[0] and not any(
+                local in line.split("#")[0] for line in text.splitlines()), (path, local)

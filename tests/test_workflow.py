@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO, have, run_snakemake, tiny_config
+from conftest import REPO, have, run_snakemake, tiny_config, write_site
 from scalesweep.record.metrics import read_metrics
 
 pytestmark = pytest.mark.integration
@@ -138,7 +138,9 @@ def test_node_local_staging_copies_and_verifies_before_training(campaign, tmp_pa
     cfg["datasets"]["tiny"] = {
         "source": "image-archive", "path": str(archive), "classes": [], "images_per_class": 0,
         "image_size": 72, "sha256": hashlib.sha256(archive.read_bytes()).hexdigest(),
-        "node_local": str(nvme)}
+        "node_local": True}
+    # the node-local path is the site's (storage.node_local_path), not the dataset's
+    cfg["site"] = write_site(tmp_path, "nvme", storage={"node_local_path": str(nvme)})
     cfg["workloads"]["cnn_ddp"]["data_path"] = "files"  # each batch read from the copy
     wd = campaign(cfg)
     point = "results/runs/cnn_ddp/native/n1-g0-r2-t1/rep1/native/metrics.json"

@@ -417,7 +417,7 @@ DECIDE_FINAL_SHELL = "".join(
 def measurement_threads(wildcards):
     if (
         SLURM_SITE
-    ):  # a Slurm job of the point's own geometry (profile_check: never local)
+    ):  # a Slurm job of the point's own geometry (profile_problem: never local)
         return point_cores(wildcards) if "ranks" in wildcards.keys() else 1
     try:
         return max(int(workflow.cores), 1)
@@ -735,35 +735,22 @@ def record_owner():
     write_json_atomic(WORKFLOW_OWNER, owner_record())
 
 
-# --- Before the first job is submitted: the profile agrees with the site ----------------
-# A params function may take the job's resources (documented: params functions accept
-# `resources`): Snakemake hands them over evaluated, the profile's default-resources
-# included (`'$SBATCH_ACCOUNT'` expanded from the environment). Every rule that may run as
-# a Slurm job carries this one (`params: profile_check=profile_check`; no command reads
-# it; run_point's launch_comment calls it first). Snakemake 9 evaluates a job's params when it prints the job (Job.log_info ->
-# shellcmd), which is before the job is submitted, dry runs included: a refused profile
-# stops the workflow at its first checked job, before that job reaches sbatch. (Jobs
-# without the check, such as the model or image preparation on the login node, may have
-# started by then; none of them measures or submits anything.)
-_PROFILE_PROBLEMS = {}
-
-
-def profile_check(wildcards, resources):
-    """Refuses, naming the fix, a Slurm profile on a site without Slurm (its points would
-    be submitted without their geometry, RUN_POINT_SLURM_RESOURCES) and a Slurm account
-    taken from a variable that is unset. Not inside a Slurm job: it was checked where the
-    job was submitted, and the job's environment need not carry SBATCH_ACCOUNT."""
-    if in_slurm_job():
-        return ""
-    key = (resources.get("slurm_account"), resources.get("slurm_partition"))
-    if key not in _PROFILE_PROBLEMS:  # the same default-resources for every job
-        _PROFILE_PROBLEMS[key] = profile_problem(*key)
-    if _PROFILE_PROBLEMS[key]:
-        raise refusal(f"scalesweep: {_PROFILE_PROBLEMS[key]}")
-    return ""
-
-
-def profile_problem(account, partition):
+# --- Before any job: the profile agrees with the site -------------------------------------
+# Checked while the workflow is parsed (below, where this run's command line is read):
+# a refused profile stops the workflow before its first job, dry runs included.
+def profile_problem(args):
+    """Why this run's profile does not fit the site, or None: a Slurm site without a
+    Slurm profile (its points would be submitted without their geometry,
+    RUN_POINT_SLURM_RESOURCES, or run here side by side), a Slurm account taken from a
+    variable that is unset, a Slurm profile on a site without Slurm. ``args``: the
+    command line as Snakemake read it (``snakemake_args``); None (not Snakemake's command
+    line, or inside a Slurm job, checked where it was submitted): nothing to check.
+    Commands that run no job (--lint, --report, --list-rules, ...) are not checked."""
+    if args is None or any(getattr(args, name, None) for name in NO_JOBS):
+        return None
+    resources = default_resources(args)  # the profile's default-resources, as given
+    account = resources.get("slurm_account")
+    partition = resources.get("slurm_partition")
     if SLURM_SITE and account is None and partition is None:
         return (
             f"site {SITE['name']!r} is a Slurm site (scheduler: slurm): its points are Slurm "
@@ -798,6 +785,7 @@ def profile_problem(account, partition):
 # (scalesweep.campaign.cost.dry_run_summary).
 import atexit  # noqa: E402
 
+from scalesweep.plan.snakemake_adapter import default_resources  # noqa: E402
 from scalesweep.run.slurm import (  # noqa: E402
     POINT_SLOT,
     plugin_settings,
@@ -812,13 +800,32 @@ _SRUN_LINES = {}
 # This run's command line as Snakemake read it (scalesweep.run.slurm.snakemake_args), read
 # once, here while the workflow is parsed (never while jobs run), its relative paths (a
 # --profile) from the directory Snakemake started in: the shell's $PWD, else this one
-# (the current directory is never changed). On a Slurm site outside a Slurm job only;
-# None else, or where it does not read.
-SUBMISSION_ARGS = (
+# (the current directory is never changed). Outside a Slurm job only; None else, or where
+# it does not read (the workflow run through snakemake.api: no profile to check). Its
+# profile is checked against the site here (profile_problem), before any job; on a Slurm
+# site it also gives the sbatch options a dry run prints (SUBMISSION_ARGS).
+COMMAND_LINE = (
     snakemake_args(sys.argv[1:], [os.environ.get("PWD"), os.getcwd()])
-    if SLURM_SITE and not in_slurm_job()
+    if not in_slurm_job()
     else None
 )
+# the options of a command that runs no job: the profile is not checked for it
+NO_JOBS = (
+    "lint",
+    "report",
+    "list_rules",
+    "list_target_rules",
+    "summary",
+    "detailed_summary",
+    "unlock",
+    "dag",
+    "rulegraph",
+    "filegraph",
+)
+_PROFILE_PROBLEM = profile_problem(COMMAND_LINE)
+if _PROFILE_PROBLEM:
+    raise WorkflowError(f"scalesweep: {_PROFILE_PROBLEM}")
+SUBMISSION_ARGS = COMMAND_LINE if SLURM_SITE else None
 # the Slurm plugin's settings of it (--slurm-qos ...), as the plugin submits with them
 SLURM_SETTINGS = plugin_settings(SUBMISSION_ARGS)
 DRY_RUN = bool(getattr(SUBMISSION_ARGS, "dryrun", False))
@@ -842,9 +849,8 @@ if DRY_RUN:
 
 
 def launch_comment(wildcards, resources):
-    """profile_check, then on a Slurm site, outside a Slurm job, the comment; "" else
-    (inside the job the params are evaluated again, and nothing prints them)."""
-    profile_check(wildcards, resources)
+    """On a Slurm site, outside a Slurm job, the comment; "" else (inside the job the
+    params are evaluated again, and nothing prints them)."""
     if not SLURM_SITE or in_slurm_job():
         return ""
     point = point_of(wildcards)

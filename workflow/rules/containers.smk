@@ -146,6 +146,5 @@ rule container_startup:
         repeats=config["containers"]["startup_repeats"],
         # a string (params are pickled into the script's preamble)
         image=lambda wildcards: startup_image(wildcards).path,
-        profile_check=profile_check,
     script:
         "../scripts/measure_startup.py"

@@ -11,7 +11,6 @@ rule stage_dataset:
     params:
         ds=dataset_params,
         script=in_repo("scripts/stage_dataset.py"),
-        profile_check=profile_check,
     shell:
         "python {params.script:q} stage"
         " --source {params.ds[source]:q}"
@@ -38,6 +37,5 @@ rule verify_dataset:
         "../../envs/scalesweep.yaml"
     params:
         script=in_repo("scripts/stage_dataset.py"),
-        profile_check=profile_check,
     shell:
         "python {params.script:q} verify {input:q} --report {output:q} > {log:q} 2>&1"

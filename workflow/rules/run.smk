@@ -25,9 +25,8 @@ rule run_point:
         # one job at a time on the test cluster, whose nodes share this host's cores
         measure=1,
     params:
-        # refuses a Slurm profile that does not fit the site before anything is submitted
-        # (profile_check); on a Slurm site, the job's sbatch options and the point's srun
-        # line, a comment at the end of the command that dry runs print (common.smk)
+        # on a Slurm site, the job's sbatch options and the point's srun line, a comment
+        # at the end of the command that dry runs print (common.smk)
         launch_comment=launch_comment,
     shell:
         RUN_POINT_COMMAND

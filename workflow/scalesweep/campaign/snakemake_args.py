@@ -32,8 +32,9 @@ def config_items(items=(), extra=None) -> list[str]:
     items = [str(i) for i in items]
     if not extra:
         return items
-    from snakemake.cli import parse_config
     from snakemake.utils import update_config
+
+    from scalesweep.plan.snakemake_adapter import parse_config_items
 
     def key(item: str) -> str:
         return item.split("=", 1)[0]
@@ -42,7 +43,7 @@ def config_items(items=(), extra=None) -> list[str]:
     for name, value in extra.items():
         mine = [i for i in out if key(i) == name]
         try:  # Snakemake's own reading of the user's items for this key
-            merged = parse_config(mine)
+            merged = parse_config_items(mine)
         except ValueError as exc:
             raise UsageError(f"--config {' '.join(mine)}: {exc}") from None
         update_config(merged, {name: _as_text(value)})
@@ -67,7 +68,7 @@ def _as_text(value):
 
 def _config_value(value) -> str:
     """The VALUE of a --config KEY=VALUE item that Snakemake reads back as ``value``
-    (snakemake.cli.parse_config: nested values by YAML's BaseLoader, every scalar a
+    (scalesweep.plan.snakemake_adapter.parse_config_items: nested values by YAML's BaseLoader, every scalar a
     string): YAML flow style on one line, scalars plain wherever YAML allows it."""
     import yaml
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -20,23 +19,16 @@ import yaml
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 SNAKEFILE = REPO / "Snakefile"
-# The Snakefile's `configfile:` directive, relative to the campaign (working) directory.
-# tests/test_config_reading.py checks that the Snakefile still says so.
+# The Snakefile effective_config has Snakemake parse (through snakemake.api): the
+# workflow's configfile directive alone (workflow/rules/config.smk).
+READ_CONFIG = Path(__file__).resolve().with_name("read_config.smk")
+# The workflow's `configfile:` directive (workflow/rules/config.smk), relative to the
+# campaign (working) directory: named in messages; tests/test_config_reading.py checks it.
 WORKFLOW_CONFIGFILE = "config/config.yaml"
 
 
 class ConfigError(ValueError):
     """The config does not validate; the message names the key and the bad value."""
-
-
-def merge(base: dict, override: dict) -> dict:
-    """Snakemake's --configfile/--config semantics: nested mappings merge, the rest replaces."""
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            merge(base[key], value)
-        else:
-            base[key] = value
-    return base
 
 
 @functools.cache
@@ -82,7 +74,28 @@ def moved_keys(config: dict) -> list[str]:
             node = node.get(key) if isinstance(node, dict) else None
         if node is not None:
             out.append(f"config key {'.'.join(path)}: {where}")
+    datasets = config.get("datasets")
+    for name, ds in (datasets.items() if isinstance(datasets, dict) else ()):
+        path = ds.get("node_local") if isinstance(ds, dict) else None
+        if isinstance(path, str) and path.lower() not in ("true", "false", ""):
+            out.append(f"config key datasets.{name}.node_local: the node-local path is the "
+                       "site's (its site file's storage.node_local_path, sites/*.yaml): set "
+                       f"`node_local: true` (it was {path!r})")
     return out
+
+
+def check_node_local(config: dict) -> None:
+    """A dataset copied node-local (``node_local: true``) needs the site's node-local
+    storage (its site file's ``storage.node_local_path``)."""
+    from scalesweep.platform.site import site_of
+
+    site = site_of(config)
+    for name, ds in sorted((config.get("datasets") or {}).items()):
+        if ds.get("node_local") and not site["storage"]["node_local_path"]:
+            raise ConfigError(
+                f"config key datasets.{name}.node_local: site {site['name']!r} has no "
+                "node-local storage (its site file states no storage.node_local_path): "
+                "state it there, or read the dataset in place (node_local: false)")
 
 
 def check_config(config: dict, directory: str | Path = ".") -> None:
@@ -112,6 +125,7 @@ def check_config(config: dict, directory: str | Path = ".") -> None:
         config[SITE_KEY] = load_site(config["site"], base=REPO)
     except SiteError as exc:
         raise ConfigError(f"config key site: {exc}") from None
+    check_node_local(config)
     check_dataset_sources(config, directory)
     check_runtimes(config)
     check_images(config)
@@ -323,24 +337,27 @@ def check_engines(config: dict) -> None:
 def load_config(paths: Iterable[str | Path]) -> dict:
     """These files merged in order and validated: not a campaign's reading (use
     ``effective_config`` for that: the workflow's own config, --config, profiles)."""
+    from snakemake.utils import update_config  # nested mappings merge, the rest replaces
+
     config: dict = {}
     for path in paths:
-        merge(config, read_config_file(path))
+        update_config(config, read_config_file(path))
     return validated(config)
 
 
 def read_config_file(path: str | Path) -> dict:
-    """A config file as Snakemake reads one (snakemake.common.configfile: JSON, else
-    YAML), refused naming the file: missing, neither JSON nor YAML, or not a mapping of
+    """A config file as Snakemake reads one (JSON, else YAML: scalesweep.plan.
+    snakemake_adapter.read_configfile), refused naming the file: missing, neither JSON nor YAML, or not a mapping of
     config keys (Snakemake's own message names no file)."""
-    from snakemake.common.configfile import load_configfile
     from snakemake.exceptions import WorkflowError
+
+    from scalesweep.plan.snakemake_adapter import read_configfile
 
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} not found")
     try:
-        return load_configfile(str(path))
+        return read_configfile(path)
     except WorkflowError as exc:
         raise ConfigError(f"config file {path}: {_config_file_problem(path, exc)}") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -448,34 +465,13 @@ class ConfigSources:
         return validated(self.raw(), self.directory)
 
     def raw(self) -> dict:
-        """The config as the workflow sees it before validation (no defaults)."""
-        from snakemake.cli import parse_config
-        from snakemake.exceptions import WorkflowError
-        from snakemake.settings.types import ConfigSettings
-        from snakemake.utils import update_config
+        """The config as the workflow sees it before validation (no defaults): read by
+        Snakemake itself, through its API (``snakemake_config``), then re-typed by the
+        schema as workflow/rules/common.smk does (``schema_typed``)."""
+        from scalesweep.plan.snakemake_adapter import parse_config_items
 
-        for path in self.configfiles:  # named here: Snakemake's own refusal names none
-            read_config_file(path)
-        try:
-            command_line = parse_config(list(self.config_args))
-        except ValueError as exc:
-            raise ConfigError(f"--config: {exc}") from None
-        try:
-            settings = ConfigSettings(config=command_line, configfiles=list(self.configfiles),
-                                      replace_workflow_config=self.replace_workflow_config)
-        except WorkflowError as exc:
-            raise ConfigError(_one_line(exc)) from None
-        except OSError as exc:  # snakemake opens the file before its own error handling
-            raise ConfigError(f"config file {exc.filename} not found: {exc.strerror}") from None
-        overwrite = settings.overwrite_config
-        # snakemake.workflow.Workflow: config starts as the command line's, then the
-        # configfile: directive (Workflow.configfile) reads the workflow's file, if it
-        # exists, and applies the command line over it again.
-        config = copy.deepcopy(overwrite)
         base = self.workflow_configfile
-        if base.exists():
-            config = _merged_directive(config, base, overwrite, self.replace_workflow_config)
-        elif not self.configfiles:
+        if not base.exists() and not self.configfiles:
             recorded = recorded_configs(self.directory)
             raise ConfigError(
                 f"no config: {base} does not exist and no --configfile was given "
@@ -483,21 +479,63 @@ class ConfigSources:
                 "not present or accessible')" + (
                     f"; the configs this campaign ran with are recorded in "
                     f"{recorded[0].parent} (newest: {recorded[0].name})" if recorded else ""))
-        else:
-            update_config(config, overwrite)
-        # workflow/rules/common.smk: the merged config re-typed by the schema
-        return schema_typed(config)
+        for path in list(self.configfiles) + ([base] if base.exists() else []):
+            read_config_file(path)  # refused here naming the file: Snakemake names none
+        try:
+            command_line = parse_config_items(self.config_args)
+        except ValueError as exc:
+            raise ConfigError(f"--config: {exc}") from None
+        return schema_typed(snakemake_config(self.directory, self.configfiles, command_line,
+                                             self.replace_workflow_config))
 
 
-def _merged_directive(config: dict, path: Path, overwrite: dict, replace: bool) -> dict:
-    from snakemake.utils import update_config
+# What workflow/scalesweep/plan/read_config.smk hands over (``receive_config``).
+_RECEIVED: list[dict] = []
 
-    update_config(config, read_config_file(path))
-    if overwrite:
-        if replace:
-            config = {}
-        update_config(config, overwrite)
-    return config
+
+def receive_config(config: dict) -> None:
+    """Called by read_config.smk, while Snakemake parses it, with the config Snakemake read."""
+    _RECEIVED.append(copy.deepcopy(dict(config)))
+
+
+def snakemake_config(directory: str | Path, configfiles: Sequence[str | Path] = (),
+                     config: dict | None = None, replace_workflow_config: bool = False) -> dict:
+    """The config Snakemake reads for a campaign in ``directory`` with these
+    ``--configfile`` files and ``--config`` values, asked through its public API
+    (``snakemake.api``): the workflow's own ``configfile:`` directive
+    (workflow/rules/config.smk, in read_config.smk) parsed with these ConfigSettings.
+    Relative ``configfiles`` are relative to the current directory. Nothing is written
+    (no log file); a ``directory`` that does not exist is not made (an empty one stands
+    in: it has no config/config.yaml either)."""
+    import logging
+    import tempfile
+
+    from snakemake.api import ConfigSettings, OutputSettings, ResourceSettings, SnakemakeApi
+    from snakemake.exceptions import WorkflowError
+
+    try:
+        settings = ConfigSettings(config=dict(config or {}),
+                                  configfiles=[Path(f) for f in configfiles],
+                                  replace_workflow_config=replace_workflow_config)
+    except WorkflowError as exc:
+        raise ConfigError(_one_line(exc)) from None
+    except OSError as exc:  # snakemake opens the file before its own error handling
+        raise ConfigError(f"config file {exc.filename} not found: {exc.strerror}") from None
+    output = OutputSettings(enable_file_logging=False, log_level_override=logging.WARNING)
+    with contextlib.ExitStack() as stack:
+        workdir = Path(directory).absolute()
+        if not workdir.is_dir():
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        _RECEIVED.clear()
+        try:
+            with SnakemakeApi(output) as api:
+                api.workflow(ResourceSettings(), settings, snakefile=READ_CONFIG,
+                             workdir=workdir).list_rules()
+        except WorkflowError as exc:
+            raise ConfigError(_one_line(exc)) from None
+        if not _RECEIVED:
+            raise ConfigError(f"Snakemake read no config ({READ_CONFIG} was not parsed)")
+        return _RECEIVED.pop()
 
 
 def recorded_configs(directory: str | Path) -> list[Path]:
@@ -512,19 +550,19 @@ def config_sources(directory: str | Path = ".", configfiles: Sequence[str | Path
                    snakefile: str | Path = SNAKEFILE) -> ConfigSources:
     """The config files and --config items Snakemake uses for these arguments.
 
-    The arguments go through Snakemake's own command-line parser (snakemake.cli.
-    parse_args, with ``-s snakefile``), so profiles are applied exactly as Snakemake
-    applies them: the given ``--profile`` (or $SNAKEMAKE_PROFILE), and the workflow
-    profile (``profiles/default`` here, or next to the Snakefile). A profile's ``config:``
-    and ``configfile:`` stand for the command-line options, key by key: an explicit
-    ``--config`` REPLACES the profile's whole ``config:`` list (it is not merged item by
-    item), and an explicit ``--configfile`` replaces its ``configfile:``; the workflow
-    profile's keys win over a ``--profile``'s. Relative paths are relative to the
-    current directory (as for ``snakemake --directory DIR``), except the workflow's own
-    ``config/config.yaml``, which is relative to ``directory``. An empty ``config_args``
-    means no ``--config`` (as if the option were not given).
+    The arguments go through Snakemake's own command-line parser (scalesweep.plan.
+    snakemake_adapter.command_line, with ``-s snakefile``), so profiles are applied
+    exactly as Snakemake applies them: the given ``--profile`` (or $SNAKEMAKE_PROFILE),
+    and the workflow profile (``profiles/default`` here, or next to the Snakefile). A
+    profile's ``config:`` and ``configfile:`` stand for the command-line options, key by
+    key: an explicit ``--config`` REPLACES the profile's whole ``config:`` list (it is not
+    merged item by item), and an explicit ``--configfile`` replaces its ``configfile:``;
+    the workflow profile's keys win over a ``--profile``'s. Relative paths are relative
+    to the current directory (as for ``snakemake --directory DIR``), except the
+    workflow's own ``config/config.yaml``, which is relative to ``directory``. An empty
+    ``config_args`` means no ``--config`` (as if the option were not given).
     """
-    from snakemake.cli import parse_args
+    from scalesweep.plan.snakemake_adapter import CommandLineError, command_line
 
     argv = ["--snakefile", str(snakefile)]
     if configfiles:
@@ -533,16 +571,10 @@ def config_sources(directory: str | Path = ".", configfiles: Sequence[str | Path
         argv += ["--config", *map(str, config_args)]
     if profile:
         argv += ["--profile", str(profile)]
-    err = io.StringIO()
     try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(err):
-            _, args = parse_args(argv)
-    except SystemExit:
-        lines = [line for line in err.getvalue().splitlines() if line.strip()
-                 and not line.startswith(("usage:", "Using "))]
-        raise ConfigError(lines[-1] if lines else "Snakemake refused the arguments") from None
-    except Exception as exc:  # CliException, a profile Snakemake cannot read
-        raise ConfigError(_one_line(exc)) from None
+        args = command_line(argv)
+    except CommandLineError as exc:
+        raise ConfigError(str(exc)) from None
     return ConfigSources(
         directory=Path(directory),
         configfiles=tuple(Path(f) for f in args.configfile or ()),
@@ -555,13 +587,14 @@ def effective_config(directory: str | Path = ".", configfiles: Sequence[str | Pa
                      config_args: Sequence[str] = (), profile: str | Path | None = None) -> dict:
     """A campaign's config exactly as ``snakemake --directory DIRECTORY`` reads it with
     these ``--configfile``, ``--config`` and ``--profile`` arguments, then validated with
-    the schema's defaults, as the workflow does (workflow/rules/common.smk):
+    the schema's defaults, as the workflow does (workflow/rules/common.smk). Snakemake
+    reads it (``snakemake_config``, through snakemake.api):
 
-    1. the Snakefile's ``configfile: "config/config.yaml"``, relative to ``directory``:
+    1. the workflow's ``configfile: "config/config.yaml"``, relative to ``directory``:
        a missing file is an error unless a ``--configfile`` is given (then it is skipped);
     2. each ``--configfile`` in order, nested mappings merged, anything else replaced;
-    3. the ``--config KEY=VALUE`` items, parsed by Snakemake's own parser
-       (snakemake.cli.parse_config), applied again re-typed (``schema_typed``), as
+    3. the ``--config KEY=VALUE`` items (read by Snakemake's command-line parser:
+       scalesweep.plan.snakemake_adapter), then re-typed (``schema_typed``), as
        common.smk does;
     4. schema validation with defaults, and the site it names loaded as ``_site``
        (``validated``).

@@ -77,12 +77,13 @@ def image_location(config: dict, workload: str, runtime: str) -> str:
 
 def node_local_dir(config: dict, dataset: str) -> str:
     """Where a point reads ``dataset`` when it is copied to node-local storage first
-    (``datasets.<name>.node_local``, its variables expanded, ``$USER`` always set); ""
-    when it is read where it was staged."""
-    node_local = config["datasets"][dataset]["node_local"]
-    if not node_local:
+    (``datasets.<name>.node_local: true``): the site's ``storage.node_local_path``, its
+    variables expanded (``$USER`` always set), then the dataset's name; "" when it is
+    read where it was staged."""
+    if not config["datasets"][dataset]["node_local"]:
         return ""
-    return str(Path(expand_vars(node_local, with_user(dict(os.environ)))) / dataset)
+    path = site_of(config)["storage"]["node_local_path"]
+    return str(Path(expand_vars(path, with_user(dict(os.environ)))) / dataset)
 
 
 def cnn_parallel(parallel: str, world_size: int, device: str) -> str:
