@@ -459,6 +459,34 @@ def test_scaling_figure_legend_beside_and_says_why_no_law_is_fitted():
     assert "no scaling-law fit" not in texts(plots.scaling_figure(four, pd.DataFrame()))
 
 
+def test_scaling_figure_draws_only_workloads_swept_at_several_counts():
+    """On the H200 (issue #32) four one-GPU workloads and one 1-16 rank series gave five
+    panels in one 5,400-pixel row; one count has nothing to scale: named in the footer,
+    and panels wrap after three."""
+    from scalesweep.report import plots
+
+    def series(workload, counts):
+        return pd.DataFrame(dict(workload=workload, runtime="native", threads=1, count=counts,
+                                 time_s=[8.0 / c for c in counts],
+                                 ci95_low=[7.0 / c for c in counts],
+                                 ci95_high=[9.0 / c for c in counts],
+                                 linear_time_s=[8.0 / c for c in counts]))
+
+    table = pd.concat([series("cpu_ddp", [1, 2, 4, 8, 16])] +
+                      [series(f"gpu_{k}", [1]) for k in ("ddp", "dp", "bf16", "tf32")])
+    fig = plots.scaling_figure(table, pd.DataFrame())
+    drawn = [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    assert [ax.get_title() for ax in drawn] == ["cpu_ddp"]
+    assert ("measured at one count, so not drawn: gpu_bf16, gpu_ddp, gpu_dp, gpu_tf32"
+            in texts(fig).replace("\n", " "))
+    assert layout_problems(fig) == []
+    five = pd.concat([series(f"w{i}", [1, 2]) for i in range(5)])
+    fig = plots.scaling_figure(five, pd.DataFrame())
+    assert sum(ax.get_visible() for ax in fig.axes) == 5 and fig.get_size_inches()[0] == 27
+    only_one = plots.scaling_figure(series("gpu_ddp", [1]), pd.DataFrame())
+    assert "nothing to scale" in texts(only_one)
+
+
 def test_memory_figure_error_bars_are_the_95_ci_of_the_bars_and_name_the_measure():
     from scalesweep.analyse.stats import describe_repeats
 

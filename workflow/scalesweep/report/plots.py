@@ -51,6 +51,9 @@ def _footer(fig: plt.Figure, lines: list[tuple[str, str]]) -> None:
                  va="top", fontsize=8, color=color)
 
 
+PANELS_PER_ROW = 3  # scaling panels side by side before a new row
+
+
 def scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame) -> plt.Figure:
     """Measured time (mean, 95% CI error bars from scaling.csv, undisturbed repeats as
     dots, disturbed ones hollow grey) vs ideal time, one panel per workload. Series
@@ -60,10 +63,18 @@ def scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame) -> plt.Figure:
     without = ("\n".join(sorted(set(scaling["note"].drop(rows.index).dropna())))
                if "note" in scaling else "")  # why a series has no numbers
     scaling = rows
-    workloads = sorted(scaling["workload"].unique()) if not scaling.empty else []
-    # each panel with its legend beside it
-    fig, axes = plt.subplots(1, max(1, len(workloads)), figsize=(9 * max(1, len(workloads)), 4.5),
-                             squeeze=False)
+    counts_of = scaling.groupby("workload")["count"].nunique() if not scaling.empty else {}
+    # a workload measured at one count has nothing to scale: named below, not a panel
+    single = sorted(w for w, n in dict(counts_of).items() if n < 2)
+    workloads = sorted(w for w, n in dict(counts_of).items() if n >= 2)
+    scaling = scaling[scaling["workload"].isin(workloads)] if not scaling.empty else scaling
+    # each panel with its legend beside it, at most PANELS_PER_ROW a row
+    ncols = max(1, min(len(workloads), PANELS_PER_ROW))
+    nrows = max(1, -(-len(workloads) // ncols))
+    fig, grid = plt.subplots(nrows, ncols, figsize=(9 * ncols, 4.5 * nrows), squeeze=False)
+    axes = [list(grid.flat)]
+    for ax in axes[0][len(workloads):] if workloads else []:
+        ax.set_visible(False)
     palette = runtime_palette(scaling["runtime"] if not scaling.empty else [])
     colors = sns.color_palette("colorblind", 10)
     any_disturbed = False
@@ -112,9 +123,13 @@ def scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame) -> plt.Figure:
         ax.set_title(workload)
         ax.legend(**OUTSIDE_LEGEND)
     if not workloads:
-        axes[0][0].text(0.5, 0.5, without or "no finished runs yet", ha="center",
-                        va="center", wrap=True)
+        empty = ("every workload was measured at one count: nothing to scale" if single
+                 else without or "no finished runs yet")
+        axes[0][0].text(0.5, 0.5, empty, ha="center", va="center", wrap=True)
+    one_count = (f"measured at one count, so not drawn: {', '.join(single)} "
+                 "(their times: scaling.csv)" if single else "")
     _footer(fig, [(shared_cores_note(scaling, runs), NOT_DONE_COLOR),
+                  (one_count, "0.25"),
                   (CI_NOTE if workloads else "", "0.25"),
                   (no_fit_note(scaling), "0.25"),
                   ("hollow grey: disturbed runs, shown but left out of the statistics"
