@@ -32,7 +32,7 @@ def config_items(items=(), extra=None) -> list[str]:
     items = [str(i) for i in items]
     if not extra:
         return items
-    from snakemake.cli import parse_config
+    from scalesweep.platform.slurm_plugin import parse_config
     from snakemake.utils import update_config
 
     def key(item: str) -> str:
