@@ -157,7 +157,7 @@ def test_each_image_is_made_by_one_rule(tmp_path, monkeypatch):
 
 
 def test_an_image_used_in_place_is_described_and_a_replaced_one_flagged(tmp_path):
-    from scalesweep.images.build import describe_image
+    from scalesweep.images.describe import describe_image
     from scalesweep.run.pointlaunch import image_provenance
 
     image = tmp_path / "p.sif"

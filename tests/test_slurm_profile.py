@@ -530,7 +530,8 @@ def test_srun_line_is_the_points_launch(frontier, tmp_path, monkeypatch):
     assert line == shell_line(launch_command(launch), launch_env(launch))
     assert f"{tmp_path}/results/runs/{point.path}:/mnt/out" in line
     assert line.endswith(f"/mnt/code/scripts/train_cnn.py --data /mnt/data --out "
-                         f"/mnt/out/payload.json --parallel ddp --device cuda --precision fp32 --epochs "
+                         f"/mnt/out/payload.json --parallel ddp --device cuda --precision "
+                         f"{wl['precision']} --epochs "
                          f"{wl['epochs']} --batch-size {wl['batch_size']} --image-size 64 "
                          f"--threads 7 --seed 0 --test-fraction 0.2 --scaling "
                          f"{wl['scaling']} --data-path {wl['data_path']}"), line

@@ -20,7 +20,7 @@ rule build_image:
     conda:
         "../../envs/scalesweep.yaml"
     params:
-        # `python -m scalesweep build-image` (scalesweep.images.build) from this repository,
+        # `python -m scalesweep build-image` (scalesweep.images.cli) from this repository,
         # also in a conda environment that has not installed the package
         lib=f"{workflow.basedir}/workflow",
         how=image_build_args,

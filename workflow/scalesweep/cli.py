@@ -22,13 +22,13 @@ COMMANDS = [
     "scalesweep.campaign.cost",
     "scalesweep.campaign.fits_cli",
     "scalesweep.campaign.overlaps",
-    "scalesweep.images.build",
+    "scalesweep.images.cli",
     "scalesweep.platform.hostmpi",
 ]
 # Sub-commands whose module is imported alone (standard library only): the workflow's
 # rules run them in whatever environment they have, without the analysis stack.
-STANDALONE = {"build-image": "scalesweep.images.build",
-              "describe-image": "scalesweep.images.build",
+STANDALONE = {"build-image": "scalesweep.images.cli",
+              "describe-image": "scalesweep.images.cli",
               "inject-host-mpi": "scalesweep.platform.hostmpi"}
 
 

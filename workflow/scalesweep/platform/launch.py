@@ -1,4 +1,4 @@
-"""The one launcher: the full command line for (local | mpirun | torchrun | srun) x runtime.
+"""The full command line for launcher (local | mpirun | torchrun | srun) x runtime.
 
 The payload command is identical in every mode; only what wraps it changes:
 
@@ -7,7 +7,10 @@ The payload command is identical in every mode; only what wraps it changes:
 Host paths are translated to fixed mount points inside containers (code, data, output),
 so the payload never learns where it runs. What a runtime puts on the command line (its
 executable, binds, variables, GPU options) is the business of its class in
-:mod:`scalesweep.platform.runtimes`; this module never names a runtime. Every function here is
+:mod:`scalesweep.platform.runtimes`; this module never names a runtime. Each launcher is a
+class registered by name (:func:`register_launcher`); the process layout it starts, the
+point's :class:`Geometry` (tasks, tasks per node, CPUs and GPUs per task), is computed once,
+here, and ``scalesweep.run.slurm`` asks the allocation for the same. Every function here is
 pure (no processes, no filesystem), so the exact command lines are pinned by unit tests.
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import ClassVar
 
 from scalesweep.platform.runtimes import (  # noqa: F401  (MOUNT_*, LaunchError: this module's API)
     MOUNT_CODE,
@@ -25,8 +29,6 @@ from scalesweep.platform.runtimes import (  # noqa: F401  (MOUNT_*, LaunchError:
     RuntimeSite,
     runtime,
 )
-
-LAUNCHERS = ("local", "mpirun", "torchrun", "srun")
 
 # Variables the payload needs, forwarded by mpirun -x to remote ranks.
 FORWARD_ENV = (
@@ -41,6 +43,33 @@ FORWARD_ENV = (
 # A runtime's facts on the campaign's site (scalesweep.platform.runtimes.RuntimeSite), by the
 # name launches have always used.
 ContainerSite = RuntimeSite
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The process layout of one point: ``nodes`` x ``tasks_per_node`` ranks, each with
+    ``cpus_per_task`` cores and ``gpus_per_task`` of the node's ``gpus_per_node`` GPUs.
+    What the launcher starts and what the Slurm allocation is asked for (run.slurm)."""
+
+    nodes: int
+    tasks_per_node: int
+    cpus_per_task: int
+    gpus_per_node: int = 0
+
+    @property
+    def tasks(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+    @property
+    def gpus_per_task(self) -> int:
+        """GPUs each rank sees: the node's shared out, at least one (0 without GPUs)."""
+        return max(1, self.gpus_per_node // self.tasks_per_node) if self.gpus_per_node else 0
+
+    def gpu_options(self, gpu_bind: str = "") -> list[str]:
+        """``--gpus-per-task=G [--gpu-bind=B]`` (srun, sbatch) for a point with GPUs."""
+        if not self.gpus_per_node:
+            return []
+        return [f"--gpus-per-task={self.gpus_per_task}"] + ([f"--gpu-bind={gpu_bind}"] if gpu_bind else [])
 
 
 @dataclass(frozen=True)
@@ -65,8 +94,12 @@ class Launch:
     gpu_bind: str = "closest"  # srun --gpu-bind for GPU points ("" = not passed)
 
     @property
+    def geometry(self) -> Geometry:
+        return Geometry(self.nodes, self.ranks_per_node, self.threads, self.gpus_per_node)
+
+    @property
     def world_size(self) -> int:
-        return self.nodes * self.ranks_per_node
+        return self.geometry.tasks
 
 
 def container_path(host_path: str, launch: Launch) -> str:
@@ -124,55 +157,123 @@ def container_env(launch: Launch) -> dict[str, str]:
     return runtime(launch.runtime).host_env(launch.site)
 
 
-def launcher_prefix(launch: Launch) -> list[str]:
-    """The process launcher's part: one process per rank."""
-    n = launch.world_size
-    if launch.launcher == "local":
-        if n != 1:
-            raise LaunchError(f"launcher 'local' starts one process, the point has {n} ranks")
+class Launcher:
+    """How the ranks of a point start. Subclasses set ``name`` and :meth:`prefix` (the
+    argv in front of the container and payload, from the point's geometry), or override
+    :meth:`command` where the launcher does not wrap the container (torchrun);
+    :func:`register_launcher` makes one known by its name."""
+
+    name: ClassVar[str]
+
+    def prefix(self, launch: Launch, geometry: Geometry) -> list[str]:
+        raise NotImplementedError
+
+    def command(self, launch: Launch) -> list[str]:
+        """Launcher outside, container inside, payload innermost."""
+        return self.prefix(launch, launch.geometry) + container_prefix(launch) + payload_command(launch)
+
+
+_LAUNCHERS: dict[str, Launcher] = {}
+
+
+def register_launcher(cls: type[Launcher]) -> type[Launcher]:
+    """Class decorator: make the launcher known by ``cls.name``."""
+    _LAUNCHERS[cls.name] = cls()
+    return cls
+
+
+def launcher(name: str) -> Launcher:
+    """The registered launcher ``name``; refused with the names that are known."""
+    try:
+        return _LAUNCHERS[name]
+    except KeyError:
+        raise LaunchError(f"unknown launcher {name!r}; known: {', '.join(_LAUNCHERS)}") from None
+
+
+@register_launcher
+class Local(Launcher):
+    """One process, started directly."""
+
+    name = "local"
+
+    def prefix(self, launch, geometry):
+        if geometry.tasks != 1:
+            raise LaunchError(f"launcher 'local' starts one process, the point has {geometry.tasks} ranks")
         return []
-    if launch.launcher == "mpirun":
-        cmd = ["mpirun", "-n", str(n), "--bind-to", "none"]
-        if launch.nodes > 1:
-            cmd += ["--npernode", str(launch.ranks_per_node)]
+
+
+@register_launcher
+class Mpirun(Launcher):
+    """Open MPI's mpirun: the ranks, per node on several nodes, the payload's variables
+    forwarded (-x)."""
+
+    name = "mpirun"
+
+    def prefix(self, launch, geometry):
+        cmd = ["mpirun", "-n", str(geometry.tasks), "--bind-to", "none"]
+        if geometry.nodes > 1:
+            cmd += ["--npernode", str(geometry.tasks_per_node)]
         # CMA single-copy fails across the user namespaces of unprivileged containers
         cmd += ["--mca", "btl_vader_single_copy_mechanism", "none"]
         for var in FORWARD_ENV:
             cmd += ["-x", var]
         return cmd + list(launch.mpirun_extra)
-    if launch.launcher == "srun":
-        cmd = [
-            "srun",
-            f"--nodes={launch.nodes}",
-            f"--ntasks={n}",
-            f"--ntasks-per-node={launch.ranks_per_node}",
-            f"--cpus-per-task={launch.threads}",
-        ]
-        if launch.gpus_per_node:
-            per_task = max(1, launch.gpus_per_node // launch.ranks_per_node)
-            cmd.append(f"--gpus-per-task={per_task}")
-            if launch.gpu_bind:
-                cmd.append(f"--gpu-bind={launch.gpu_bind}")
-        return cmd + list(launch.srun_extra)
-    if launch.launcher == "torchrun":
+
+
+@register_launcher
+class Torchrun(Launcher):
+    """torch.distributed.run forks the ranks itself, so it runs inside the container
+    (single node: --standalone)."""
+
+    name = "torchrun"
+
+    def prefix(self, launch, geometry):
         raise LaunchError("torchrun wraps the payload, use launch_command()")
-    raise LaunchError(f"unknown launcher {launch.launcher!r}; known: {', '.join(LAUNCHERS)}")
 
-
-def launch_command(launch: Launch) -> list[str]:
-    """The complete argv: launcher outside, container inside, payload innermost.
-
-    torchrun is the exception: it forks the ranks itself, so it runs inside the container.
-    """
-    if launch.launcher == "torchrun":
-        if launch.nodes != 1:
+    def command(self, launch):
+        geometry = launch.geometry
+        if geometry.nodes != 1:
             raise LaunchError("torchrun here is single-node (--standalone); use srun for several nodes")
         inner = payload_command(launch)
         python = inner[0]
         torchrun = [python, "-m", "torch.distributed.run", "--standalone",
-                    f"--nproc-per-node={launch.ranks_per_node}"]
+                    f"--nproc-per-node={geometry.tasks_per_node}"]
         return container_prefix(launch) + torchrun + inner[1:]
-    return launcher_prefix(launch) + container_prefix(launch) + payload_command(launch)
+
+
+def srun_geometry(geometry: Geometry, gpu_bind: str = "") -> list[str]:
+    """srun's options for the geometry (the job step the point's ranks are)."""
+    return [
+        f"--nodes={geometry.nodes}",
+        f"--ntasks={geometry.tasks}",
+        f"--ntasks-per-node={geometry.tasks_per_node}",
+        f"--cpus-per-task={geometry.cpus_per_task}",
+        *geometry.gpu_options(gpu_bind),
+    ]
+
+
+@register_launcher
+class Srun(Launcher):
+    """Slurm's srun: one job step of the point's geometry."""
+
+    name = "srun"
+
+    def prefix(self, launch, geometry):
+        return ["srun", *srun_geometry(geometry, launch.gpu_bind)] + list(launch.srun_extra)
+
+
+LAUNCHERS = tuple(_LAUNCHERS)  # the built-in ones, in this order
+
+
+def launcher_prefix(launch: Launch) -> list[str]:
+    """The process launcher's part: one process per rank."""
+    return launcher(launch.launcher).prefix(launch, launch.geometry)
+
+
+def launch_command(launch: Launch) -> list[str]:
+    """The complete argv: launcher outside, container inside, payload innermost (but
+    torchrun, which forks the ranks inside the container)."""
+    return launcher(launch.launcher).command(launch)
 
 
 def launch_env(launch: Launch) -> dict[str, str]:

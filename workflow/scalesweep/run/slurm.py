@@ -1,4 +1,5 @@
-"""Slurm resources of one sweep point, for snakemake-executor-plugin-slurm (2.8.0).
+"""Slurm resources of one sweep point, for snakemake-executor-plugin-slurm (2.8.0; every
+call into its internals or Snakemake's goes through :mod:`scalesweep.platform.slurm_plugin`).
 
 Every function here is pure (but ``snakemake_args`` and ``started_argv``, which read the
 command line as Snakemake does): a sweep point + its workload + the config (+ the
@@ -10,7 +11,7 @@ the plugin turns them into the ``sbatch`` line.
 profile (``profiles/<site>/config.yaml``, ``default-resources``) or the command line.
 
 The geometry of the allocation is exactly the geometry the point's own ``srun`` asks for
-inside it (``scalesweep.platform.launch.launcher_prefix``)::
+inside it: both come from the point's ``scalesweep.platform.launch.Geometry``::
 
     one process (nodes=1, ranks=1)        --nodes=1 --ntasks=1 --cpus-per-task=T
                                           (+ --gpus=G with G GPUs)
@@ -60,7 +61,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from scalesweep.plan.sweep import SweepPoint
+from scalesweep.platform.launch import Geometry
 from scalesweep.platform.site import site_of
+from scalesweep.platform import slurm_plugin
 from scalesweep.record.hostenv import ENV_REF, expand_vars
 
 DEFAULT_MAX_RUNTIME_MIN = 30  # workloads.<name>.max_runtime_min's schema default
@@ -104,31 +107,28 @@ def runtime_min(workload: dict, site: dict, attempt: int = 1) -> int:
     return min(minutes, cap) if cap else minutes
 
 
-def gpus_per_task(point: SweepPoint) -> int:
-    """GPUs each rank sees (the same rule as the launcher's ``srun --gpus-per-task``)."""
-    return max(1, point.gpus // point.ranks) if point.gpus else 0
+def point_geometry(point: SweepPoint) -> Geometry:
+    """The point's process layout, as its launcher computes it (``platform.launch.Geometry``):
+    the allocation asks for exactly what the point's own ``srun`` starts."""
+    return Geometry(point.nodes, point.ranks, point.threads, point.gpus)
 
 
 def forbidden_extra(tokens: list[str]) -> list[str]:
     """Tokens the plugin refuses in ``slurm_extra`` (options it sets itself)."""
     if not tokens:  # the usual case: no scan of the plugin's 22 patterns per point
         return []
-    try:
-        from snakemake_executor_plugin_slurm.validation import get_forbidden_slurm_options
-    except ImportError:  # the plugin checks again at submission
-        return []
     line = " ".join(tokens) + " "
-    return [name for pattern, name in get_forbidden_slurm_options().items() if re.search(pattern, line)]
+    return [name for pattern, name in slurm_plugin.forbidden_slurm_options().items()
+            if re.search(pattern, line)]
 
 
 def extra_tokens(point: SweepPoint, site: dict) -> list[str]:
     """sbatch options the plugin has no resource for, in a fixed order (GPU binding,
     core specialisation, exclusive nodes, then the site's own ``slurm.extra``)."""
+    geometry = point_geometry(point)
     tokens: list[str] = []
-    if point.gpus and point.world_size > 1:
-        tokens.append(f"--gpus-per-task={gpus_per_task(point)}")
-        if site["launch"]["gpu_bind"]:
-            tokens.append(f"--gpu-bind={site['launch']['gpu_bind']}")
+    if geometry.tasks > 1:
+        tokens += geometry.gpu_options(site["launch"]["gpu_bind"] or "")
     if site["node"]["core_spec"] is not None:
         tokens.append(f"--core-spec={site['node']['core_spec']}")
     own = [str(t) for t in site["slurm"]["extra"]]
@@ -156,15 +156,16 @@ def constraint(workload: dict, config: dict) -> str | None:
 def slurm_request(point: SweepPoint, workload: dict, config: dict, attempt: int = 1) -> SlurmRequest:
     """All executor-plugin resources of one point (see the module docstring)."""
     site = site_of(config)
-    multi = point.world_size > 1
+    geometry = point_geometry(point)
+    multi = geometry.tasks > 1
     tokens = extra_tokens(point, site)
     return SlurmRequest(
-        nodes=point.nodes,
-        tasks=point.world_size if multi and point.ranks == 1 else None,
-        tasks_per_node=point.ranks if multi and point.ranks > 1 else None,
+        nodes=geometry.nodes,
+        tasks=geometry.tasks if multi and geometry.tasks_per_node == 1 else None,
+        tasks_per_node=geometry.tasks_per_node if multi and geometry.tasks_per_node > 1 else None,
         mpi="srun" if multi else None,
-        cpus_per_task=point.threads,
-        gpu=point.gpus if point.gpus and not multi else None,
+        cpus_per_task=geometry.cpus_per_task,
+        gpu=geometry.gpus_per_node if geometry.gpus_per_node and not multi else None,
         slurm_extra=shlex.join(tokens) if tokens else None,
         runtime=runtime_min(workload, site, attempt),
         mem_mb=site["node"]["mem_mb"],
@@ -237,9 +238,7 @@ def started_argv(argv: Sequence[str], start: str, environ: Any = os.environ) -> 
     if "--profile" not in named and environ.get("SNAKEMAKE_PROFILE"):
         head += ["--profile", environ["SNAKEMAKE_PROFILE"]]
     if not named & {"--snakefile", "-s"}:
-        from snakemake.common import SNAKEFILE_CHOICES
-
-        found = [c for c in SNAKEFILE_CHOICES if os.path.isfile(os.path.join(start, c))]
+        found = [c for c in slurm_plugin.snakefile_choices() if os.path.isfile(os.path.join(start, c))]
         head += ["--snakefile", str(found[0])] if found else []
     out: list[str] = []
     i = 0
@@ -267,8 +266,6 @@ def snakemake_args(argv: Sequence[str], starts: Sequence[str | None]) -> Any:
     absolute, the current directory never changed). None where it does not read (a
     command line that is not Snakemake's). Call it while the workflow is parsed: it
     redirects sys.stdout and sys.stderr for a moment."""
-    from snakemake.cli import parse_args
-
     for start in dict.fromkeys(s for s in starts if s and os.path.isdir(s)):
         absolute = started_argv(argv, start)
         if absolute is None:
@@ -276,7 +273,7 @@ def snakemake_args(argv: Sequence[str], starts: Sequence[str | None]) -> Any:
         sink = io.StringIO()  # parse_args says again which profiles it uses
         try:
             with contextlib.redirect_stderr(sink), contextlib.redirect_stdout(sink):
-                return parse_args(absolute)[1]
+                return slurm_plugin.parse_args(absolute)
         except (SystemExit, Exception):  # informational: never stops the workflow
             continue
     return None
@@ -290,10 +287,8 @@ def plugin_settings(args: Any) -> Any:
     a command line, or for another executor."""
     if args is None or getattr(args, "executor", None) != "slurm":
         return None
-    from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
-
     try:
-        return ExecutorPluginRegistry().get_plugin("slurm").get_settings(args)
+        return slurm_plugin.executor_settings(args, "slurm")
     except Exception:  # a setting the plugin refuses: Snakemake itself says so
         return None
 

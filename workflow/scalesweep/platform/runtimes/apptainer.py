@@ -1,0 +1,127 @@
+"""Apptainer and SingularityCE (its fork, the same command line): SIF images built from a
+definition file or pulled (``apptainer``, ``singularity``, and their ``-hostmpi``
+variants with the host's MPI)."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from scalesweep.platform.runtimes.base import Runtime, register
+
+
+@register
+class Apptainer(Runtime):
+    """Apptainer (apptainer.org docs, "apptainer exec", "Environment and metadata",
+    "GPU support", "Build a container"):
+
+      exec                     run a command in the image
+      --nv / --rocm            bind the host's NVIDIA / ROCm driver stack, expose the GPUs
+      --bind SRC:DST[,...]     bind mounts (comma-separated)
+      --pwd DIR                initial working directory in the container
+      APPTAINERENV_NAME=VALUE  in the host environment: NAME=VALUE inside (not expanded)
+
+    The host environment passes through by default (like ch-run)."""
+
+    name = "apptainer"
+    order = 3
+    site_key = "apptainer"
+    default_bin = "apptainer"
+    env_prefix = "APPTAINERENV_"
+    containlibs_var = "APPTAINER_CONTAINLIBS"
+    install_hint = (
+        "install Apptainer >= 1.2 (on Frontier it is in the default environment; "
+        "elsewhere `module load apptainer`; not packaged in Debian bookworm, see "
+        "https://apptainer.org/docs/admin/main/installation.html)"
+    )
+    default_gpu_flags = {"cuda": ("--nv",), "rocm": ("--rocm",)}
+    recipe_kind = "definition"
+    image_formats = ("sif",)
+    image_file = "image.sif"
+    digest_note = "sha256 of the SIF file (SIF builds are not bit-reproducible)"
+
+    @property
+    def build_tools(self) -> tuple[str, ...]:  # type: ignore[override]
+        return (self.default_bin, "cp")
+
+    def exec_prefix(self, site, binds, workdir):
+        cmd = [self.executable(site), "exec", *self.gpu_flags(site)]
+        cmd += ["--bind", ",".join(f"{src}:{dst}" for src, dst in binds)]
+        return cmd + ["--pwd", workdir, self.image_reference(site.image)]
+
+    def host_env(self, site):
+        env = {f"{self.env_prefix}{k}": v for k, v in self.container_env(site)}
+        if self.host_mpi and site.host_mpi_libs:
+            # host files bound into the container's library directory (/.singularity.d/libs,
+            # on its LD_LIBRARY_PATH): the system libraries Cray MPICH and libfabric load
+            # that the image lacks (OLCF: libcxi, libjson-c, libnl-3, libxpmem, ...)
+            env[self.containlibs_var] = ",".join(site.host_mpi_libs)
+        return env
+
+    def exec_command(self, image, argv, bin=""):
+        # --silent: no warnings in the captured output; --cleanenv: the host's
+        # environment stays out of the inventory
+        return [bin or self.default_bin, "--silent", "exec", "--cleanenv", str(image), *argv]
+
+    def build_command(self, out_sif: str, recipe: str, build_args: Mapping[str, str] | None = None,
+                      fakeroot: bool = False, bin: str = "", extra: Sequence[str] = ()) -> list[str]:
+        """``build [--fakeroot] [--warn-unused-build-args --build-arg K=V ...] OUT.sif DEF``.
+
+        ``--fakeroot``: build as an unprivileged user (root mapped in a user namespace);
+        ``--build-arg KEY=VALUE`` fills a ``{{ KEY }}`` of the definition file (Apptainer
+        >= 1.2, SingularityCE >= 4.0), in the order given; ``--warn-unused-build-args``
+        lets one set of args serve several recipes (an unused arg is otherwise fatal)."""
+        cmd = [bin or self.default_bin, "build"]
+        if fakeroot:
+            cmd.append("--fakeroot")
+        cmd += list(extra)
+        if build_args:
+            cmd.append("--warn-unused-build-args")
+            for k, v in build_args.items():
+                cmd += ["--build-arg", f"{k}={v}"]
+        return cmd + [str(out_sif), str(recipe)]
+
+    def pull_command(self, out_sif: str, uri: str, bin: str = "") -> list[str]:
+        """``pull --force OUT.sif URI`` (oras://, docker://, library://, https://): a
+        registry image as one SIF file (docker:// layers are converted)."""
+        return [bin or self.default_bin, "pull", "--force", str(out_sif), uri]
+
+    def inspect_command(self, image: str, bin: str = "") -> list[str]:
+        """``inspect --json IMAGE``: the image's labels (build date, base image, the
+        definition's %labels) and definition file, as JSON (data.attributes)."""
+        return [bin or self.default_bin, "inspect", "--json", str(image)]
+
+
+@register
+class ApptainerHostMPI(Apptainer):
+    """Apptainer with the host's MPI bound in and first on the library path (hybrid
+    model; the OLCF recipe for cray-mpich on Frontier)."""
+
+    name = "apptainer-hostmpi"
+    order = 4
+    host_mpi = True
+
+
+@register
+class Singularity(Apptainer):
+    """SingularityCE (sylabs.io docs, singularity-exec(1), singularity-build(1)): the same
+    command line as Apptainer (its fork) - ``exec``, ``--nv``/``--rocm``, ``--bind``,
+    ``--pwd``, ``build --fakeroot --build-arg``, SIF images - but it reads host variables
+    prefixed ``SINGULARITYENV_``."""
+
+    name = "singularity"
+    order = 6
+    site_key = "singularity"
+    default_bin = "singularity"
+    env_prefix = "SINGULARITYENV_"
+    containlibs_var = "SINGULARITY_CONTAINLIBS"
+    install_hint = (
+        "install SingularityCE >= 4.0 (`module load singularity` on most HPC sites; "
+        "https://docs.sylabs.io/guides/latest/admin-guide/installation.html)"
+    )
+
+
+@register
+class SingularityHostMPI(Singularity):
+    name = "singularity-hostmpi"
+    order = 7
+    host_mpi = True

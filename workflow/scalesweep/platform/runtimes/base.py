@@ -1,0 +1,402 @@
+"""The runtime interface and its registry: everything scalesweep knows about one way of
+running a payload is one class, registered by name (in the manner of ReFrame's container
+platforms, ``reframe/core/containers.py``). A runtime knows
+
+* its name (and, for a container runtime, the entry of a site file that describes it:
+  ``sites/<name>.yaml`` ``runtimes.<site_key>``; a host-MPI variant ``<name>-hostmpi``
+  reads its base runtime's entry plus that entry's ``host_mpi`` part),
+* whether it is native (no container at all),
+* how it wraps a command: the argv in front of it (:meth:`Runtime.exec_prefix`), its
+  binds, the variables it sets inside the container, the host environment it needs
+  (Apptainer's ``APPTAINERENV_``, SingularityCE's ``SINGULARITYENV_``), its GPU options,
+* what it records as provenance (the version command of its executable),
+* how its image is built: the checks before a build (:meth:`Runtime.build_preflight`),
+  the steps of a build from the offline Debian base (:meth:`Runtime.dockerfile_steps`) or
+  of a definition file (``build_command``), the formats it packs an image into
+  (:meth:`Runtime.pack_command`), how a placed image enters its storage
+  (:meth:`Runtime.load_steps`).
+
+Every method returns data (argv lists, dicts) and starts nothing, so the exact command
+lines are pinned by unit tests (``tests/test_runtimes.py``); :mod:`scalesweep.images.build`
+runs the steps and never asks which runtime it builds for. The launcher
+(:mod:`scalesweep.platform.launch`) asks the registry, never names a runtime. Adding a
+runtime is one module in this package (``platform/runtimes/<name>.py``: found by
+``platform/runtimes/__init__.py``), plus its recipe; a site offers it under ``runtimes:``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+# Inside every image these directories exist (created at build time: ch-run cannot
+# create bind targets in a read-only image).
+MOUNT_CODE = "/mnt/code"
+MOUNT_DATA = "/mnt/data"
+MOUNT_OUT = "/mnt/out"
+IMAGE_PYTHON = "/opt/venv/bin/python"  # the payload interpreter in every image
+# in the copy of an image a runtime injects the host's MPI into (``injects_host_libs``,
+# ``scalesweep inject-host-mpi``): the injected host libraries
+INJECT_DIR = "/opt/host-mpi/lib"
+
+Bind = tuple[str, str]  # (host path, path in the container)
+
+
+class LaunchError(ValueError):
+    """A launch that cannot be built (unknown runtime, missing image, ...)."""
+
+
+class UnknownRuntime(LaunchError):
+    """A runtime name no class is registered for."""
+
+
+class RuntimeNotOffered(LaunchError):
+    """A runtime the campaign's site does not describe (no ``runtimes.<name>`` entry)."""
+
+
+@dataclass(frozen=True)
+class RuntimeSite:
+    """One runtime's facts on one site (a site file's ``runtimes.<name>`` entry), plus the
+    image to run. Built by :meth:`Runtime.site_facts`; tests build it directly."""
+
+    image: str = ""  # ch-run: image directory or .sqfs; apptainer/singularity: .sif
+    bin: str = ""  # the runtime's executable ("" = the class's default_bin)
+    python: str = IMAGE_PYTHON
+    gpu_flag: str = ""  # "" = the runtime's default for ``device``
+    device: str = "cpu"  # the site's node.device: cpu | cuda | rocm
+    binds: tuple[str, ...] = ()  # "SRC[:DST]" bound into every container
+    env: tuple[tuple[str, str], ...] = ()  # variables set inside the container
+    modules: tuple[str, ...] = ()  # environment modules the site loads for it (recorded)
+    host_mpi_lib_dirs: tuple[str, ...] = ()  # <name>-hostmpi: LD_LIBRARY_PATH, in order
+    host_mpi_image_lib_dirs: tuple[str, ...] = ()  # of them, the image's own (not bound)
+    host_mpi_libs: tuple[str, ...] = ()  # host library files injected (APPTAINER_CONTAINLIBS)
+    host_mpi_preload: str = ""  # e.g. cray-mpich's GPU transport layer libmpi_gtl_hsa.so.0
+    host_mpi_binds: tuple[str, ...] = ()
+    host_mpi_env: tuple[tuple[str, str], ...] = ()
+
+
+def parse_binds(specs: Sequence[str]) -> list[Bind]:
+    """``"SRC[:DST]"`` -> ``(SRC, DST or SRC)``."""
+    out = []
+    for spec in specs:
+        src, _, dst = spec.partition(":")
+        out.append((src, dst or src))
+    return out
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """A check before a build: ``argv`` must exit 0 (None: what it needs is missing, and
+    ``missing`` says so); the tool it checked is recorded as ``tools[key]`` (``argv[0]``)."""
+
+    key: str
+    argv: list[str] | None
+    missing: str
+
+
+@dataclass(frozen=True)
+class DockerfileBuild:
+    """What a Dockerfile build from the offline Debian base is given (by
+    :func:`scalesweep.images.build.build_image`): every path absolute or as the caller has it."""
+
+    recipe: str
+    context: str  # the recipe's directory
+    tools: Mapping[str, str]  # what the preflight found: tool -> path
+    base_tarball: str  # the Debian rootfs tarball (scalesweep.images.rootfs)
+    base_name: str  # the name the recipe's FROM gives it: localhost/scalesweep-debian:<suite>
+    binds: Mapping[str, str]  # host path -> image path, for RUN steps (the wheelhouse)
+    build_args: Mapping[str, str]
+    key: str  # the cache key (names a build uniquely)
+    scratch: str  # a private directory the steps may create (removed afterwards)
+    product: str  # where the image must lie when the steps are done
+
+
+@dataclass(frozen=True)
+class BuildSteps:
+    """One cold build, as commands: run in order (logged); then the image at ``built`` is
+    moved to the request's ``product`` (where they differ), and ``inventory`` + a command
+    runs that command in it (the package inventory)."""
+
+    commands: list[list[str]]
+    built: str
+    inventory: list[str]
+    clean_env: bool = True  # a minimal environment (else the host's)
+    facts: dict[str, Any] = field(default_factory=dict)  # into the build's manifest
+
+
+class Runtime:
+    """The interface of a runtime. Subclasses set the class attributes and override the
+    methods whose default does not fit; :func:`register` makes one known by its name."""
+
+    name: ClassVar[str]
+    site_key: ClassVar[str | None] = None  # entry under a site's runtimes: (None: native)
+    native: ClassVar[bool] = False
+    host_mpi: ClassVar[bool] = False
+    # host_mpi.libs go into a copy of the image (ch-fromhost, rule inject_host_mpi) rather
+    # than through a variable of the runtime (Apptainer's *_CONTAINLIBS)
+    injects_host_libs: ClassVar[bool] = False
+    default_bin: ClassVar[str] = ""
+    install_hint: ClassVar[str] = ""  # one line: how to get default_bin
+    # GPU options by site node.device when the site names none (gpu_flag)
+    default_gpu_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    # images: "dockerfile" | "definition" (None: this runtime builds nothing itself)
+    recipe_kind: ClassVar[str | None] = None
+    image_formats: ClassVar[tuple[str, ...]] = ()  # the first is the builder's default
+    image_file: ClassVar[str] = "image"  # the image's name inside a cache entry
+    build_tools: ClassVar[tuple[str, ...]] = ()  # executables a build needs on PATH
+    # what the manifest's content_digest_method says where the image is not a tree
+    # hashed by scalesweep.images.digest.content_digest's own method (None: it is)
+    digest_note: ClassVar[str | None] = None
+    # tools the preflight records that the manifest leaves out (interpreters and such)
+    internal_tools: ClassVar[tuple[str, ...]] = ()
+    # formats a built image is packed into, each as a file of the cache entry
+    packed_formats: ClassVar[Mapping[str, str]] = {}
+    # a JSON file in the built image whose build-time stamps are pinned (reproducibility)
+    metadata_file: ClassVar[str | None] = None
+    # place in lists of runtimes (the report's colour order); a new one comes after
+    order: ClassVar[int] = 100
+
+    # --- site facts ------------------------------------------------------------------
+
+    def site_entry(self, site: Mapping[str, Any]) -> dict[str, Any]:
+        """This runtime's entry of a site (``runtimes.<site_key>``); refused if absent."""
+        if self.native:
+            return {}
+        offered = site.get("runtimes") or {}
+        if self.site_key not in offered:
+            names = ", ".join(["native", *offered]) if offered else "native only"
+            raise RuntimeNotOffered(
+                f"runtime {self.name!r} is not offered by site {site.get('name', '?')!r} "
+                f"(its file has no runtimes.{self.site_key} entry; it offers: {names})"
+            )
+        return dict(offered[self.site_key] or {})
+
+    def site_facts(self, site: Mapping[str, Any], image: str = "") -> RuntimeSite:
+        """The facts a launch needs, read from a loaded site (``scalesweep.platform.site``)."""
+        entry = self.site_entry(site)
+        mpi = (entry.get("host_mpi") or {}) if self.host_mpi else {}
+        return RuntimeSite(
+            image=image,
+            bin=entry.get("bin") or self.default_bin,
+            python=entry.get("python") or IMAGE_PYTHON,
+            gpu_flag=entry.get("gpu_flag") or "",
+            device=(site.get("node") or {}).get("device") or "cpu",
+            binds=tuple(entry.get("binds") or ()),
+            env=tuple(sorted((entry.get("env") or {}).items())),
+            modules=tuple(entry.get("modules") or ()),
+            host_mpi_lib_dirs=tuple(mpi.get("lib_dirs") or ()),
+            host_mpi_image_lib_dirs=tuple(mpi.get("image_lib_dirs") or ()),
+            host_mpi_libs=tuple(mpi.get("libs") or ()),
+            host_mpi_preload=mpi.get("preload") or "",
+            host_mpi_binds=tuple(mpi.get("binds") or ()),
+            host_mpi_env=tuple(sorted((mpi.get("env") or {}).items())),
+        )
+
+    # --- wrapping a command ----------------------------------------------------------
+
+    def executable(self, site: RuntimeSite) -> str:
+        return site.bin or self.default_bin
+
+    def binds(self, site: RuntimeSite, standard: Sequence[Bind]) -> list[Bind]:
+        """Every bind: the launcher's (code, data, out), the site's, and in host-MPI mode
+        its binds and library directories (each at the same path inside)."""
+        binds = list(standard) + parse_binds(site.binds)
+        if self.host_mpi:
+            binds += parse_binds(site.host_mpi_binds)
+            binds += [(d, d) for d in site.host_mpi_lib_dirs if d not in site.host_mpi_image_lib_dirs]
+        return binds
+
+    def host_mpi_library_path(self, site: RuntimeSite) -> list[str]:
+        """The container's LD_LIBRARY_PATH in host-MPI mode: the injected libraries'
+        directory (a runtime that injects ``libs`` into a copy of the image), then
+        ``lib_dirs`` in their order (host directories, and the image's own ones where the
+        site puts them), then any ``image_lib_dirs`` not listed there."""
+        dirs = [INJECT_DIR] if self.injects_host_libs and site.host_mpi_libs else []
+        dirs += [d for d in site.host_mpi_lib_dirs if d not in dirs]
+        return dirs + [d for d in site.host_mpi_image_lib_dirs if d not in dirs]
+
+    def container_env(self, site: RuntimeSite) -> list[tuple[str, str]]:
+        """Variables set inside the container. Host-MPI mode (OLCF's GPU-aware MPI in
+        Apptainer): LD_LIBRARY_PATH is the site's ``lib_dirs`` in order (OLCF: the GPU
+        transport layer, the image's ROCm, Cray MPICH's ABI build, libfabric, the Cray PE
+        libraries), replacing the image's (its own MPI is never found first); and the
+        preload (the GTL, libmpi_gtl_hsa)."""
+        env = list(site.env)
+        if self.host_mpi:
+            if not site.host_mpi_lib_dirs and not (self.injects_host_libs and site.host_mpi_libs):
+                raise LaunchError(
+                    f"runtime {self.name} needs host MPI library directories "
+                    f"(site file: runtimes.{self.site_key}.host_mpi.lib_dirs)"
+                    + (" or files (host_mpi.libs, injected with ch-fromhost)"
+                       if self.injects_host_libs else "")
+                )
+            env += list(site.host_mpi_env)
+            env.append(("LD_LIBRARY_PATH", ":".join(self.host_mpi_library_path(site))))
+            if site.host_mpi_preload:
+                env.append(("LD_PRELOAD", site.host_mpi_preload))
+        return env
+
+    def gpu_flags(self, site: RuntimeSite) -> list[str]:
+        """The site's GPU option, or this runtime's default for the site's device."""
+        if site.gpu_flag:
+            return [site.gpu_flag]
+        return list(self.default_gpu_flags.get(site.device, ()))
+
+    def image_reference(self, image: str) -> str:
+        """How the runtime names the image on its command line (a path, by default)."""
+        return image
+
+    def exec_prefix(self, site: RuntimeSite, binds: Sequence[Bind], workdir: str) -> list[str]:
+        """The argv in front of the command run in the container (empty for native)."""
+        raise NotImplementedError
+
+    def host_env(self, site: RuntimeSite) -> dict[str, str]:
+        """Variables the *host* must set for the runtime (none, unless it reads them).
+        A runtime without a way to inject host library files refuses ``host_mpi.libs``."""
+        if self.host_mpi and site.host_mpi_libs and not self.injects_host_libs:
+            raise LaunchError(
+                f"runtime {self.name} cannot inject host library files (site file: "
+                f"runtimes.{self.site_key}.host_mpi.libs); bind their directory instead"
+            )
+        return {}
+
+    def exec_command(self, image: str, argv: Sequence[str], bin: str = "") -> list[str]:
+        """A plain command in the image, host environment kept out where the runtime
+        allows (the image build's package inventory, the tests)."""
+        raise NotImplementedError
+
+    # --- building its image (steps only: scalesweep.images.build runs them) ----------
+
+    def format_tools(self, fmt: str) -> tuple[str, ...]:
+        """Executables a build into ``fmt`` needs beyond :attr:`build_tools`."""
+        return ()
+
+    def build_preflight(self, which: Callable[[str], str | None]) -> list[Preflight]:
+        """Checks a build needs beyond its tools being on PATH (``which``: shutil.which)."""
+        return []
+
+    def builder_version_command(self, tools: Mapping[str, str]) -> list[str]:
+        """The command naming the builder's version (it enters the cache key)."""
+        return self.version_command(tools[self.default_bin])
+
+    def dockerfile_steps(self, req: DockerfileBuild) -> BuildSteps:
+        """The cold build of a Dockerfile (``recipe_kind == "dockerfile"``)."""
+        raise NotImplementedError(f"runtime {self.name} builds no Dockerfile")
+
+    def pin_build_stamps(self, metadata: dict[str, Any], stamp: str) -> dict[str, Any]:
+        """:attr:`metadata_file`'s content with its build-time stamps set to ``stamp``."""
+        return metadata
+
+    def pack_requires(self, fmt: str) -> tuple[str, ...]:
+        """Paths the built tree must have before it is packed into ``fmt``."""
+        return ()
+
+    def pack_command(self, fmt: str, src: str, dest: str, source_date_epoch: int,
+                     tools: Mapping[str, str]) -> list[str]:
+        """The built tree ``src`` packed into ``fmt`` at ``dest`` (:attr:`packed_formats`)."""
+        raise NotImplementedError(f"runtime {self.name} packs no {fmt}")
+
+    def load_steps(self, image: str, tools: Mapping[str, str]) -> tuple[str, list[str]] | None:
+        """For a runtime that runs images from its own storage: the name it runs the
+        image placed at ``image`` (absolute) by, and the command that copies it there
+        (its output's last word: the image ID, tagged with that name by
+        ``tag_command``). None: the image runs where it lies."""
+        return None
+
+    # --- provenance ------------------------------------------------------------------
+
+    def version_command(self, bin: str = "") -> list[str]:
+        """The command whose output names the runtime's version (empty for native)."""
+        return [] if self.native else [bin or self.default_bin, "--version"]
+
+    @staticmethod
+    def parse_version(output: str) -> str:
+        """``apptainer version 1.3.0`` -> ``1.3.0``; ``0.31`` -> ``0.31``."""
+        words = output.strip().split()
+        return words[-1] if words else "unknown"
+
+    def provenance(self, site: RuntimeSite) -> dict[str, Any]:
+        """What a run records about how it was run (the version comes from running
+        :meth:`version_command`, see :func:`runtime_version`)."""
+        record: dict[str, Any] = {"runtime": self.name, "native": self.native}
+        if not self.native:
+            record.update(bin=self.executable(site), version_command=self.version_command(site.bin),
+                          modules=list(site.modules), host_mpi=self.host_mpi,
+                          gpu_flags=self.gpu_flags(site))
+        return record
+
+
+# --- the registry --------------------------------------------------------------------
+
+_REGISTRY: dict[str, Runtime] = {}
+
+
+def register(cls: type[Runtime]) -> type[Runtime]:
+    """Class decorator: make the runtime known by ``cls.name``."""
+    existing = _REGISTRY.get(cls.name)
+    if existing is not None and type(existing) is not cls:
+        raise ValueError(f"runtime {cls.name!r} is already registered ({type(existing).__name__})")
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def runtime(name: str) -> Runtime:
+    """The registered runtime ``name``; refused with the names that are known."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownRuntime(f"unknown runtime {name!r}; known: {', '.join(names())}") from None
+
+
+def _ordered() -> list[tuple[str, Runtime]]:
+    """The registry by each runtime's ``order``, then registration order."""
+    return sorted(_REGISTRY.items(), key=lambda item: item[1].order)
+
+
+def names() -> tuple[str, ...]:
+    """Every runtime, by ``order`` (the report's colour order)."""
+    return tuple(n for n, _ in _ordered())
+
+
+def native_names() -> tuple[str, ...]:
+    return tuple(n for n, rt in _ordered() if rt.native)
+
+
+def container_names() -> tuple[str, ...]:
+    return tuple(n for n, rt in _ordered() if not rt.native)
+
+
+def is_native(name: str) -> bool:
+    rt = _REGISTRY.get(name)
+    return rt is not None and rt.native
+
+
+def site_keys() -> tuple[str, ...]:
+    """The entries a site file may have under ``runtimes:`` (one per container runtime)."""
+    return tuple(dict.fromkeys(rt.site_key for _, rt in _ordered() if rt.site_key))
+
+
+def builders() -> tuple[str, ...]:
+    """Runtimes that build images (``scalesweep build-image --builder``)."""
+    return tuple(n for n, rt in _ordered() if rt.recipe_kind and not rt.host_mpi)
+
+
+def runtime_version(name: str, site: RuntimeSite, run=None) -> str | None:
+    """Run the runtime's version command (``run``: a ``subprocess.run`` stand-in in
+    tests); None for native or when the executable cannot be run."""
+    import subprocess
+
+    argv = runtime(name).version_command(site.bin)
+    if not argv:
+        return None
+    try:
+        proc = (run or subprocess.run)(argv, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return None
+    return Runtime.parse_version(proc.stdout or proc.stderr)  # ch-run prints to stderr
