@@ -228,19 +228,7 @@ PACKAGE_IMPORTS = {
     "snakemake.exceptions": {"WorkflowError"},
 }
 # The one module that calls Snakemake beyond it (tests/test_snakemake_adapter.py pins it).
-ADAPTER = "workflow/scalesweep/plan/snakemake_adapter.py"
-# Still outside the adapter, name by name (issue #28: to move into it): the Slurm
-# plugin's settings and forbidden options, Snakefile names, the command-line parser.
-PENDING = {
-    "workflow/scalesweep/run/slurm.py": {
-        "snakemake_executor_plugin_slurm.validation.get_forbidden_slurm_options",
-        "snakemake.common.SNAKEFILE_CHOICES",
-        "snakemake.cli.parse_args",
-        "snakemake_interface_executor_plugins.registry.ExecutorPluginRegistry",
-    },
-}
-
-
+ADAPTER = "workflow/scalesweep/platform/snakemake_adapter.py"
 def package_imports(text: str) -> list[tuple[int, str, list[str]]]:
     """(line, module, names) of every import of Snakemake or of a Snakemake plugin or
     interface package (snakemake_*) in one module's text."""
@@ -259,14 +247,11 @@ def package_imports(text: str) -> list[tuple[int, str, list[str]]]:
 def package_violations(text: str, path: str) -> list[str]:
     if path == ADAPTER:
         return []
-    pending = PENDING.get(path, set())
     found = []
     for line, module, names in package_imports(text):
         allowed = PACKAGE_IMPORTS.get(module, set())
         for name in names or [""]:
             full = f"{module}.{name}" if name else module
-            if full in pending:
-                continue
             if module not in PACKAGE_IMPORTS or not name or name.startswith("_") or (
                     allowed is not None and name not in allowed):
                 found.append(f"{path}:{line}: imports {full} (not Snakemake's public API: "
@@ -289,13 +274,6 @@ def test_package_smk_files_use_only_documented_snakemake():
     found = [v for f in PACKAGE.rglob("*.smk")
              for v in violations(f.read_text(), str(f.relative_to(REPO)))]
     assert not found, "\n".join(found)
-
-
-def test_pending_internals_are_still_used():
-    """A name moved into the adapter leaves PENDING too (else it would be allowed back)."""
-    for path, names in PENDING.items():
-        used = {f"{m}.{n}" for _, m, ns in package_imports((REPO / path).read_text()) for n in ns}
-        assert names <= used, (path, names - used)
 
 
 @pytest.mark.parametrize("snippet", [

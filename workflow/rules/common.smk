@@ -785,7 +785,7 @@ def profile_problem(args):
 # (scalesweep.campaign.cost.dry_run_summary).
 import atexit  # noqa: E402
 
-from scalesweep.plan.snakemake_adapter import default_resources  # noqa: E402
+from scalesweep.platform.snakemake_adapter import default_resources  # noqa: E402
 from scalesweep.run.slurm import (  # noqa: E402
     POINT_SLOT,
     plugin_settings,

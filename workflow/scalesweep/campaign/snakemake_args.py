@@ -34,7 +34,7 @@ def config_items(items=(), extra=None) -> list[str]:
         return items
     from snakemake.utils import update_config
 
-    from scalesweep.plan.snakemake_adapter import parse_config_items
+    from scalesweep.platform.snakemake_adapter import parse_config_items
 
     def key(item: str) -> str:
         return item.split("=", 1)[0]
@@ -68,7 +68,7 @@ def _as_text(value):
 
 def _config_value(value) -> str:
     """The VALUE of a --config KEY=VALUE item that Snakemake reads back as ``value``
-    (scalesweep.plan.snakemake_adapter.parse_config_items: nested values by YAML's BaseLoader, every scalar a
+    (scalesweep.platform.snakemake_adapter.parse_config_items: nested values by YAML's BaseLoader, every scalar a
     string): YAML flow style on one line, scalars plain wherever YAML allows it."""
     import yaml
 

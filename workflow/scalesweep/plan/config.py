@@ -351,7 +351,7 @@ def read_config_file(path: str | Path) -> dict:
     config keys (Snakemake's own message names no file)."""
     from snakemake.exceptions import WorkflowError
 
-    from scalesweep.plan.snakemake_adapter import read_configfile
+    from scalesweep.platform.snakemake_adapter import read_configfile
 
     path = Path(path)
     if not path.is_file():
@@ -468,7 +468,7 @@ class ConfigSources:
         """The config as the workflow sees it before validation (no defaults): read by
         Snakemake itself, through its API (``snakemake_config``), then re-typed by the
         schema as workflow/rules/common.smk does (``schema_typed``)."""
-        from scalesweep.plan.snakemake_adapter import parse_config_items
+        from scalesweep.platform.snakemake_adapter import parse_config_items
 
         base = self.workflow_configfile
         if not base.exists() and not self.configfiles:
@@ -562,7 +562,7 @@ def config_sources(directory: str | Path = ".", configfiles: Sequence[str | Path
     workflow's own ``config/config.yaml``, which is relative to ``directory``. An empty
     ``config_args`` means no ``--config`` (as if the option were not given).
     """
-    from scalesweep.plan.snakemake_adapter import CommandLineError, command_line
+    from scalesweep.platform.snakemake_adapter import CommandLineError, command_line
 
     argv = ["--snakefile", str(snakefile)]
     if configfiles:
@@ -594,7 +594,7 @@ def effective_config(directory: str | Path = ".", configfiles: Sequence[str | Pa
        a missing file is an error unless a ``--configfile`` is given (then it is skipped);
     2. each ``--configfile`` in order, nested mappings merged, anything else replaced;
     3. the ``--config KEY=VALUE`` items (read by Snakemake's command-line parser:
-       scalesweep.plan.snakemake_adapter), then re-typed (``schema_typed``), as
+       scalesweep.platform.snakemake_adapter), then re-typed (``schema_typed``), as
        common.smk does;
     4. schema validation with defaults, and the site it names loaded as ``_site``
        (``validated``).

@@ -1,5 +1,5 @@
 """Slurm resources of one sweep point, for snakemake-executor-plugin-slurm (2.8.0; every
-call into its internals or Snakemake's goes through :mod:`scalesweep.platform.slurm_plugin`).
+call into its internals or Snakemake's goes through :mod:`scalesweep.platform.snakemake_adapter`).
 
 Every function here is pure (but ``snakemake_args`` and ``started_argv``, which read the
 command line as Snakemake does): a sweep point + its workload + the config (+ the
@@ -63,7 +63,7 @@ from typing import Any, Sequence
 from scalesweep.plan.sweep import SweepPoint
 from scalesweep.platform.launch import Geometry
 from scalesweep.platform.site import site_of
-from scalesweep.platform import slurm_plugin
+from scalesweep.platform import snakemake_adapter
 from scalesweep.record.hostenv import ENV_REF, expand_vars
 
 DEFAULT_MAX_RUNTIME_MIN = 30  # workloads.<name>.max_runtime_min's schema default
@@ -118,7 +118,7 @@ def forbidden_extra(tokens: list[str]) -> list[str]:
     if not tokens:  # the usual case: no scan of the plugin's 22 patterns per point
         return []
     line = " ".join(tokens) + " "
-    return [name for pattern, name in slurm_plugin.forbidden_slurm_options().items()
+    return [name for pattern, name in snakemake_adapter.forbidden_slurm_options().items()
             if re.search(pattern, line)]
 
 
@@ -238,7 +238,7 @@ def started_argv(argv: Sequence[str], start: str, environ: Any = os.environ) -> 
     if "--profile" not in named and environ.get("SNAKEMAKE_PROFILE"):
         head += ["--profile", environ["SNAKEMAKE_PROFILE"]]
     if not named & {"--snakefile", "-s"}:
-        found = [c for c in slurm_plugin.snakefile_choices() if os.path.isfile(os.path.join(start, c))]
+        found = [c for c in snakemake_adapter.snakefile_choices() if os.path.isfile(os.path.join(start, c))]
         head += ["--snakefile", str(found[0])] if found else []
     out: list[str] = []
     i = 0
@@ -273,7 +273,7 @@ def snakemake_args(argv: Sequence[str], starts: Sequence[str | None]) -> Any:
         sink = io.StringIO()  # parse_args says again which profiles it uses
         try:
             with contextlib.redirect_stderr(sink), contextlib.redirect_stdout(sink):
-                return slurm_plugin.parse_args(absolute)
+                return snakemake_adapter.parse_args(absolute)
         except (SystemExit, Exception):  # informational: never stops the workflow
             continue
     return None
@@ -288,7 +288,7 @@ def plugin_settings(args: Any) -> Any:
     if args is None or getattr(args, "executor", None) != "slurm":
         return None
     try:
-        return slurm_plugin.executor_settings(args, "slurm")
+        return snakemake_adapter.executor_settings(args, "slurm")
     except Exception:  # a setting the plugin refuses: Snakemake itself says so
         return None
 

@@ -1,4 +1,5 @@
-"""The one module of the package that calls Snakemake beyond its public interface.
+"""The one module of the package that calls Snakemake, or snakemake-executor-plugin-slurm,
+beyond its public interface. In ``platform``, so that any layer above may use it.
 
 Everything else in scalesweep uses only ``snakemake.api`` (the API: ``SnakemakeApi`` and
 the settings it takes), ``snakemake.utils`` and ``snakemake.exceptions``
@@ -13,13 +14,22 @@ each call a thin wrapper naming the internal it uses:
   ``$SNAKEMAKE_PROFILE``, the workflow profile): the API knows no profiles.
 - ``default_resources``: the ``--default-resources`` of such a command line (a profile's
   included), each as its expression, unevaluated (``snakemake.resources.Resources.args``).
+- ``parse_args``: the same reading, raw (the caller handles what Snakemake prints and raises).
+- ``snakefile_choices``: where Snakemake looks for a Snakefile (``snakemake.common.SNAKEFILE_CHOICES``).
+- ``forbidden_slurm_options``: the ``slurm_extra`` options the plugin refuses
+  (``snakemake_executor_plugin_slurm.validation.get_forbidden_slurm_options``; it checks again
+  at submission).
+- ``executor_settings``: the plugin's settings (``--slurm-*``) of a command line, made by its
+  registry entry as Snakemake makes them (``ExecutorPluginRegistry``).
 - ``read_configfile``: one config file as Snakemake reads it
   (``snakemake.common.configfile.load_configfile``: JSON, else YAML), to name a file that
   Snakemake refuses (its own message names none).
 
-``PINNED`` is the Snakemake release these were read against (pyproject.toml pins it);
-tests/test_snakemake_adapter.py checks the installed release and every internal name
-below, so that a Snakemake upgrade fails there, by name, instead of somewhere else.
+``PINNED`` and ``PLUGIN_VERSION`` are the Snakemake and plugin releases these were read
+against (pyproject.toml pins both); tests/test_snakemake_adapter.py checks the installed
+releases and every internal name below, so that an upgrade fails there, by name, instead of
+somewhere else. Everything is imported inside the functions: the package imports without
+Snakemake (the payloads, ``scalesweep build-image``).
 """
 
 from __future__ import annotations
@@ -30,11 +40,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 PINNED = "9.27.1"
+PLUGIN = "snakemake-executor-plugin-slurm"
+PLUGIN_VERSION = "2.8.0"  # run.slurm.sbatch_options renders its sbatch line
 
 # The internals used, module -> names: what tests/test_snakemake_adapter.py checks.
 INTERNALS = {
     "snakemake.cli": ("parse_config", "parse_args"),
+    "snakemake.common": ("SNAKEFILE_CHOICES",),
     "snakemake.common.configfile": ("load_configfile",),
+    "snakemake_executor_plugin_slurm.validation": ("get_forbidden_slurm_options",),
+    "snakemake_interface_executor_plugins.registry": ("ExecutorPluginRegistry",),
 }
 # Attributes of what they return, class -> names (checked there too).
 ATTRIBUTES = {"snakemake.resources.Resources": ("args",)}
@@ -86,3 +101,46 @@ def default_resources(args: Any) -> dict[str, str]:
     given, unevaluated (``'$SBATCH_ACCOUNT'``); {} where it names none."""
     resources = getattr(args, "default_resources", None)
     return dict(arg.split("=", 1) for arg in getattr(resources, "args", None) or ())
+
+
+def parse_args(argv: Sequence[str]) -> Any:
+    """Snakemake's reading of a command line (its ``args`` namespace, profiles applied), raw:
+    raises what Snakemake raises (SystemExit on a bad line) and prints what it prints."""
+    from snakemake.cli import parse_args as snakemake_parse_args
+
+    return snakemake_parse_args(list(argv))[1]
+
+
+def snakefile_choices() -> list[str]:
+    """The paths Snakemake tries, in order, when no ``--snakefile`` is given."""
+    from snakemake.common import SNAKEFILE_CHOICES
+
+    return list(SNAKEFILE_CHOICES)
+
+
+def installed_version(distribution: str = PLUGIN) -> str | None:
+    """The installed version of ``distribution`` (None: not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def forbidden_slurm_options() -> dict[str, str]:
+    """The plugin's refused ``slurm_extra`` options: {regular expression: what it sets};
+    {} without the plugin."""
+    try:
+        from snakemake_executor_plugin_slurm.validation import get_forbidden_slurm_options
+    except ImportError:
+        return {}
+    return dict(get_forbidden_slurm_options())
+
+
+def executor_settings(args: Any, executor: str = "slurm") -> Any:
+    """The executor plugin's settings of ``args``, made by its registry entry as Snakemake
+    makes them; raises what the plugin raises on a setting it refuses."""
+    from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
+
+    return ExecutorPluginRegistry().get_plugin(executor).get_settings(args)
