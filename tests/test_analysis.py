@@ -315,6 +315,16 @@ def test_describe_repeats_orders_its_summaries(values):
         assert row["ci95_low"] <= row["mean"] <= row["ci95_high"]
 
 
+def test_a_time_interval_never_goes_below_zero_and_other_values_keep_theirs():
+    """Two repeats of 1.48 and 1.07 s (8 ranks on the H200) gave ci95_low -1.22 s: a size's
+    interval is intersected with [0, inf); values that can be negative keep the t-interval."""
+    table = runs(runtime="native", time_s=[1.48, 1.07])
+    row = describe_repeats(table, []).iloc[0]
+    assert row["ci95_low"] == 0.0 and row["ci95_high"] == pytest.approx(1.275 + 12.706 * 0.2899 / 2 ** 0.5, rel=1e-3)
+    signed = describe_repeats(runs(runtime="native", time_s=[-0.2, 0.5]), []).iloc[0]
+    assert signed["ci95_low"] < -0.2
+
+
 # --- coverage on synthetic data with a known truth (seeded, so deterministic) ---
 
 TRIALS, REPEATS = 400, 5
