@@ -31,7 +31,7 @@ from scalesweep.analyse.analysis import CONFIDENCE, rate_stats, truthy
 from scalesweep.analyse.collect import scaling_rows
 from scalesweep.plan.sweep import RUNTIMES
 
-GEOMETRY = ["nodes", "gpus", "ranks", "threads"]
+from scalesweep.record.geometry import AXES as GEOMETRY  # noqa: E402  (issue #28)
 PARITY_KEYS = ["workload", *GEOMETRY, "runtime"]
 RATE_KEYS = ["workload", "runtime", *GEOMETRY]
 MPI_KEYS = ["workload", "runtime", *GEOMETRY]
