@@ -16,12 +16,12 @@ import pytest
 from conftest import REPO
 from scalesweep.analyse.collect import point_states, readable_runs
 from scalesweep.plan.sweep import SweepPoint
-from scalesweep.record.metrics import (FIELDS, KINDS, RECORD_PAYLOAD, MetricsError, field_problem,
-                                       read_metrics)
+from scalesweep.plan.kinds import record_payloads
+from scalesweep.record.metrics import FIELDS, KINDS, MetricsError, field_problem, read_metrics
 
 RECORDS = {"cnn": REPO / "benchmarks/data/metrics_cnn.json",
            "llm_inference": REPO / "benchmarks/data/metrics_llm.json"}
-KIND_OF = {record: kind for kind, record in RECORD_PAYLOAD.items()}
+KIND_OF = {record: kind for kind, record in record_payloads().items()}
 
 
 def record(payload: str) -> dict:

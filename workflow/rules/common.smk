@@ -28,6 +28,7 @@ os.environ.update(
 from scalesweep.plan.config import ConfigError, check_config, schema_typed  # noqa: E402
 from scalesweep.record.metrics import write_json_atomic  # noqa: E402
 from scalesweep.plan.imageset import runtime_image, used_images  # noqa: E402
+from scalesweep.plan.kinds import kind_of  # noqa: E402
 from scalesweep.plan.payloads import point_inputs  # noqa: E402
 from scalesweep.platform.site import site_of  # noqa: E402
 from scalesweep.plan.sweep import (  # noqa: E402
@@ -88,17 +89,11 @@ except SweepError as exc:
     raise WorkflowError(f"scalesweep config: {exc}") from None
 SELECTION = Selection.of(config)
 
+# each workload's input (a CNN's dataset, an LLM's model) defined: its kind says which
 for _name, _wl in config["workloads"].items():
-    if _wl["payload"] == "cnn" and _wl.get("dataset") not in config["datasets"]:
-        raise WorkflowError(
-            f"scalesweep config: workload {_name}: dataset {_wl.get('dataset')!r} "
-            f"is not defined under datasets (defined: {', '.join(config['datasets']) or 'none'})"
-        )
-    if _wl["payload"] == "llm" and _wl.get("model") not in config.get("models", {}):
-        raise WorkflowError(
-            f"scalesweep config: workload {_name}: model {_wl.get('model')!r} "
-            f"is not defined under models (defined: {', '.join(config.get('models', {})) or 'none'})"
-        )
+    _problem = kind_of(_wl).check(_name, _wl, config)
+    if _problem:
+        raise WorkflowError(f"scalesweep config: {_problem}")
 
 
 wildcard_constraints:
@@ -115,6 +110,7 @@ def point_of(wildcards):
 # Where a point's measurement goes: rule run_point's output and log, and every list of
 # points below, from the one layout (scalesweep.plan.sweep.POINT_DIR, SweepPoint.path).
 from scalesweep.record.pointdir import METRICS_JSON, RUN_LOG, RUNS_DIR  # noqa: E402
+from scalesweep.record.geometry import AXES as GEOMETRY_AXES  # noqa: E402
 
 POINT_METRICS = f"{RUNS_DIR}/{POINT_DIR}/{METRICS_JSON}"
 POINT_LOG = f"{RUNS_DIR}/{POINT_DIR}/{RUN_LOG}"
@@ -201,11 +197,8 @@ def remeasure_note():
                 workload=workload,
                 runtime=runtime,
                 arm="*",
-                nodes="*",
-                gpus="*",
-                ranks="*",
-                threads="*",
                 repeat="*",
+                **dict.fromkeys(GEOMETRY_AXES, "*"),
             )
             gone.setdefault(path, set()).update(glob.glob(pattern))
     done = sorted(set().union(*gone.values())) if gone else []
@@ -905,11 +898,12 @@ localrules:
 # --- Report (workflow/rules/report.smk): which figures exist and how they are labelled ---
 # Labels come from the config's sweep, not from the data, so a figure reads the same while
 # points are still missing (analysis.partial).
-from scalesweep.plan.sweep import RUNTIMES, scaling_count  # noqa: E402
+from scalesweep.plan.sweep import RUNTIMES  # noqa: E402
 
 
 def report_workloads(payload=None):
-    """The sweep's workloads; only those with this payload kind ("cnn", "llm") if given."""
+    """The sweep's workloads; only those of this workload kind (scalesweep.plan.kinds) if
+    given."""
     return sorted(
         {
             p.workload
@@ -929,9 +923,9 @@ def workload_report_labels(figure):
 
     def report_labels(wildcards):
         mine = [p for p in POINTS if p.workload == wildcards.workload]
-        payload = config["workloads"][wildcards.workload]["payload"]
-        unit = "GPUs" if payload == "llm" or any(p.gpus for p in mine) else "ranks"
-        counts = [scaling_count(p, payload) for p in mine]
+        kind = kind_of(config["workloads"][wildcards.workload])
+        unit = kind.count_unit(mine)
+        counts = [kind.scaling_count(p) for p in mine]
         runtimes = [r for r in RUNTIMES if any(p.runtime == r for p in mine)]
         return {
             "workload": wildcards.workload,

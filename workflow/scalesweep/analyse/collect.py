@@ -14,13 +14,17 @@ from scalesweep.analyse.overhead import verdict_table
 from scalesweep.analyse.scaling import SCALING_COLUMNS, scaling_table
 from scalesweep.analyse.stats import describe_rates, describe_repeats
 from scalesweep.measure.probe import summary as probe_summary
-from scalesweep.plan.sweep import (BLOCK_DIR, HISTORY_DIR, REFERENCE, SweepError, SweepPoint,
-                                   scaling_count, workload_axes)
-from scalesweep.record.metrics import RECORD_PAYLOAD, MetricsError, field_problem, read_metrics
+from scalesweep.plan.kinds import SweepError, kind_of, summarised_in
+from scalesweep.plan.kinds.cnn import steady_epoch_time  # noqa: F401  (re-exported)
+from scalesweep.plan.kinds.llm import (SYNTHETIC_LABEL, model_label,  # noqa: F401  (re-exported)
+                                       request_spread_pct)
+from scalesweep.plan.sweep import BLOCK_DIR, HISTORY_DIR, REFERENCE, SweepPoint, workload_axes
+from scalesweep.record.geometry import AXES as GEOMETRY
+from scalesweep.record.metrics import MetricsError, field_problem, read_metrics
 from scalesweep.record.pointdir import FAILURE_JSON, METRICS_JSON
 
 RUN_COLUMNS = [
-    "workload", "payload", "runtime", "nodes", "gpus", "ranks", "threads", "repeat",
+    "workload", "payload", "runtime", *GEOMETRY, "repeat",
     "arm", "block_id", "block_start", "block_end", "count", "world_size", "time_s", "epoch_time_first_s", "train_s", "images_per_epoch",
     "images_per_s", "final_loss", "final_accuracy", "test_accuracy", "test_loss",
     "parallel", "mpi_library", "mpi_library_version", "mpi_origin", "allreduce_s",
@@ -35,14 +39,7 @@ RUN_COLUMNS = [
     "hosts", "launcher", "image_digest", "slurm_job_id", "git_commit", "torch", "start", "end",
     "path",
 ]
-SYNTHETIC_LABEL = "synthetic weights"
 SHARED_CORES_NOTE = "shared cores: scaling and overhead figures are not physical"
-
-
-def steady_epoch_time(epoch_s: list[float]) -> float:
-    """Seconds per epoch, excluding the first epoch (warm-up) when there are several."""
-    steady = epoch_s[1:] if len(epoch_s) > 1 else epoch_s
-    return sum(steady) / len(steady)
 
 
 def disturbance(metrics: dict) -> tuple[bool, str]:
@@ -59,22 +56,15 @@ def disturbance(metrics: dict) -> tuple[bool, str]:
     return disturbed, reason if disturbed else ""
 
 
-def model_label(model, synthetic) -> str:
-    """A model's name as every table and figure shows it: synthetic weights said so."""
-    name = "unknown model" if model is None or (isinstance(model, float) and model != model) \
-        else str(model)
-    return f"{name} ({SYNTHETIC_LABEL})" if synthetic is True or str(synthetic).lower() == "true" \
-        else name
-
-
 def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
     """runs.csv's row of one run. ``metrics``: a record whose fields are as
     scalesweep.record.metrics.FIELDS declares them for ``payload_kind`` (read_run checks)."""
+    kind = kind_of(payload_kind)
     point = SweepPoint(**metrics["point"])
     row = point.as_dict()
     row.update(
         payload=payload_kind,
-        count=scaling_count(point, payload_kind),
+        count=kind.scaling_count(point),
         world_size=point.world_size,
         launcher=metrics.get("launcher"),
         peak_rss_mb=metrics.get("peak_rss_mb"),
@@ -106,98 +96,9 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
         **probe_summary(metrics.get("probe")),
         within_run_cv_pct=None,
     )
-    if payload_kind == "cnn":
-        epochs = metrics["epoch_s"]
-        steady = steady_epoch_time(epochs)
-        # images_per_s covers the same epochs as time_s (steady state: the first epoch
-        # excluded when there are several); the payload's own images_per_s is over all
-        # epochs, warm-up included. images_per_epoch: what every rank together processed.
-        per_epoch = metrics.get("images_per_epoch")
-        if per_epoch is None and metrics.get("images_per_s") and metrics.get("train_s"):
-            per_epoch = metrics["images_per_s"] * metrics["train_s"] / len(epochs)
-        mpi = metrics.get("mpi") or {}
-        allreduce = metrics.get("allreduce_s") or []
-        steps, flops = metrics.get("steps_per_epoch"), metrics.get("flops_per_step")
-        row.update(
-            time_s=steady,
-            epoch_time_first_s=epochs[0],
-            train_s=metrics["train_s"],
-            images_per_epoch=per_epoch,
-            images_per_s=per_epoch / steady if per_epoch and steady > 0 else None,
-            final_loss=metrics["final_loss"],
-            final_accuracy=metrics["final_accuracy"],
-            # held out of training, evaluated after it (accuracy parity)
-            test_accuracy=metrics.get("test_accuracy"),
-            test_loss=metrics.get("test_loss"),
-            parallel=metrics.get("parallel"),
-            # the MPI library the ranks loaded, and whether it was the host's
-            mpi_library=mpi.get("library"),
-            mpi_library_version=mpi.get("library_version"),
-            mpi_origin=mpi.get("origin"),
-            # rank 0's seconds per steady epoch in the gradient Allreduce (mpi)
-            allreduce_s=steady_epoch_time(allreduce) if allreduce else None,
-            # counted FLOPs of one rank's step, and what one rank achieved per steady epoch
-            flops_per_step=flops,
-            achieved_gflops_per_rank=(flops * steps / steady / 1e9
-                                      if flops and steps and steady > 0 else None),
-            scaling=metrics.get("scaling", "strong"),
-            # the arithmetic the device did (tf32 asked on a CPU is fp32): the peak it is held to
-            precision=metrics.get("precision_effective") or metrics.get("precision") or "fp32",
-            data_path=metrics.get("data_path", "memory"),
-            # rank 0's seconds per steady epoch getting its batches
-            data_wait_s=(steady_epoch_time(metrics["data_wait_s"])
-                         if metrics.get("data_wait_s") else None),
-            data_load_s=metrics.get("data_load_s"),
-            staging_s=metrics.get("staging_s"),
-        )
-    else:
-        ttft, latency = metrics.get("ttft_s") or {}, metrics.get("latency_s") or {}
-        row.update(
-            time_s=metrics["wall_s"],
-            tokens_per_s=metrics.get("tokens_per_s"),
-            requests_per_s=metrics.get("requests_per_s"),
-            ttft_p50_s=ttft.get("p50"),
-            ttft_p90_s=ttft.get("p90"),
-            ttft_p99_s=ttft.get("p99"),
-            latency_p50_s=latency.get("p50"),
-            latency_p99_s=latency.get("p99"),
-            peak_rss_mb=(metrics.get("memory") or {}).get("server_peak_rss_mb"),
-            engine=(metrics.get("engine") or {}).get("name"),
-            concurrency=metrics.get("concurrency"),
-            # the concurrency axis, per level (JSON: scalesweep.report.tables.concurrency_table)
-            concurrency_levels=json.dumps([
-                {"concurrency": lv["concurrency"], "tokens_per_s": lv.get("tokens_per_s"),
-                 "requests_per_s": lv.get("requests_per_s"),
-                 **{f"{m}_{q}_s": (lv.get(f"{m}_s") or {}).get(q)
-                    for m in ("ttft", "latency") for q in ("p50", "p90", "p99")}}
-                for lv in metrics["concurrency_levels"]]) if metrics.get("concurrency_levels") else None,
-            model=(metrics.get("model") or {}).get("name"),
-            synthetic_model=bool((metrics.get("model") or {}).get("synthetic", False)),
-            # the spread inside the run: CV of its requests' decode rates, percent
-            within_run_cv_pct=request_spread_pct(metrics),
-        )
-        row["model_label"] = model_label(row["model"], row["synthetic_model"])
+    # the columns of the workload's kind (scalesweep.plan.kinds: its ``row``)
+    row.update(kind.row(metrics))
     return row
-
-
-def request_spread_pct(metrics: dict) -> float | None:
-    """The coefficient of variation (sample std / mean, percent) of an LLM run's
-    per-request decode rates (tokens/s after the first token): from the requests it
-    recorded, else from its ``decode_tokens_per_s`` summary's std (payloads since the
-    summary has one); None with fewer than two rates."""
-    rates = [r.get("decode_tokens_per_s") for r in metrics.get("requests") or []
-             if isinstance(r, dict) and r.get("ok", True)]
-    rates = [float(v) for v in rates if isinstance(v, (int, float)) and np.isfinite(v)]
-    if len(rates) >= 2:
-        mean = float(np.mean(rates))
-        return 100.0 * float(np.std(rates, ddof=1)) / mean if mean > 0 else None
-    summary = metrics.get("decode_tokens_per_s") or {}
-    std, mean = summary.get("std"), summary.get("mean")
-    if isinstance(std, (int, float)) and isinstance(mean, (int, float)) and mean > 0:
-        return 100.0 * std / mean
-    return None
-
-
 
 
 def history_runs(metrics_path: str | Path) -> list[Path]:
@@ -218,10 +119,11 @@ def read_run(path: str | Path, config: dict) -> tuple[dict, dict]:
     try:
         workload = m["point"]["workload"]
         kind = config["workloads"][workload]["payload"]
-    except (KeyError, TypeError) as exc:
+        record_payload = kind_of(kind).record_payload
+    except (KeyError, TypeError, SweepError) as exc:
         raise MetricsError(f"{path}: no point/workload of this config ({exc})") from None
-    if RECORD_PAYLOAD.get(kind) != m.get("payload"):  # read_metrics checked its own
-        problem = field_problem(m, RECORD_PAYLOAD.get(kind))
+    if record_payload != m.get("payload"):  # read_metrics checked its own
+        problem = field_problem(m, record_payload)
         if problem:
             raise MetricsError(f"{path}: {problem}")
     try:
@@ -291,9 +193,9 @@ def with_blocks(df: pd.DataFrame) -> pd.DataFrame:
         df = df.assign(arm=df["runtime"])
     df = df.assign(arm=df["arm"].fillna(df["runtime"]))
     df["block_id"] = [
-        BLOCK_DIR.format(workload=w, arm=a, nodes=n, gpus=g, ranks=r, threads=t, repeat=k)
-        for w, a, n, g, r, t, k in zip(df["workload"], df["arm"], df["nodes"], df["gpus"],
-                                       df["ranks"], df["threads"], df["repeat"])]
+        BLOCK_DIR.format(workload=w, arm=a, repeat=k, **dict(zip(GEOMETRY, g)))
+        for w, a, k, *g in zip(df["workload"], df["arm"], df["repeat"],
+                               *(df[axis] for axis in GEOMETRY))]
     if "start" in df.columns and "end" in df.columns:
         start = pd.to_datetime(df["start"], utc=True, errors="coerce")
         end = pd.to_datetime(df["end"], utc=True, errors="coerce")
@@ -386,7 +288,7 @@ def extra_repeats(requested: Iterable[SweepPoint], results: str) -> list[SweepPo
 
 SCALING_SERIES = ["workload", "runtime", "threads"]
 LLM_KEYS = ["workload", "model_label", "runtime", "nodes", "gpus", "threads"]
-OVERHEAD_KEYS = ["workload", "arm", "nodes", "gpus", "ranks", "threads"]
+OVERHEAD_KEYS = ["workload", "arm", *GEOMETRY]
 ROW_NOTES = ["n_disturbed", "shared_cores", "note"]
 
 
@@ -429,7 +331,7 @@ def scaling_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame:
     (``scaling_rows``: the rows with numbers). One without a finished baseline run (a
     partial sweep) is left out, said in ``log``."""
     log = log or (lambda text: None)
-    trained = runs[runs["payload"] == "cnn"] if not runs.empty else runs
+    trained = runs[runs["payload"].isin(summarised_in("scaling"))] if not runs.empty else runs
     tables, left_out = [], []
     for key, every in trained.groupby(SCALING_SERIES, sort=True):
         df = valid_runs(every)
@@ -497,7 +399,8 @@ def llm_summary(runs: pd.DataFrame) -> pd.DataFrame:
     ci95_low, ci95_high, cv), tokens/s with its 95% CI (also per GPU, of nodes x GPUs,
     and per node: tokens_per_s_per_gpu / _per_node), mean median TTFT and latency,
     mean peak server memory; n_disturbed, shared_cores, note."""
-    llm = runs[runs["payload"] == "llm"] if not runs.empty and "payload" in runs else runs.iloc[0:0]
+    llm = (runs[runs["payload"].isin(summarised_in("llm"))] if not runs.empty and "payload" in runs
+           else runs.iloc[0:0])
     if llm.empty:
         return pd.DataFrame(columns=[*LLM_KEYS, *ROW_NOTES])
     llm = llm.assign(model_label=[model_label(m, s) for m, s in
@@ -591,8 +494,7 @@ def overhead_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame
     ``campaign_settings``. Points with no native run are left out (and logged)."""
     log = log or (lambda text: None)
     settings = campaign_settings(config)
-    columns = ["workload", "model", "model_label", "arm", "nodes", "gpus", "ranks", "threads",
-               "runtime"]
+    columns = ["workload", "model", "model_label", "arm", *GEOMETRY, "runtime"]
     empty = pd.DataFrame(columns=[*columns, "pairing", "n_native", "n", "native_s", "time_s",
                                   "overhead_pct", "verdict", "verdict_text", *ROW_NOTES])
     if runs.empty:
@@ -605,7 +507,9 @@ def overhead_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame
         data["arm"], pair_col = "", "repeat"
     elif "block_id" not in data.columns:
         data = with_blocks(data)
-    is_llm = data["payload"].eq("llm") if "payload" in data else pd.Series(False, index=data.index)
+    # the runs of a kind summarised per model (llm.csv) carry its label
+    is_llm = (data["payload"].isin(summarised_in("llm")) if "payload" in data
+              else pd.Series(False, index=data.index))
     labels = [model_label(m, s) if llm else "" for m, s, llm in zip(
         data.get("model", pd.Series(None, index=data.index)),
         data.get("synthetic_model", pd.Series(False, index=data.index)), is_llm)]

@@ -26,8 +26,10 @@ from scipy import stats
 
 from scalesweep.analyse.frame import truthy
 from scalesweep.analyse.stats import cv_pct, rate_stats
+from scalesweep.plan.kinds import kinds, summarised_in
+from scalesweep.record.geometry import AXES as GEOMETRY
 
-DRIFT_KEYS = ["workload", "nodes", "gpus", "ranks", "threads", "runtime"]
+DRIFT_KEYS = ["workload", *GEOMETRY, "runtime"]
 DRIFT_COLUMNS = [
     *DRIFT_KEYS, "payload", "n", "n_disturbed", "n_probed", "first_start", "last_end",
     "time_s_mean", "time_cv_pct", "probe_gflops_mean", "probe_gflops_cv_pct",
@@ -40,7 +42,7 @@ ALPHA = 0.05  # the correlation's test level
 FAR_MORE = 3.0  # between-run CV this many times the within-run CV: "far more"
 MIN_RUNS = 3  # a correlation over fewer probed runs says nothing
 SERIES_LINES = 8  # the figure's footer names this many series, drift.csv all
-KERNEL_OF = {"cnn": "probe_gflops", "llm": "probe_gbps"}
+KERNEL_OF = {kind.name: f"probe_{kind.probe_kernel}" for kind in kinds()}
 DOES_NOT = "probe does not explain the spread"
 FAR_MORE_TEXT = "runs differ far more from each other than inside themselves"
 NO_PROBE = ("no run recorded the machine-speed probe (runs measured before it existed): "
@@ -142,7 +144,7 @@ def drift_table(runs: pd.DataFrame) -> pd.DataFrame:
         notes = []
         if row["n_probed"] == 0:
             notes.append("no probed run")
-        if payload == "llm":
+        if payload in summarised_in("llm"):  # its requests' spread inside a run
             tps = _numeric(g, "tokens_per_s")
             within = _numeric(g, "within_run_cv_pct")
             row.update(tokens_per_s_mean=rate_stats(tps)["mean"],

@@ -554,7 +554,9 @@ def campaign_training_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs scaling.csv is made of (CNN training, disturbed runs left out)."""
     if "payload" not in runs:
         return runs.iloc[0:0]
-    runs = runs[runs["payload"] == "cnn"]
+    from scalesweep.plan.kinds import summarised_in
+
+    runs = runs[runs["payload"].isin(summarised_in("scaling"))]
     if "disturbed" in runs:  # kept in runs.csv, left out of every statistic
         runs = runs[~runs["disturbed"].map(lambda v: str(v).strip().lower() in
                                            ("true", "1", "yes"))]
@@ -585,12 +587,12 @@ def figure_series(points, config: dict) -> list[tuple[str, str]]:
     """The (workload, runtime) training series of a sweep that get a fit figure (rule
     plot_fit): those with a threads-per-rank series whose swept counts ``can_fit``. The
     others get none (a figure with nothing fitted is not listed); fits.csv says why."""
-    from scalesweep.plan.sweep import scaling_count
+    from scalesweep.plan.kinds import kind_of
 
     counts: dict[tuple, set] = {}
     for p in points:
-        payload = config["workloads"][p.workload]["payload"]
-        if payload == "cnn":
+        kind = kind_of(config["workloads"][p.workload])
+        if kind.summary_table == "scaling":
             counts.setdefault((p.workload, p.runtime, p.threads), set()).add(
-                scaling_count(p, payload))
+                kind.scaling_count(p))
     return sorted({(w, r) for (w, r, _), swept in counts.items() if can_fit(swept)})

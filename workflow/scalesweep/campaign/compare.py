@@ -38,14 +38,15 @@ from scalesweep.analyse.overhead import overhead_table
 from scalesweep.analyse.collect import collect_runs
 from scalesweep.campaign.analysis_cli import add_format, non_negative, print_table
 from scalesweep.campaign.usage import UsageError
+from scalesweep.plan.kinds import kinds as workload_kinds
 from scalesweep.plan.sweep import OLD_LAYOUT_NOTE, SweepError, SweepPoint, in_history, old_layout
-from scalesweep.record.metrics import MetricsError, read_metrics
+from scalesweep.record.geometry import AXES as GEOMETRY, Geometry
+from scalesweep.record.metrics import RUN_FIELDS, MetricsError, read_metrics
 from scalesweep.record.pointdir import METRICS_JSON, RUNS_DIR
 
 # what makes a point: rows that agree on all of these are repeats (model_label is empty
 # for CNN training, which records no model)
-POINT_KEYS = ["workload", "payload", "model_label", "runtime", "nodes", "gpus", "ranks",
-              "threads"]
+POINT_KEYS = ["workload", "payload", "model_label", "runtime", *GEOMETRY]
 METRICS = ("time_s", "harness_wall_s", "train_s")  # lower is better for each
 VERDICTS = ("regression", "improvement", "inconclusive", "untested", "within_threshold",
             "only_in_a", "only_in_b")
@@ -62,12 +63,18 @@ PROVENANCE = ("git_commit", "torch", "image_digest", "launcher")
 
 
 def payload_kind(metrics: dict) -> str:
-    """'cnn' or 'llm', from what the payload wrote."""
-    if "epoch_s" in metrics:
-        return "cnn"
-    if "wall_s" in metrics:
-        return "llm"
-    raise MetricsError("neither epoch_s (CNN training) nor wall_s (LLM inference) in it")
+    """The workload kind (scalesweep.plan.kinds) of a record: the one whose records carry
+    its "payload"; for a record without it, the kind whose first own required field
+    (epoch_s of CNN training, wall_s of LLM inference) it has."""
+    by_record = {kind.record_payload: kind.name for kind in workload_kinds()}
+    if metrics.get("payload") in by_record:
+        return by_record[metrics["payload"]]
+    own = {kind.name: next(f.path for f in kind.fields if f.required and f not in RUN_FIELDS)
+           for kind in workload_kinds()}
+    for name, field in own.items():
+        if field in metrics:
+            return name
+    raise MetricsError("none of " + ", ".join(f"{f} ({k})" for k, f in own.items()) + " in it")
 
 
 def campaign_runs(directory: Path) -> tuple[pd.DataFrame, list[str]]:
@@ -231,7 +238,7 @@ def comparison_figure(table: pd.DataFrame, threshold: float, names=("A", "B")):
     else:
         matched["point"] = [
             f"{r.workload}{f' ({r.model_label})' if r.model_label else ''} {r.runtime} "
-            f"n{r.nodes}-g{r.gpus}-r{r.ranks}-t{r.threads}" for r in matched.itertuples()]
+            f"{Geometry.of(r).segment}" for r in matched.itertuples()]
         palette = {"regression": "tab:red", "improvement": "tab:green",
                    "within_threshold": "tab:grey", "inconclusive": "tab:orange",
                    "untested": "tab:purple"}

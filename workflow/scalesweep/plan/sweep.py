@@ -11,15 +11,18 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from scalesweep.plan.kinds import SweepError, kind_of
 from scalesweep.platform import runtimes as _runtimes
 from scalesweep.platform.site import site_of
+from scalesweep.record.geometry import AXES as GEOMETRY_AXES
+from scalesweep.record.geometry import CONFIG_AXES, CONSTRAINTS, SEGMENT, Geometry, segment_regex
 
 # The runtimes are classes (scalesweep.platform.runtimes), registered by name; native-aa is the
 # A/A calibration (measurement.aa_calibration), a second, identical native runtime.
 RUNTIMES = _runtimes.names()
 NATIVE_RUNTIMES = _runtimes.native_names()
 CONTAINER_RUNTIMES = _runtimes.container_names()
-AXES = ("runtimes", "nodes", "gpus_per_node", "ranks_per_node", "threads_per_rank", "repeats")
+AXES = ("runtimes", *CONFIG_AXES.values(), "repeats")
 
 # The reference every other runtime is compared with (overhead = other vs reference).
 REFERENCE = "native"
@@ -29,9 +32,9 @@ REFERENCE = "native"
 # runtime native-aa, a second container) is measured beside a reference run of its own
 # block, never paired with reference runs measured before it existed. A series with the
 # reference alone has the arm "native"; without the reference each runtime is its own arm.
-# results/runs/<workload>/<arm>/n<nodes>-g<gpus>-r<ranks>-t<threads>/rep<repeat>/<runtime>:
-# the block's directory holds its runs.
-BLOCK_DIR = "{workload}/{arm}/n{nodes}-g{gpus}-r{ranks}-t{threads}/rep{repeat}"
+# results/runs/<workload>/<arm>/<geometry segment>/rep<repeat>/<runtime> (the segment:
+# scalesweep.record.geometry.SEGMENT): the block's directory holds its runs.
+BLOCK_DIR = "{workload}/{arm}/" + SEGMENT + "/rep{repeat}"
 POINT_DIR = BLOCK_DIR + "/{runtime}"
 POINT_DEPTH = POINT_DIR.count("/") + 1  # path segments of a point directory
 # <point dir>/history/<UTC stamp>/: a point's earlier runs, moved aside by `scalesweep rerun`
@@ -45,10 +48,7 @@ WILDCARD_CONSTRAINTS = {
     "workload": r"[a-z][a-z0-9_]*",
     "arm": "|".join(re.escape(r) for r in RUNTIMES),
     "runtime": "|".join(re.escape(r) for r in RUNTIMES),
-    "nodes": r"[1-9][0-9]*",
-    "gpus": r"[0-9]+",
-    "ranks": r"[1-9][0-9]*",
-    "threads": r"[1-9][0-9]*",
+    **CONSTRAINTS,
     "repeat": r"[1-9][0-9]*",
 }
 _PATH_RE = re.compile(
@@ -60,7 +60,9 @@ _PATH_RE = re.compile(
 
 # the layout of campaigns measured before same-block pairs (one directory per runtime,
 # repeats matched on their number only): recognised, to say why such runs are not read
-_OLD_LAYOUT_RE = re.compile(r"^[a-z][a-z0-9_]*/[a-z][a-z0-9-]*/n\d+-g\d+-r\d+-t\d+/rep\d+$")
+_OLD_LAYOUT_RE = re.compile(r"^[a-z][a-z0-9_]*/[a-z][a-z0-9-]*/"
+                            + segment_regex(dict.fromkeys(GEOMETRY_AXES, r"\d+"), named=False)
+                            + r"/rep\d+$")
 OLD_LAYOUT_NOTE = ("measured before same-block pairs (results/runs/<workload>/<runtime>/"
                    "<geometry>/rep<k>): not read; its native and container runs were not "
                    "known to be measured together. Measure it again with this version")
@@ -69,10 +71,6 @@ OLD_LAYOUT_NOTE = ("measured before same-block pairs (results/runs/<workload>/<r
 def old_layout(path: str) -> bool:
     """Whether a point directory (below results/runs/) has the layout before blocks."""
     return bool(_OLD_LAYOUT_RE.match(str(path).strip("/")))
-
-
-class SweepError(ValueError):
-    """The config asks for a sweep that cannot run: raised before any job starts."""
 
 
 @dataclass(frozen=True, order=True)
@@ -102,8 +100,17 @@ class SweepPoint:
         return BLOCK_DIR.format_map(vars(self))
 
     @property
+    def geometry(self) -> Geometry:
+        return Geometry(self.nodes, self.gpus, self.ranks, self.threads)
+
+    @property
     def world_size(self) -> int:
-        return self.nodes * self.ranks
+        return self.geometry.world_size
+
+    @classmethod
+    def at(cls, workload: str, runtime: str, geometry: Geometry, repeat: int,
+           arm: str = "") -> "SweepPoint":
+        return cls(workload, runtime, *(getattr(geometry, a) for a in GEOMETRY_AXES), repeat, arm)
 
     @classmethod
     def from_path(cls, path: str) -> "SweepPoint":
@@ -118,10 +125,7 @@ class SweepPoint:
         return cls(
             workload=str(get("workload")),
             runtime=str(get("runtime")),
-            nodes=int(get("nodes")),
-            gpus=int(get("gpus")),
-            ranks=int(get("ranks")),
-            threads=int(get("threads")),
+            **{axis: int(get(axis)) for axis in GEOMETRY_AXES},
             repeat=int(get("repeat")),
             arm=str(get("arm") or "") if _has(wc, "arm") else "",
         )
@@ -158,26 +162,18 @@ def _as_list(value: Any) -> list:
 
 def _workload_points(config: dict, name: str) -> Iterable[SweepPoint]:
     wl = config["workloads"][name]
+    kind = kind_of(wl)
     axes = workload_axes(config, name)
     site = site_of(config)
     node = site["node"]
-    gpu_machine = node["device"] != "cpu"
-    payload = wl["payload"]
-    parallel = wl.get("parallel", "ddp")
 
-    per_node_axis = "gpus_per_node" if (payload == "llm" or parallel == "dp" or gpu_machine) else "ranks_per_node"
-    required = ["runtimes", "nodes"] + ([] if payload == "llm" else [per_node_axis])
-    missing = [axis for axis in required if axis not in axes]
+    missing = [axis for axis in kind.required_axes(wl, node) if axis not in axes]
     if missing:
         raise SweepError(
             f"workload {name}: sweep axis {', '.join(missing)} is not set "
             "(neither under sweep: nor under the workload's own sweep:)"
         )
-    if parallel == "mpi" and site["launch"]["launcher"] == "torchrun":
-        raise SweepError(
-            f"workload {name}: parallel 'mpi' starts its ranks with MPI (mpirun or srun), and "
-            f"site {site['name']} has launch.launcher 'torchrun': set launch.launcher to mpirun"
-        )
+    kind.check_site(name, wl, site)
     runtimes = workload_runtimes(config, name)
     for rt in runtimes:
         if rt not in RUNTIMES:
@@ -185,36 +181,10 @@ def _workload_points(config: dict, name: str) -> Iterable[SweepPoint]:
     repeats = int(axes.get("repeats", 1))
     if repeats < 1:
         raise SweepError(f"workload {name}: repeats must be >= 1, got {repeats}")
-    threads_axis = _as_list(axes.get("threads_per_rank", [1]))
+    threads_axis = _as_list(axes.get(CONFIG_AXES["threads"], [1]))
 
-    # geometry: (nodes, gpus per node, ranks per node)
-    geometry: list[tuple[int, int, int]] = []
-    for nodes in _as_list(axes["nodes"]):
-        if payload == "llm":
-            for gpus in _as_list(axes.get("gpus_per_node", [0])):
-                geometry.append((nodes, gpus, 1))  # one server per node
-        elif parallel == "dp":
-            if not gpu_machine or node["gpus"] < 1:
-                raise SweepError(
-                    f"workload {name}: DataParallel is a GPU mode and site {site['name']} has "
-                    f"node.device {node['device']!r} with {node['gpus']} GPUs per node; "
-                    "nn.DataParallel on CPU would silently do nothing. "
-                    "Disable the workload or run on a GPU site."
-                )
-            if nodes != 1:
-                raise SweepError(f"workload {name}: DataParallel is single-node, got nodes={nodes}")
-            for gpus in _as_list(axes["gpus_per_node"]):
-                geometry.append((1, gpus, 1))
-        elif gpu_machine:
-            for gpus in _as_list(axes["gpus_per_node"]):
-                if gpus > 0:
-                    geometry.append((nodes, gpus, gpus))  # one rank per GPU
-                else:  # the node's CPUs alone: ranks from ranks_per_node (default 1)
-                    for ranks in _as_list(axes.get("ranks_per_node", [1])):
-                        geometry.append((nodes, 0, ranks))
-        else:
-            for ranks in _as_list(axes["ranks_per_node"]):
-                geometry.append((nodes, 0, ranks))
+    # geometry: (nodes, gpus per node, ranks per node), as the workload's kind derives it
+    geometry = list(kind.geometries(name, wl, axes, site))
 
     gpus_avail, cores = node["gpus"], node["cores"]
     for nodes, gpus, ranks in geometry:
@@ -232,10 +202,11 @@ def _workload_points(config: dict, name: str) -> Iterable[SweepPoint]:
                     f"exceeds node.cores={cores} of site {site['name']} (oversubscription "
                     "distorts timings)"
                 )
+            where = Geometry(nodes, gpus, ranks, threads)
             for arm in arms_of(runtimes):
                 for rt, rep in itertools.product(arm_members(runtimes, arm),
                                                  range(1, repeats + 1)):
-                    yield SweepPoint(name, rt, nodes, gpus, ranks, threads, rep, arm)
+                    yield SweepPoint.at(name, rt, where, rep, arm)
 
 
 def is_native(runtime: str) -> bool:
@@ -309,7 +280,7 @@ def run_order(point: SweepPoint, config: dict) -> dict[str, Any]:
     return {
         "scheme": config["measurement"]["order"],
         "block": point.repeat,
-        # the runs of one block share it (scalesweep.analyse.analysis pairs on it)
+        # the runs of one block share it (scalesweep.analyse.pairing pairs on it)
         "block_id": point.block,
         "arm": point.arm,
         "position": sequence.index(point.runtime) if point.runtime in sequence else None,
@@ -318,12 +289,9 @@ def run_order(point: SweepPoint, config: dict) -> dict[str, Any]:
 
 
 def scaling_count(point: SweepPoint, payload: str) -> int:
-    """What a scaling series is plotted against: GPUs for LLM, total ranks otherwise."""
-    if payload == "llm":
-        return point.nodes * point.gpus
-    if point.gpus and point.ranks == 1:  # DataParallel: one process, many GPUs
-        return point.gpus
-    return point.world_size
+    """What a scaling series of workload kind ``payload`` is plotted against (the kind's
+    ``scaling_count``: GPUs for LLM, total ranks otherwise)."""
+    return kind_of(payload).scaling_count(point)
 
 
 def sweep_points(config: dict) -> list[SweepPoint]:

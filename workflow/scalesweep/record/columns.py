@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from scalesweep.record.geometry import AXES as GEOMETRY
+
 AXIS, IDENTITY, DERIVED, MEASUREMENT, PROVENANCE = (
     "axis", "identity", "derived", "measurement", "provenance")
 
@@ -36,7 +38,7 @@ def _prov(*names: str) -> list[Column]:
 
 COLUMNS: dict[str, Column] = {c.name: c for c in [
     # the sweep point and its settings: what a row of a table is about
-    *_axes("workload", "payload", "runtime", "arm", "nodes", "gpus", "ranks", "threads",
+    *_axes("workload", "payload", "runtime", "arm", *GEOMETRY,
            "parallel", "precision", "scaling", "data_path", "concurrency", "model", "model_label",
            "synthetic_model"),
     # which run of the point: never a setting; the block pairs runs measured together

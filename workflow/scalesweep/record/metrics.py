@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
+from scalesweep.record.geometry import AXES as GEOMETRY_AXES
+
 SCHEMA_VERSION = 1
 SCHEMA_NAME = "scalesweep.metrics"
 
@@ -87,7 +89,7 @@ RUN_FIELDS = (
     Field("point", "mapping"),  # required where it is read (collect.read_run)
     *(Field(f"point.{axis}", "text", required=True) for axis in ("workload", "runtime")),
     *(Field(f"point.{axis}", "count", required=True)
-      for axis in ("nodes", "gpus", "ranks", "threads", "repeat")),
+      for axis in (*GEOMETRY_AXES, "repeat")),
     Field("point.arm", "text"),
     Field("launcher", "text"),
     Field("hosts", "texts"),
@@ -114,10 +116,9 @@ RUN_FIELDS = (
     Field("memory_timeline", "mapping"),
 )
 
-# a workload's payload in the config (workloads.<name>.payload) -> the "payload" its
-# records carry (the payload script's own name for itself)
-RECORD_PAYLOAD = {"cnn": "cnn", "llm": "llm_inference"}
-
+# the "payload" a record carries (the payload script's own name for itself; a workload
+# kind, scalesweep.plan.kinds, names the one its records carry: record_payload) -> the
+# fields its readers use
 FIELDS: dict[str, tuple[Field, ...]] = {
     "cnn": (
         *RUN_FIELDS,
@@ -188,13 +189,31 @@ def _problem(field: Field, shown: str, value: Any, present: bool) -> str:
     return f"{shown} is {_shown(value)}, expected {field.expected()}"
 
 
+def _plan(fields: tuple[Field, ...]) -> list:
+    return [(f, KINDS[f.kind][1],
+             None if "." not in f.path and not f.path.endswith("[]") else
+             tuple((p.removesuffix("[]"), p.endswith("[]")) for p in f.path.split(".")))
+            for f in fields]
+
+
 # per payload: (field, its check, its steps; None for a field at the top: most of them,
 # looked up directly, for every record is read)
-_PLAN = {payload: [(f, KINDS[f.kind][1],
-                    None if "." not in f.path and not f.path.endswith("[]") else
-                    tuple((p.removesuffix("[]"), p.endswith("[]")) for p in f.path.split(".")))
-                   for f in fields]
-         for payload, fields in FIELDS.items()}
+_PLAN = {payload: _plan(fields) for payload, fields in FIELDS.items()}
+
+
+def declare_fields(payload: str, fields: tuple[Field, ...]) -> None:
+    """Declare the fields of records of ``payload`` (a workload kind declared outside this
+    module: scalesweep.plan.kinds.base.register); RUN_FIELDS are added where missing."""
+    fields = tuple(fields)
+    if not any(f.path == "point" for f in fields):
+        fields = (*RUN_FIELDS, *fields)
+    FIELDS[payload] = fields
+    _PLAN[payload] = _plan(fields)
+
+
+def forget_fields(payload: str) -> None:
+    FIELDS.pop(payload, None)
+    _PLAN.pop(payload, None)
 
 
 def _shown(value: Any, limit: int = 80) -> str:

@@ -7,6 +7,7 @@ import pandas as pd
 
 from scalesweep.analyse.drift import NO_PROBE, SERIES_LINES, _numeric
 from scalesweep.analyse.stats import cv_pct
+from scalesweep.record.geometry import Geometry
 from scalesweep.report.figures import (DISTURBED_COLOR, OUTSIDE_LEGEND, _finish, _theme,
                                        disturbed_mask, disturbed_note, no_data_figure,
                                        runtime_order, runtime_palette)
@@ -80,8 +81,7 @@ def drift_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None, title: s
             if i == SERIES_LINES:
                 lines.append(f"and {len(rows) - i} more series: see drift.csv")
                 break
-            text = f"{r['workload']} {r['runtime']} n{int(r['nodes'])}-g{int(r['gpus'])}-" \
-                   f"r{int(r['ranks'])}-t{int(r['threads'])}: {r['probe_explains']}"
+            text = f"{r['workload']} {r['runtime']} {Geometry.of(r).segment}: {r['probe_explains']}"
             if isinstance(r.get("spread"), str) and r["spread"]:
                 text += f"; {r['spread']}"
             lines.append(text)

@@ -28,6 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from scalesweep.record.geometry import AXES as GEOMETRY  # noqa: E402
 from scalesweep.report.figures import (  # noqa: E402
     DISTURBED_COLOR,
     OUTSIDE_LEGEND,
@@ -45,7 +46,6 @@ from scalesweep.report.figures import (  # noqa: E402
 )
 
 GRID_POINTS = 101
-GEOMETRY = ["nodes", "gpus", "ranks", "threads"]
 TIMELINE_COLUMNS = [
     "workload", "model_label", "runtime", *GEOMETRY, "repeat", "count", "disturbed",
     "shared_cores", "interval_s", "nodes_sampled", "duration_s", "t_frac", "total_rss_mb",

@@ -19,6 +19,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from scalesweep.analyse.collect import SYNTHETIC_LABEL, llm_summary, scaling_rows  # noqa: E402
+from scalesweep.plan.kinds import summarised_in  # noqa: E402
 from scalesweep.analyse.fits import MODELS, can_fit, min_counts  # noqa: E402
 from scalesweep.report.figures import (  # noqa: E402
     DISTURBED_COLOR,
@@ -163,7 +164,7 @@ def llm_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None) -> plt.Fig
     (``llm_summary`` of the runs when no table is given), error bars its 95% CIs; dots
     are the repeats, disturbed ones hollow grey."""
     sns.set_theme(style="whitegrid", context="notebook")
-    llm = runs[runs["payload"] == "llm"] if "payload" in runs else runs.iloc[0:0]
+    llm = runs[runs["payload"].isin(summarised_in("llm"))] if "payload" in runs else runs.iloc[0:0]
     if table is None:
         table = llm_summary(runs) if not llm.empty else pd.DataFrame()
     models = (sorted(set(zip(table["workload"], table["model_label"].fillna(""))))

@@ -34,7 +34,7 @@ from scalesweep.analyse.stats import rate_stats, sample_stats, welch_difference
 from scalesweep.plan.sweep import RUNTIMES
 from scalesweep.record import columns
 
-GEOMETRY = ["nodes", "gpus", "ranks", "threads"]
+from scalesweep.record.geometry import AXES as GEOMETRY  # noqa: E402  (issue #28)
 PARITY_KEYS = ["workload", *GEOMETRY, "runtime"]
 RATE_KEYS = ["workload", "runtime", *GEOMETRY]
 MPI_KEYS = ["workload", "runtime", *GEOMETRY]

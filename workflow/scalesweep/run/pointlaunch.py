@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from scalesweep.measure.slurmjob import first_slurm_host
-from scalesweep.plan.payloads import LLM_PAYLOAD
+from scalesweep.plan.kinds import kinds
 from scalesweep.plan.sweep import SweepPoint
 from scalesweep.platform.launch import ContainerSite, Launch, LaunchError
 from scalesweep.record.pointdir import OUTPUTS_JSONL, PAYLOAD_JSON, SERVERS_DIR
@@ -206,7 +206,9 @@ def stage_command(launch: Launch, src: str, dest: str) -> list[str]:
 
 
 def is_multinode_llm(launch: Launch) -> bool:
-    return launch.payload == LLM_PAYLOAD and launch.nodes > 1
+    """A point on several nodes of a kind that runs one server per node (LLM)."""
+    return launch.nodes > 1 and any(k.server_per_node and k.script == launch.payload
+                                    for k in kinds())
 
 
 def _without(args: tuple[str, ...], options: set[str]) -> list[str]:
