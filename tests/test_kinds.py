@@ -72,7 +72,6 @@ COLUMNS_SPELLED = re.compile(
 GEOMETRY_PENDING = {
     "workflow/scalesweep/campaign/cost.py",
     "workflow/scalesweep/report/figures.py",
-    "workflow/scalesweep/report/tables.py",
 }
 
 
@@ -114,6 +113,7 @@ KIND_BRANCH_PENDING = {
     "workflow/scalesweep/campaign/cost.py",
     "workflow/scalesweep/plan/config.py",
     "workflow/scalesweep/report/figures.py",
+    "workflow/scalesweep/report/rules.py",
     "workflow/scalesweep/report/tables.py",
     "workflow/scalesweep/run/slurm.py",
 }

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from scalesweep.analyse.stats import expected_false_positives, fdr_adjust
+from scalesweep.record.geometry import AXES, Geometry
 
 SIGNIFICANCE_COLUMNS = ["family", "statement", "tests", "significant", "expected_by_chance",
                         "bh_significant", "claims", "claims_not_bh_significant", "column",
@@ -50,10 +51,8 @@ def row_label(row: pd.Series) -> str:
     if runtime:
         arm = value("arm")
         parts.append(runtime + (f" [arm {arm}]" if arm and arm != runtime else ""))
-    geometry = [f"{c[0]}{value(c)}" for c in ("nodes", "gpus", "ranks", "threads")
-                if value(c)]
-    if len(geometry) == 4:
-        parts.append("-".join(geometry))
+    if all(value(c) for c in AXES):
+        parts.append(Geometry.of({c: int(float(value(c))) for c in AXES}).segment)
     elif value("threads"):
         parts.append(f"{value('threads')} thr/rank")
     if value("count"):
