@@ -114,7 +114,6 @@ KIND_BRANCH_PENDING = {
     "workflow/scalesweep/plan/config.py",
     "workflow/scalesweep/report/figures.py",
     "workflow/scalesweep/report/rules.py",
-    "workflow/scalesweep/report/tables.py",
     "workflow/scalesweep/run/slurm.py",
 }
 
