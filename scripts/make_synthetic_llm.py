@@ -190,7 +190,7 @@ def make_weights(cfg: SyntheticConfig, special_ids: tuple[int, ...] = (0, 1, 2))
     """Random weights in Hugging Face ``LlamaForCausalLM`` layout and names (float32).
 
     Drawn in a fixed order from ``np.random.default_rng(cfg.seed)``, so the same config
-    gives the same arrays; ``tests/test_llm.py`` loads them into transformers to compare
+    gives the same arrays; ``tests/unit/test_llm.py`` loads them into transformers to compare
     logits with llama.cpp.
     """
     rng = np.random.default_rng(cfg.seed)

@@ -15,6 +15,23 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow"))
 
+# The test layers, one folder each (docs/testing.md), and the marker each folder's tests
+# get: `-m` selects a layer by it. The helpers a split module shares with its other part
+# (tests/integration/test_fits_real.py uses tests/unit/test_fits.py's) are imported by
+# module name, so every layer folder is on sys.path (pytest itself prepends only the
+# folders it collects from); test modules' basenames are unique across the folders.
+LAYERS = {"unit": "unit", "workflow": "workflow", "integration": "integration",
+          "slurm": "slurm", "quality": "quiet"}
+# the layer markers a test may carry in each folder (besides its folder's own): a real
+# run in a container or on the Slurm cluster, a measurement-quality test of a real run
+ALLOWED = {"unit": set(), "workflow": set(), "integration": {"container"},
+           "slurm": {"integration", "container"}, "quality": {"integration"}}
+LAYER_MARKERS = {*LAYERS.values(), "container"}
+TESTS = Path(__file__).resolve().parent
+for _layer in LAYERS:
+    if str(TESTS / _layer) not in sys.path:
+        sys.path.insert(1, str(TESTS / _layer))
+
 from slurm_fixtures import slurm_cluster  # noqa: E402,F401  (session fixture)
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
@@ -37,7 +54,7 @@ def tiny_config(**overrides) -> dict:
         # a fixed number of repeats: tests that exercise adaptive repeats switch it on.
         # No run is flagged disturbed by what else this machine runs (the Slurm test
         # cluster's daemons, another test's cleanup): the tests of interference set
-        # their own thresholds (tests/test_interference.py, test_status_disturbed.py)
+        # their own thresholds (tests/unit/test_interference.py, test_status_disturbed.py)
         "measurement": {"adaptive": False, "max_outside_cpu_pct": 100, "max_steal_pct": 100},
     }
     for key, value in overrides.items():
@@ -159,3 +176,28 @@ def measured_by(output: str) -> list[str]:
     # "Error in rule run_point:" block that repeats a failed job's output
     return sorted(re.findall(r"^(?:local)?rule run_point:\n(?:[ \t]+.*\n)*?[ \t]+output: "
                              r"results/runs/(\S+)/metrics\.json", output, re.M))
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the markers added here
+def pytest_collection_modifyitems(config, items):
+    """Each test gets its folder's layer marker; a test outside the layer folders, or one
+    whose own markers say another layer (``integration`` in unit/, ``slurm`` outside
+    slurm/, ``quiet`` outside quality/, ...), stops the collection."""
+    wrong = []
+    for item in items:
+        try:
+            folder = Path(item.path).resolve().relative_to(TESTS).parts[0]
+        except ValueError:  # a test given from elsewhere (not under tests/): no layer
+            continue
+        if folder not in LAYERS:
+            wrong.append(f"{item.nodeid}: not in a layer folder ({', '.join(LAYERS)})")
+            continue
+        own = {m.name for m in item.iter_markers()} & LAYER_MARKERS
+        extra = own - {LAYERS[folder]} - ALLOWED[folder]
+        if extra:
+            wrong.append(f"{item.nodeid}: marked {', '.join(sorted(extra))}, which "
+                         f"contradicts its folder tests/{folder}/ (marker {LAYERS[folder]})")
+        item.add_marker(LAYERS[folder])
+    if wrong:
+        raise pytest.UsageError("tests in the wrong layer (docs/testing.md):\n  "
+                                + "\n  ".join(wrong))

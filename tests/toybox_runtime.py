@@ -1,5 +1,5 @@
 """A made-up runtime, "toybox", as one module: what a new file in
-``workflow/scalesweep/platform/runtimes/`` would hold. tests/test_toy_runtime.py imports it
+``workflow/scalesweep/platform/runtimes/`` would hold. tests/unit/test_toy_runtime.py imports it
 (registering the class) and shows the launcher and the image build use it unchanged."""
 
 from __future__ import annotations

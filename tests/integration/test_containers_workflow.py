@@ -30,7 +30,7 @@ def campaign_dir(tmp_path_factory):
     }
     # MPI data parallelism: the host's Open MPI natively, the image's own in charliecloud,
     # the host's injected into a copy of the image (ch-fromhost) in charliecloud-hostmpi
-    # (2 ranks, 1 epoch: the 1-rank singleton and 2 nodes are tests/test_slurm_workflow.py's)
+    # (2 ranks, 1 epoch: the 1-rank singleton and 2 nodes are tests/slurm/test_slurm_workflow.py's)
     cfg["workloads"]["cnn_mpi"] = dict(
         cfg["workloads"]["cnn_ddp"], parallel="mpi", epochs=1,
         sweep={"runtimes": ["native", "charliecloud", "charliecloud-hostmpi"], "ranks_per_node": [2],

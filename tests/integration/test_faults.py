@@ -7,9 +7,9 @@ the path or the key), the other points' files are byte-identical afterwards, and
 run redoes exactly what was hurt (the ``rule run_point:`` jobs of Snakemake's job log).
 
 Covered elsewhere, not repeated here: shell metacharacters in config *values* (a dataset
-path, names, image references): tests/test_config_fuzz.py
+path, names, image references): tests/workflow/test_config_fuzz.py
 (test_shell_injection_through_config_strings_is_refused, test_bad_config_stops_snakemake_
-before_any_job); a payload SIGKILLed alone: tests/test_fault_tolerance.py.
+before_any_job); a payload SIGKILLed alone: tests/integration/test_fault_tolerance.py.
 """
 
 from __future__ import annotations
@@ -496,7 +496,7 @@ LLM = "llm/native/n1-g0-r1-t1/rep1/native"  # one request of 8 tokens on the syn
 
 def test_a_malformed_llm_field_fails_its_point_keeps_the_summary_and_rerun_redoes_it(wd):
     """A finished LLM point whose metrics.json says "ttft_s": "n/a" (the values of other
-    kinds: tests/test_metrics_fields.py): `scalesweep status` and `rerun --failed -n`
+    kinds: tests/unit/test_metrics_fields.py): `scalesweep status` and `rerun --failed -n`
     name the file, the field, the value and what was expected (no traceback); the next
     snakemake aggregates without it (a failed point in points.csv) and no summary file
     disappears; `scalesweep rerun --failed` measures exactly that point again, keeping

@@ -260,7 +260,7 @@ def test_move_aside_keeps_history_and_attempts(tmp_path):
 def test_summary_falls_back_on_the_newest_valid_run_in_history(tmp_path):
     """An unreadable metrics.json is left out with a warning; a valid earlier run kept
     in history stands in for it (the newest one)."""
-    src = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "metrics_cnn.json"
+    src = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "metrics_cnn.json"
     valid = json.loads(src.read_text())
     config = {"workloads": {valid["point"]["workload"]: {"payload": "cnn"}}}
     point = tmp_path / "rep1"

@@ -78,7 +78,7 @@ def standin_site(directory: Path, cluster_spool: Path) -> Path:
         "name": "frontier-standin",
         "extends": "frontier",
         "description": "Frontier's facts on the project's local Slurm cluster, with stand-ins",
-        "source": "tests/test_frontier_standin.py",
+        "source": "tests/slurm/test_frontier_standin.py",
         "shared_cores": True,  # the cluster's nodes share this host's 2 cores
         "node": {"cores": 2, "core_spec": None, "payload_device": "cpu"},
         "storage": {"node_local_path": str(directory / "bb")},

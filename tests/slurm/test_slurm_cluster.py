@@ -18,7 +18,7 @@ pytestmark = [
 ]
 
 # Time limits (a job ended with TIMEOUT, then retried with a doubled limit) are
-# tested through the workflow in tests/test_slurm_faults.py.
+# tested through the workflow in tests/slurm/test_slurm_faults.py.
 
 
 def test_env_points_at_the_cluster_config(slurm_cluster):

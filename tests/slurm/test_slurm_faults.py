@@ -82,7 +82,7 @@ OK, CANCEL, STUCK, WIDE = "tf_ok", "tf_cancel", "tf_stuck", "tf_wide"
 B_ARGS = ("--retries", "0", "--slurm-status-command", "squeue")
 
 WRAPPER = """#!/bin/sh
-# tests/test_slurm_faults.py: launch.python of this campaign's site. Hangs the payload of a
+# tests/slurm/test_slurm_faults.py: launch.python of this campaign's site. Hangs the payload of a
 # workload flagged in {faults}, else runs the real interpreter.
 out=""; prev=""
 for a in "$@"; do [ "$prev" = "--out" ] && out="$a"; prev="$a"; done

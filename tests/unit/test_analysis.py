@@ -16,8 +16,8 @@ from scalesweep.analyse.scaling import scaling_table
 from scalesweep.analyse.stats import describe_repeats
 from scalesweep.analyse.verdict import OVERHEAD_DEFINITION, overhead_pct
 
-IN_REPO = Path(__file__).parent / "data" / "published"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "published"
+IN_REPO = Path(__file__).parents[1] / "data" / "published"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "published"
 PUBLISHED = ["sng_3dgan_1rank.csv", "odo_llm_astrollama.csv", "llsc_singularity_snn.csv"]
 # Hypothesis' per-example deadline misfires on a shared 2-core machine.
 quick = settings(max_examples=60, deadline=None)

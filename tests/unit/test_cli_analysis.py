@@ -16,7 +16,7 @@ from scalesweep.analyse.overhead import VERDICT_COLUMNS
 from scalesweep.analyse.collect import RUN_COLUMNS
 from scalesweep.campaign import analysis_cli
 
-PUBLISHED = Path(__file__).parent / "data" / "published"
+PUBLISHED = Path(__file__).parents[1] / "data" / "published"
 
 
 def scalesweep(*args) -> subprocess.CompletedProcess:

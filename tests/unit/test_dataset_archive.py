@@ -1,7 +1,7 @@
 """A real RGB dataset from a local archive (datasets.<name>.source: image-archive): staged at
 native resolution (files byte for byte), its sha256 checked and recorded, extracted
 safely. The archives are built here; the workflow run that stages one, copies it
-node-local and trains on it is tests/test_workflow.py's node-local test."""
+node-local and trains on it is tests/integration/test_workflow.py's node-local test."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@
   file cannot be read fails the point naming the file, never a traceback.
 
 Real processes and files throughout: a harness in a process of its own
-(tests/test_reaper.py's), a payload of a few lines, run_point.py itself.
+(tests/integration/test_reaper.py's), a payload of a few lines, run_point.py itself.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 the file is read, for every payload (issue #26, 1): a malformed one fails its point with
 "<file>: <field> is <value>, expected <kind>", never a traceback and never the summary.
 Real records (benchmarks/data: a CNN and an LLM point's metrics.json) with one field
-spoiled; the Snakemake run of the same case: tests/test_faults.py."""
+spoiled; the Snakemake run of the same case: tests/integration/test_faults.py."""
 
 from __future__ import annotations
 

@@ -227,7 +227,7 @@ PACKAGE_IMPORTS = {
     "snakemake.utils": None,
     "snakemake.exceptions": {"WorkflowError"},
 }
-# The one module that calls Snakemake beyond it (tests/test_snakemake_adapter.py pins it).
+# The one module that calls Snakemake beyond it (tests/unit/test_snakemake_adapter.py pins it).
 ADAPTER = "workflow/scalesweep/platform/snakemake_adapter.py"
 def package_imports(text: str) -> list[tuple[int, str, list[str]]]:
     """(line, module, names) of every import of Snakemake or of a Snakemake plugin or

@@ -539,7 +539,7 @@ def report_items() -> list[tuple[str, dict]]:
     import ast
     from pathlib import Path
 
-    rules = Path(__file__).resolve().parents[1] / "workflow" / "rules"
+    rules = Path(__file__).resolve().parents[2] / "workflow" / "rules"
     items = []
     for smk in sorted(rules.glob("*.smk")):
         text = smk.read_text()

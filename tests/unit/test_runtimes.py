@@ -177,7 +177,7 @@ def test_hostmpi_libs_and_image_lib_dirs(name, var):
     """OLCF's GPU-aware MPI environment: the image's ROCm after the host directories on
     LD_LIBRARY_PATH, host system libraries through the runtime's CONTAINLIBS variable
     (its own name per runtime); Charliecloud injects them into a copy of the image
-    instead (tests/test_hostmpi.py), so its host environment stays empty."""
+    instead (tests/unit/test_hostmpi.py), so its host environment stays empty."""
     s = site(**HOSTMPI, host_mpi_image_lib_dirs=("/opt/rocm/lib",), host_mpi_libs=("/usr/lib64/libcxi.so.1",))
     env = runtime(name).host_env(s)
     prefix_ = var.split("_")[0] + "ENV_"

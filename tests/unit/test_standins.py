@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import standins  # tests/standins (pytest puts tests/ on sys.path)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 DEF = """Bootstrap: docker
 From: {{ BASE }}

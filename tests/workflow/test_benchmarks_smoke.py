@@ -10,11 +10,10 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO, have
+from conftest import REPO
 
 BENCH = REPO / "benchmarks"
 
@@ -71,31 +70,6 @@ def test_aggregation_smoke(bench_env):
     assert r["runs"] == r["runs_read"] == r["points_done"] == 1000
     assert r["scaling_rows"] > 0 and r["overhead_rows"] > 0
     assert r["tables_and_figures_s"] > 0 and r["peak_rss_mib"] > 0
-
-
-@pytest.mark.integration
-def test_harness_overhead_smoke(bench_env):
-    r = run_bench(bench_env, "harness_overhead")
-    (kind, v), = r["per_point_kind"].items()
-    assert kind == "cnn_ddp/native/1"
-    assert v["hand_s"] > 0 and v["job_s"] >= v["harness_wall_s"] >= v["payload_wall_s"] > 0
-
-
-@pytest.mark.integration
-def test_end_to_end_smoke(bench_env):
-    r = run_bench(bench_env, "end_to_end")
-    assert r["cold_s"] > 0 and r["warm_s"] > 0
-
-
-@pytest.mark.integration
-def test_peer_reframe_smoke(bench_env):
-    reframe = shutil.which("reframe") or "/tmp/reframe-venv/bin/reframe"
-    if not Path(reframe).exists():
-        pytest.skip("reframe-hpc not installed (separate venv: see benchmarks/peer_reframe.py)")
-    if not have("mpirun"):
-        pytest.skip("mpirun not installed")
-    r = run_bench(bench_env, "peer_reframe", "--reframe", reframe)
-    assert r["reframe"]["wall_s"] > 0 and r["scalesweep_points"]["wall_s"] > 0
 
 
 def test_benchmark_configs_validate():

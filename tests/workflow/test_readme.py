@@ -297,7 +297,7 @@ def test_snakemake_commands_parse_and_their_config_validates():
 def test_the_readme_snakemake_commands_plan_the_embedded_default(tmp_path):
     """The README's own `snakemake` commands (the quickstart's and the A/A check's), as dry
     runs of the embedded default in a fresh campaign: each plans its measurements. (The
-    Frontier dry run is tests/test_slurm_profile.py's; a report needs a finished campaign.)"""
+    Frontier dry run is tests/workflow/test_slurm_profile.py's; a report needs a finished campaign.)"""
     from conftest import run_snakemake
 
     (tmp_path / "config").symlink_to(REPO / "config")

@@ -1,7 +1,7 @@
 """The study configs under config/ (each used over the embedded default, a README line
 each): what they sweep, and that the workflow plans them. Their real runs, reduced, are in
-tests/test_containers_workflow.py (MPI modes), tests/test_slurm_workflow.py (MPI on 2
-nodes), tests/test_workflow.py (data path, node-local) and tests/test_llm.py
+tests/integration/test_containers_workflow.py (MPI modes), tests/slurm/test_slurm_workflow.py (MPI on 2
+nodes), tests/integration/test_workflow.py (data path, node-local) and tests/integration/test_llm_real.py
 (concurrency levels)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 # Helpers shared by the rules: config validation, sweep expansion, input functions.
-# Only Snakemake's documented interface (tests/test_public_api.py): the Snakefile language,
+# Only Snakemake's documented interface (tests/unit/test_public_api.py): the Snakefile language,
 # `config`, snakemake.utils, WorkflowError, workflow.cores and the workflow's directory.
 import glob
 import hashlib

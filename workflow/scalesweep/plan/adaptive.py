@@ -38,7 +38,7 @@ from scalesweep.plan.sweep import (
 # a comparison's CI from fewer undisturbed repeats per side is not trusted, whatever
 # sweep.repeats says: with 3 or 4 pairs a narrow CI under run-to-run drift is mostly a
 # fluke, and stopping on it adds false faster/slower verdicts (simulated in
-# tests/test_verdict_simulation.py: +0.3-0.45 points at 3, +0.03 at 5)
+# tests/unit/test_verdict_simulation.py: +0.3-0.45 points at 3, +0.03 at 5)
 MIN_COMPARED = 5
 # a series' directory: the geometry part of its blocks' (sweep.BLOCK_DIR without rep<k>)
 SERIES_DIR, _, _REPEAT = BLOCK_DIR.rpartition("/")

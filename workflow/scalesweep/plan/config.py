@@ -23,7 +23,7 @@ SNAKEFILE = REPO / "Snakefile"
 # workflow's configfile directive alone (workflow/rules/config.smk).
 READ_CONFIG = Path(__file__).resolve().with_name("read_config.smk")
 # The workflow's `configfile:` directive (workflow/rules/config.smk), relative to the
-# campaign (working) directory: named in messages; tests/test_config_reading.py checks it.
+# campaign (working) directory: named in messages; tests/workflow/test_config_reading.py checks it.
 WORKFLOW_CONFIGFILE = "config/config.yaml"
 
 

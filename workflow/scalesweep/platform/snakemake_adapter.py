@@ -3,7 +3,7 @@ beyond its public interface. In ``platform``, so that any layer above may use it
 
 Everything else in scalesweep uses only ``snakemake.api`` (the API: ``SnakemakeApi`` and
 the settings it takes), ``snakemake.utils`` and ``snakemake.exceptions``
-(tests/test_public_api.py keeps it so). What the public API does not offer lives here,
+(tests/unit/test_public_api.py keeps it so). What the public API does not offer lives here,
 each call a thin wrapper naming the internal it uses:
 
 - ``parse_config_items``: a ``--config KEY=VALUE`` list read as Snakemake's command line
@@ -26,7 +26,7 @@ each call a thin wrapper naming the internal it uses:
   Snakemake refuses (its own message names none).
 
 ``PINNED`` and ``PLUGIN_VERSION`` are the Snakemake and plugin releases these were read
-against (pyproject.toml pins both); tests/test_snakemake_adapter.py checks the installed
+against (pyproject.toml pins both); tests/unit/test_snakemake_adapter.py checks the installed
 releases and every internal name below, so that an upgrade fails there, by name, instead of
 somewhere else. Everything is imported inside the functions: the package imports without
 Snakemake (the payloads, ``scalesweep build-image``).
@@ -43,7 +43,7 @@ PINNED = "9.27.1"
 PLUGIN = "snakemake-executor-plugin-slurm"
 PLUGIN_VERSION = "2.8.0"  # run.slurm.sbatch_options renders its sbatch line
 
-# The internals used, module -> names: what tests/test_snakemake_adapter.py checks.
+# The internals used, module -> names: what tests/unit/test_snakemake_adapter.py checks.
 INTERNALS = {
     "snakemake.cli": ("parse_config", "parse_args"),
     "snakemake.common": ("SNAKEFILE_CHOICES",),

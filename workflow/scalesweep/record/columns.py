@@ -4,7 +4,7 @@ provenance (``COLUMNS``); and the statistics the summary tables and the analysis
 write (``SUMMARY_COLUMNS``: scaling.csv, overhead.csv), each with its unit. Every grouping
 reads it (``scalesweep.campaign.analysis_cli.group_columns``: only declared axes group, no
 command groups by a measured value), and so do the units the CLI, the report's tables
-and figures print. A column runs.csv gains is declared here (tests/test_columns.py holds
+and figures print. A column runs.csv gains is declared here (tests/unit/test_columns.py holds
 collect.RUN_COLUMNS to it, and every measurement to a unit).
 """
 

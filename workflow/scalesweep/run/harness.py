@@ -113,7 +113,7 @@ SERVER_START_TIMEOUT_S = 900
 # directly) and ends as the command ended (its exit code, or the same signal). It runs no
 # script (``python -c``), so the memory timeline never takes it for a rank. A harness
 # that died before the wrapper's prctl, or a wrapper before the command's, is caught by
-# the parent check. (tests/test_reaper.py SIGKILLs a harness under mpirun and torchrun.)
+# the parent check. (tests/integration/test_reaper.py SIGKILLs a harness under mpirun and torchrun.)
 # What a payload leaves running while the harness lives on is the harness's to stop: it
 # is their subreaper (scalesweep.run.reaper).
 _GUARD = """\

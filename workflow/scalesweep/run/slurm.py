@@ -20,7 +20,7 @@ inside it: both come from the point's ``scalesweep.platform.launch.Geometry``::
       with GPUs (R ranks, G GPUs per node)   + --gpus-per-task=G/R --gpu-bind=<site's>
 
 What the plugin and its jobstep do with these (read from their source, checked on the
-local cluster, ``tests/test_slurm_profile.py`` pins it):
+local cluster, ``tests/workflow/test_slurm_profile.py`` pins it):
 
 * ``mpi``: the jobstep looks only at whether the key *exists*. With it, the job's command
   runs directly in the batch step, so the point's own ``srun`` can start the ranks; without

@@ -2,7 +2,7 @@
 (``base.WorkloadKind``): the built-in ones are imported here, so importing this package
 registers them. Adding a kind: one module beside ``cnn.py`` (a ``@register``ed subclass)
 imported below, plus its payload script (and the kind in the config schema's ``payload``
-enum: tests/test_kinds.py checks the two agree)."""
+enum: tests/unit/test_kinds.py checks the two agree)."""
 
 from __future__ import annotations
 

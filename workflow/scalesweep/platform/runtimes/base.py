@@ -17,7 +17,7 @@ platforms, ``reframe/core/containers.py``). A runtime knows
   (:meth:`Runtime.load_steps`).
 
 Every method returns data (argv lists, dicts) and starts nothing, so the exact command
-lines are pinned by unit tests (``tests/test_runtimes.py``); :mod:`scalesweep.images.build`
+lines are pinned by unit tests (``tests/unit/test_runtimes.py``); :mod:`scalesweep.images.build`
 runs the steps and never asks which runtime it builds for. The launcher
 (:mod:`scalesweep.platform.launch`) asks the registry, never names a runtime. Adding a
 runtime is one module in this package (``platform/runtimes/<name>.py``: found by
