@@ -73,8 +73,10 @@ from scalesweep.analyse.decision import blocks_at_spread
 from scalesweep.campaign.usage import UsageError
 from scalesweep.plan.adaptive import MIN_COMPARED, Series, repeat_bounds, walks_decisions
 from scalesweep.plan.config import ConfigError, config_sources, validated
+from scalesweep.plan.kinds import kind_of
 from scalesweep.plan.sweep import REFERENCE, Selection, SweepError, SweepPoint, selected_points
 from scalesweep.platform.site import SiteError, known_sites, site_of
+from scalesweep.record.geometry import AXES
 from scalesweep.record.pointdir import RUNS_DIR
 from scalesweep.run.slurm import runtime_min, settings_options
 
@@ -86,11 +88,11 @@ DEFAULT_RUNTIME_MIN = 60  # Snakemake's own default runtime when a profile sets 
 EXPRESSION = re.compile(r"^[\d\s+\-*/().]*$")
 SOURCES = ("point", "nodes", "fit", "requested")
 # a series of the plan: one arm of one geometry of a workload (adaptive.Series)
-SERIES_KEY = ["workload", "arm", "nodes", "gpus", "ranks", "threads"]
+SERIES_KEY = ["workload", "arm", *AXES]
 SCENARIOS = {"minimum": "blocks_min", "expected": "blocks_expected", "maximum": "blocks_max"}
 SPREAD_SOURCES = ("series", "workload", "assumed")
 MIN_SPREAD_PAIRS = 3  # a series' own spread: from at least this many same-block pairs
-POINT_FIELDS = ("workload", "runtime", "nodes", "gpus", "ranks", "threads", "repeat", "arm")
+POINT_FIELDS = ("workload", "runtime", *AXES, "repeat", "arm")
 
 
 # --- profile --------------------------------------------------------------------------------
@@ -204,7 +206,7 @@ def expected_seconds(points: pd.DataFrame, history: pd.DataFrame) -> pd.DataFram
     walls = walls[walls["harness_wall_s"] > 0]
     if walls.empty:
         return out
-    geometry = ["workload", "runtime", "nodes", "gpus", "ranks", "threads"]
+    geometry = ["workload", "runtime", *AXES]
     by_point = walls.groupby(geometry)["harness_wall_s"].mean()
     by_nodes = walls.groupby(["workload", "runtime", "nodes"])["harness_wall_s"].mean()
     series_fits: dict[tuple, fits.Fit | None] = {}
@@ -381,7 +383,7 @@ def support_jobs(config: dict, profile: dict) -> pd.DataFrame:
     """The Slurm jobs that are not points: staging and verifying each CNN dataset."""
     datasets = sorted({config["workloads"][p.workload].get("dataset")
                        for p in selected_points(config)
-                       if config["workloads"][p.workload]["payload"] == "cnn"} - {None})
+                       if kind_of(config["workloads"][p.workload]).stages_dataset} - {None})
     runtime = support_runtime_min(profile)
     return pd.DataFrame([{"rule": rule, "dataset": d, "nodes": 1, "runtime_min": runtime,
                           "node_h": runtime / 60} for d in datasets for rule in DATASET_JOBS],
@@ -610,7 +612,7 @@ def dry_run_summary(listed: dict, config: dict, options: str | None) -> list[str
            "are not shown"),
     ]
     datasets = sorted({config["workloads"][p.workload]["dataset"] for p in points
-                       if config["workloads"][p.workload]["payload"] == "cnn"
+                       if kind_of(config["workloads"][p.workload]).stages_dataset
                        and not Path(point_inputs(p.workload, p.runtime, config)["verified"])
                        .exists()})
     if datasets:

@@ -152,7 +152,7 @@ def check_dataset_sources(config: dict, directory: str | Path = ".") -> None:
     datasets = config.get("datasets") or {}
     chosen = Selection.of(config).workloads  # only: {workloads: [...]}: the others stage nothing
     used = {config["workloads"][w].get("dataset") for w in enabled_workloads(config)
-            if config["workloads"][w].get("payload") == "cnn" and (chosen is None or w in chosen)}
+            if _kind(config["workloads"][w]).stages_dataset and (chosen is None or w in chosen)}
     for name in sorted(n for n in used if n in datasets):
         ds = datasets[name]
         if ds["source"] == "synthetic" or Path(directory, STAGED_DIR, name).is_dir():
@@ -229,6 +229,17 @@ def offered_runtimes(config: dict) -> None:
                 raise RuntimeNotOffered(f"site {site.get('name', '?')!r}: {exc}") from None
 
 
+def _kind(wl: dict):
+    """The kind a workload's ``payload`` names (scalesweep.plan.kinds); one declaring
+    nothing where it names none the registry knows (the schema reports that)."""
+    from scalesweep.plan.kinds import SweepError, WorkloadKind, kind_of
+
+    try:
+        return kind_of(wl)
+    except SweepError:
+        return WorkloadKind()
+
+
 @functools.cache
 def payload_script(name: str):
     """A payload script of scripts/ as a module (what it declares, read where it is
@@ -274,14 +285,15 @@ def check_payload_bounds(config: dict, directory: str | Path = ".") -> None:
 
     for name in enabled_workloads(config):
         wl, key = config["workloads"][name], f"config key workloads.{name}"
-        if wl.get("payload") == "cnn" and wl.get("dataset") in config.get("datasets", {}):
+        kind = _kind(wl)
+        if kind.stages_dataset and wl.get("dataset") in config.get("datasets", {}):
             size = config["datasets"][wl["dataset"]]["image_size"]
-            least = payload_script("train_cnn").MIN_IMAGE_SIZE
+            least = payload_script(Path(kind.script).stem).MIN_IMAGE_SIZE
             if size < least:
                 raise ConfigError(f"config key datasets.{wl['dataset']}.image_size: {size} is too small for "
                                   f"workload {name}'s CNN, which takes images of at least {least} pixels "
                                   f"(scripts/train_cnn.py): set image_size to {least} or more")
-        if wl.get("payload") != "llm":
+        if not kind.engine_served:
             continue
         model_ctx, source = model_context((config.get("models") or {}).get(wl.get("model"), {}) or {},
                                           directory)
@@ -308,7 +320,7 @@ def check_engines(config: dict) -> None:
 
     for name in enabled_workloads(config):
         wl = config["workloads"][name]
-        if wl.get("payload") != "llm":
+        if not _kind(wl).engine_served:
             continue
         try:
             engine = llm_engines().engine_class(wl["engine"])

@@ -29,13 +29,15 @@ from scalesweep.analyse.frame import truthy
 from scalesweep.analyse.stats import describe_repeats
 from scalesweep.analyse.verdict import OVERHEAD_DEFINITION
 from scalesweep.analyse.collect import SHARED_CORES_NOTE, disturbance, scaling_rows  # noqa: E402
+from scalesweep.plan.kinds import kind_of, kinds  # noqa: E402
 from scalesweep.plan.sweep import RUNTIMES, SweepPoint, scaling_count  # noqa: E402
+from scalesweep.record.geometry import AXES, Geometry  # noqa: E402
 
 NO_DATA = "no data"
 OVERHEAD_TEXT = (
     "overhead = " + OVERHEAD_DEFINITION.replace("*", "x") + ", positive = container slower"
 )
-POINT_COLUMNS = ["workload", "runtime", "nodes", "gpus", "ranks", "threads", "repeat"]
+POINT_COLUMNS = ["workload", "runtime", *AXES, "repeat"]
 MISSING_COLUMNS = [*POINT_COLUMNS, "state", "reason", "log", "path"]
 EPOCH_COLUMNS = [*POINT_COLUMNS, "count", "epoch", "epoch_s", "warmup", "disturbed",
                  "shared_cores"]
@@ -99,7 +101,7 @@ def _empty(df: pd.DataFrame | None, *columns: str) -> bool:
 
 def point_label(row) -> str:
     """A sweep point's geometry as in its directory name: n<nodes>-g<gpus>-r<ranks>-t<threads>."""
-    return f"n{int(row['nodes'])}-g{int(row['gpus'])}-r{int(row['ranks'])}-t{int(row['threads'])}"
+    return Geometry.of(row).segment
 
 
 def _scale_labels(df: pd.DataFrame) -> tuple[pd.Series, list[str]]:
@@ -426,12 +428,12 @@ def overhead_figure(overhead: pd.DataFrame, points: pd.DataFrame | None = None,
     as zero width. The A/A runtime (native-aa) is drawn like a container.
     """
     name = title or "container overhead"
-    if _empty(overhead, "runtime", "overhead_pct", "nodes", "gpus", "ranks", "threads"):
+    if _empty(overhead, "runtime", "overhead_pct", *AXES):
         return _finish(no_data_figure(name, "no data: no point was measured both natively "
                                             "and in a container"),
                        not_done_note(points, _only(overhead, points)), [OVERHEAD_TEXT])
     _theme()
-    df = overhead.copy().sort_values(["nodes", "gpus", "ranks", "threads"], kind="stable")
+    df = overhead.copy().sort_values(list(AXES), kind="stable")
     df["point"] = df.apply(point_label, axis=1)
     if "model_label" in df.columns and df["model_label"].fillna("").astype(str).str.len().gt(0).any():
         df["point"] = df["point"] + "\n" + df["model_label"].fillna("").astype(str)
@@ -665,7 +667,8 @@ def memory_figure(runs: pd.DataFrame, points: pd.DataFrame | None = None,
                       legend=False, **common)
     ax.set_xticks(range(len(order)), order)
     ax.set_xlim(-0.5, len(order) - 0.5)
-    llm = "payload" in df and (df["payload"] == "llm").all()
+    # a server's memory (one server per node, by GPUs), not the largest rank's
+    llm = "payload" in df and all(kind_of(str(p)).server_per_node for p in df["payload"].unique())
     ax.set_ylabel("inference server peak RSS (MB)" if llm
                   else "peak RSS of the largest rank (MB)")
     ax.set_xlabel("GPUs (0 = CPU only)" if llm else count_axis_label(df))
@@ -807,7 +810,10 @@ def epochs_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
     for _path, m in records:
         epochs = m.get("epoch_s") or []
         point = m["point"]
-        count = scaling_count(SweepPoint(**point), m.get("payload") or "cnn")
+        # a record without its payload (an old one): the kind whose records have epochs
+        payload = m.get("payload") or next(k.name for k in kinds()
+                                           if any(f.path == "epoch_s" for f in k.fields))
+        count = scaling_count(SweepPoint(**point), payload)
         disturbed = disturbance(m)[0]
         shared = bool((m.get("allocation") or {}).get("shared_cores", False))
         for i, seconds in enumerate(epochs, start=1):
@@ -876,7 +882,7 @@ def provenance_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame(columns=PROVENANCE_COLUMNS)
     return pd.DataFrame(rows, columns=PROVENANCE_COLUMNS).sort_values(
-        ["workload", "runtime", "nodes", "gpus", "ranks", "threads", "repeat"], ignore_index=True)
+        POINT_COLUMNS, ignore_index=True)
 
 
 def _builder(builder, version=None) -> str | None:
