@@ -17,7 +17,7 @@ from scalesweep.analyse import collect
 
 from scalesweep.platform.site import SiteError, load_site
 from scalesweep.report import tables as rt
-from scalesweep.report.figures import PROVENANCE_COLUMNS, provenance_table
+from scalesweep.report.run_tables import PROVENANCE_COLUMNS, provenance_table
 
 GEOMETRY = dict(nodes=1, gpus=0, ranks=2, threads=1)
 
