@@ -207,9 +207,9 @@ def test_the_harness_probes_before_and_after_the_payload(tmp_path, monkeypatch):
 
 
 def test_a_failing_probe_does_not_fail_the_run(tmp_path, monkeypatch):
-    from scalesweep.run import harness
+    from scalesweep.run import watchers
 
-    monkeypatch.setattr(harness.machine_probe, "probe_command",
+    monkeypatch.setattr(watchers.machine_probe, "probe_command",
                         lambda nodes, launcher, python: ([python, "-c", "raise SystemExit(2)"], None))
     _, m = _execute(tmp_path, monkeypatch)
     assert m["probe"]["before"] == [] and m["probe"]["after"] == []
