@@ -121,7 +121,7 @@ def llm_config(model: dict, **workload) -> dict:
 
 @pytest.mark.integration
 def test_max_tokens_beyond_the_models_context_stops_snakemake_before_any_job(campaign):
-    from scalesweep.plan.config import payload_script
+    from scalesweep.plan.payload_scripts import payload_script
 
     context = payload_script("make_synthetic_llm").SyntheticConfig().ctx  # the generator's
     wd = campaign(llm_config({"source": "synthetic"}))
@@ -138,7 +138,7 @@ def test_max_tokens_beyond_the_models_context_stops_snakemake_before_any_job(cam
 def test_max_tokens_is_bounded_by_a_gguf_files_own_context(tmp_path):
     import gguf
 
-    from scalesweep.plan.config import llm_engines
+    from scalesweep.plan.payload_scripts import llm_engines
 
     path = tmp_path / "m.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
@@ -180,7 +180,7 @@ def test_max_tokens_is_bounded_by_a_gguf_files_own_context(tmp_path):
 
 
 def test_an_ollama_registry_model_is_bounded_by_ollamas_own_context():
-    from scalesweep.plan.config import llm_engines
+    from scalesweep.plan.payload_scripts import llm_engines
 
     ctx = llm_engines().OLLAMA_DEFAULT_CTX
     with pytest.raises(ConfigError, match=f"max_tokens: 1000000000000 does not fit .*ollama's context {ctx}"):

@@ -67,8 +67,7 @@ def test_geometry_declared_once():
 SEGMENT_SPELLED = re.compile(r"""n\{[^}]*\}-g\{|-g\{[^}]*\}-r\{|n\\d\+-g\\d|n\(\?P<nodes>""")
 COLUMNS_SPELLED = re.compile(
     r"""["']nodes["'],\s*["']gpus["'],\s*["']ranks["'],\s*["']threads["']""")
-# files still spelling the geometry: none left; the list only shrinks (kept empty)
-#
+# files still spelling the geometry: none left, and it stays empty
 GEOMETRY_PENDING: set[str] = set()
 
 
@@ -105,7 +104,7 @@ def test_the_checks_see_every_spelling():
 # a branch on a built-in kind's name: == "cnn", .eq("llm"), ... (the kind's class says it)
 KIND_BRANCH = re.compile(r"""(==|!=)\s*["'](cnn|llm)["']|\.(eq|isin)\(\s*["'](cnn|llm)["']"""
                          r"""|["'](cnn|llm)["']\s*(==|!=)|\bor\s+["'](cnn|llm)["']""")
-# the files of the helpers working beside this change: converted after the merge
+# files still branching on a kind's name: none left, and it stays empty
 KIND_BRANCH_PENDING: set[str] = set()
 
 
