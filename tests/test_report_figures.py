@@ -357,6 +357,7 @@ def test_scaling_figure_draws_the_tables_ci_not_a_bootstrap():
 
 def test_llm_figure_one_row_per_model_with_the_tables_ci_and_synthetic_label():
     from scalesweep.analyse import collect
+    from scalesweep.analyse import summary
 
     from scalesweep.report import plots
     rows = []
@@ -368,7 +369,7 @@ def test_llm_figure_one_row_per_model_with_the_tables_ci_and_synthetic_label():
                 "wall_s": wall + rep * 0.1, "tokens_per_s": 30.0 + rep,
                 "model": {"name": model, "synthetic": synthetic}}, f"{model}{rt}{rep}", "llm"))
     runs = pd.DataFrame(rows)
-    table = collect.llm_summary(runs)
+    table = summary.llm_summary(runs)
     fig = plots.llm_figure(runs, table)
     assert len(fig.axes) == 4  # two models, never pooled
     text = texts(fig)

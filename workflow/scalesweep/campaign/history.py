@@ -92,7 +92,7 @@ def observed_spreads(history: pd.DataFrame, config: dict) -> tuple[dict, dict]:
     {(workload, runtime): (mean d, pooled sd, pairs)} over a workload's series, each
     series' deviations from its own mean)."""
     from scalesweep.analyse.pairing import block_pairs
-    from scalesweep.analyse.collect import campaign_settings
+    from scalesweep.analyse.summary import campaign_settings
 
     if history.empty or not {"time_s", "runtime", "repeat", *SERIES_KEY} <= set(history):
         return {}, {}

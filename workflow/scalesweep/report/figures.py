@@ -26,7 +26,7 @@ from matplotlib.lines import Line2D
 
 from scalesweep.analyse.frame import truthy
 from scalesweep.analyse.verdict import OVERHEAD_DEFINITION
-from scalesweep.analyse.collect import scaling_rows
+from scalesweep.analyse.summary import scaling_rows
 from scalesweep.record.geometry import AXES
 from scalesweep.report.style import (
     CI_TEXT,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from scalesweep.analyse.collect import scaling_rows
+from scalesweep.analyse.summary import scaling_rows
 from scalesweep.analyse.stats import normality_p
 from scalesweep.plan.kinds import kinds, summarised_in
 from scalesweep.report.significance import SHOWN, named_rows, row_label
@@ -159,7 +159,7 @@ def _group_normality(table: pd.DataFrame, runs: pd.DataFrame, keys: list[str],
 
 
 def _rule_normality(tables: dict, alpha: float) -> dict:
-    from scalesweep.analyse import collect
+    from scalesweep.analyse import summary
 
     overhead, runs = tables.get("overhead"), tables.get("runs")
     parts, failures, checked = [], [], 0
@@ -198,8 +198,8 @@ def _rule_normality(tables: dict, alpha: float) -> dict:
         if len(unpaired):
             failures.append(f"overhead.csv: {len(unpaired)} unpaired rows use Fieller/Welch "
                             f"without a normality check ({named_rows(unpaired)})")
-    series = getattr(collect, "SCALING_SERIES", ["workload", "runtime", "threads"])
-    llm_keys = getattr(collect, "LLM_KEYS", ["workload", "model_label", "runtime", "nodes",
+    series = getattr(summary, "SCALING_SERIES", ["workload", "runtime", "threads"])
+    llm_keys = getattr(summary, "LLM_KEYS", ["workload", "model_label", "runtime", "nodes",
                                              "gpus", "threads"])
     has_payload = not _is_empty(runs) and "payload" in runs
     cnn = runs[runs["payload"].isin(summarised_in("scaling"))] if has_payload else None
