@@ -10,7 +10,7 @@ from test_config_fuzz import llm_config
 
 @pytest.mark.integration
 def test_max_tokens_beyond_the_models_context_stops_snakemake_before_any_job(campaign):
-    from scalesweep.plan.config import payload_script
+    from scalesweep.plan.payload_scripts import payload_script
 
     context = payload_script("make_synthetic_llm").SyntheticConfig().ctx  # the generator's
     wd = campaign(llm_config({"source": "synthetic"}))

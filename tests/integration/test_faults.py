@@ -198,7 +198,7 @@ def test_a_command_dies_with_its_harness_even_when_the_harness_is_sigkilled(tmp_
     marker = f"{tmp_path}/sleeper"
     harness = (
         "import subprocess, sys, time\n"
-        "from scalesweep.run.harness import dies_with_harness\n"
+        "from scalesweep.run.guard import dies_with_harness\n"
         "p = subprocess.Popen(dies_with_harness([sys.executable, '-c', "
         "'import time; time.sleep(60)', sys.argv[1]]), start_new_session=True)\n"
         "print(p.pid, flush=True)\n"
@@ -224,7 +224,7 @@ def test_a_command_dies_with_its_harness_even_when_the_harness_is_sigkilled(tmp_
 
 
 def test_the_guard_names_a_command_it_cannot_run():
-    from scalesweep.run.harness import dies_with_harness
+    from scalesweep.run.guard import dies_with_harness
 
     proc = subprocess.run(dies_with_harness(["/nonexistent/mpirun", "-n", "2"]),
                           capture_output=True, text=True)
@@ -369,6 +369,7 @@ def test_metrics_that_cannot_be_written_after_the_run_name_the_path(tmp_path, mo
     """ENOSPC when the harness writes metrics.json (the disk filled during the run),
     injected at the write: an error naming the file, never a traceback without a path."""
     import scalesweep.run.harness as harness
+    import scalesweep.run.run_record as run_record
     from scalesweep.platform.launch import Launch
     from scalesweep.record.pointdir import PointDirError
     from scalesweep.platform.site import load_site
@@ -389,7 +390,7 @@ def test_metrics_that_cannot_be_written_after_the_run_name_the_path(tmp_path, mo
     def full(path, record):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(harness, "write_metrics", full)
+    monkeypatch.setattr(run_record, "write_metrics", full)
     with pytest.raises(PointDirError) as exc:
         harness.execute(point, launch, str(out / "metrics.json"), str(out / "run.log"),
                         measurement={"sample_interval_s": 0.2, "max_outside_cpu_pct": 100,

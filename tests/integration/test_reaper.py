@@ -2,7 +2,7 @@
 
 The harness is a child subreaper (scalesweep.run.reaper): what a payload leaves running is
 stopped and reaped when the payload ends or the harness is interrupted; a SIGKILLed
-harness still takes its launcher's ranks and workers along (scalesweep.run.harness.
+harness still takes its launcher's ranks and workers along (scalesweep.run.guard.
 dies_with_harness); `scalesweep rerun` passes a Ctrl-C to Snakemake as Snakemake expects,
 so that its jobs stop and it releases its lock. Each attempt has one line in
 attempts.jsonl (written when it starts, completed when it ends) and its own log.

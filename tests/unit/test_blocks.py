@@ -16,8 +16,8 @@ import pytest
 from scalesweep.analyse.overhead import verdict_table
 from scalesweep.analyse.pairing import SAME_BLOCK
 
-from scalesweep.analyse.collect import (RUN_COLUMNS, campaign_record, overhead_summary,
-                                        scaling_summary, with_blocks)
+from scalesweep.analyse.collect import RUN_COLUMNS, with_blocks
+from scalesweep.analyse.summary import campaign_record, overhead_summary, scaling_summary
 from scalesweep.plan.sweep import SweepPoint, arms_of, block_order, sweep_points
 from scalesweep.record import columns
 

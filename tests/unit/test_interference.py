@@ -233,13 +233,13 @@ def measurement(**values) -> dict:
 
 
 def _probe(tmp_path: Path, monkeypatch, srun_body: str) -> dict:
-    import scalesweep.run.harness
-    from scalesweep.run.harness import InterferenceProbe
+    import scalesweep.run.watchers
+    from scalesweep.run.watchers import InterferenceProbe
     from scalesweep.platform.launch import Launch
 
     monkeypatch.setenv("PATH", _fake_srun(tmp_path, srun_body)["PATH"])
     # one stand-in watcher for two nodes: do not wait the real minute for the second
-    monkeypatch.setattr(scalesweep.run.harness, "WATCHERS_READY_TIMEOUT_S", 5)
+    monkeypatch.setattr(scalesweep.run.watchers, "WATCHERS_READY_TIMEOUT_S", 5)
     out = tmp_path / "point"
     out.mkdir()
     launch = Launch(runtime="native", launcher="srun", nodes=2, ranks_per_node=1, threads=1,

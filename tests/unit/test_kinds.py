@@ -67,12 +67,8 @@ def test_geometry_declared_once():
 SEGMENT_SPELLED = re.compile(r"""n\{[^}]*\}-g\{|-g\{[^}]*\}-r\{|n\\d\+-g\\d|n\(\?P<nodes>""")
 COLUMNS_SPELLED = re.compile(
     r"""["']nodes["'],\s*["']gpus["'],\s*["']ranks["'],\s*["']threads["']""")
-# files of work going on beside this change (issue #28's other steps): each still spells
-# the geometry; the list only shrinks (a file converted must leave it)
-GEOMETRY_PENDING = {
-    "workflow/scalesweep/campaign/cost.py",
-    "workflow/scalesweep/report/figures.py",
-}
+# files still spelling the geometry: none left, and it stays empty
+GEOMETRY_PENDING: set[str] = set()
 
 
 def _sources() -> list[Path]:
@@ -108,14 +104,8 @@ def test_the_checks_see_every_spelling():
 # a branch on a built-in kind's name: == "cnn", .eq("llm"), ... (the kind's class says it)
 KIND_BRANCH = re.compile(r"""(==|!=)\s*["'](cnn|llm)["']|\.(eq|isin)\(\s*["'](cnn|llm)["']"""
                          r"""|["'](cnn|llm)["']\s*(==|!=)|\bor\s+["'](cnn|llm)["']""")
-# the files of the helpers working beside this change: converted after the merge
-KIND_BRANCH_PENDING = {
-    "workflow/scalesweep/campaign/cost.py",
-    "workflow/scalesweep/plan/config.py",
-    "workflow/scalesweep/report/figures.py",
-    "workflow/scalesweep/report/rules.py",
-    "workflow/scalesweep/run/slurm.py",
-}
+# files still branching on a kind's name: none left, and it stays empty
+KIND_BRANCH_PENDING: set[str] = set()
 
 
 def test_no_file_branches_on_a_kinds_name():
@@ -152,7 +142,8 @@ def test_the_schema_names_the_registered_kinds():
 
 
 def test_every_kind_declares_what_its_users_read():
-    from scalesweep.measure.probe import KERNEL_OF_PAYLOAD
+    from scalesweep.analyse.pairing import probe_kernel
+    from scalesweep.measure.probe import KERNELS
     from scalesweep.record.metrics import FIELDS
 
     for kind in kinds.kinds():
@@ -161,8 +152,11 @@ def test_every_kind_declares_what_its_users_read():
         assert kind.merit.column and kind.merit.unit
         assert kinds.kind_of(kind.name) is kinds.kind_of(kind.record_payload) is kind
         assert kinds.kind_of({"payload": kind.name}) is kind
-    # measure.probe sits below plan (it cannot read the kinds): the two must agree
-    assert KERNEL_OF_PAYLOAD == {k.name: k.probe_kernel for k in kinds.kinds()}
+        # measure.probe sits below plan: the pairing passes it the kind's kernel
+        assert kind.probe_kernel in KERNELS
+        assert probe_kernel({"payload": kind.name}) == kind.probe_kernel
+        assert probe_kernel({"payload": kind.record_payload}) == kind.probe_kernel
+    assert probe_kernel({}) is None and probe_kernel({"payload": "docker"}) is None
     with pytest.raises(SweepError, match="unknown workload kind"):
         kinds.kind_of("docker")
 

@@ -106,6 +106,9 @@ def test_pair_probe_difference_pct():
     assert probe.pair_probe_difference_pct(a, b) == pytest.approx(25.0)  # 25 / 20 - 1
     assert probe.pair_probe_difference_pct(b, a) == pytest.approx(25.0)  # symmetric
     assert probe.pair_probe_difference_pct(a, a) == 0.0
+    # the kernel of the runs' kind alone, where the caller names it
+    assert probe.pair_probe_difference_pct(a, b, "gflops") == pytest.approx(100 * (100 / 95 - 1))
+    assert probe.pair_probe_difference_pct(a, b, "gbps") == pytest.approx(25.0)
     # a kernel missing on one side: the other decides; none in both rows: NaN (not judged)
     assert probe.pair_probe_difference_pct(a, {"probe_gflops": 110.0, "probe_gbps": np.nan}) \
         == pytest.approx(10.0)
@@ -204,9 +207,9 @@ def test_the_harness_probes_before_and_after_the_payload(tmp_path, monkeypatch):
 
 
 def test_a_failing_probe_does_not_fail_the_run(tmp_path, monkeypatch):
-    from scalesweep.run import harness
+    from scalesweep.run import watchers
 
-    monkeypatch.setattr(harness.machine_probe, "probe_command",
+    monkeypatch.setattr(watchers.machine_probe, "probe_command",
                         lambda nodes, launcher, python: ([python, "-c", "raise SystemExit(2)"], None))
     _, m = _execute(tmp_path, monkeypatch)
     assert m["probe"]["before"] == [] and m["probe"]["after"] == []

@@ -9,6 +9,9 @@ import pandas as pd
 import pytest
 
 from scalesweep.report import figures as rf
+from scalesweep.report import run_figures as rrf
+from scalesweep.report import run_tables as rtab
+from scalesweep.report import style as rstyle
 
 
 def texts(fig) -> str:
@@ -109,7 +112,7 @@ def test_efficiency_baseline_flags_name_their_series():
 
 def test_efficiency_empty_says_no_data():
     for empty in (pd.DataFrame(), pd.DataFrame(columns=["workload", "runtime", "count"])):
-        assert rf.NO_DATA in texts(rf.efficiency_figure(empty))
+        assert rstyle.NO_DATA in texts(rf.efficiency_figure(empty))
 
 
 # --- overhead -----------------------------------------------------------------------------
@@ -149,7 +152,7 @@ def test_overhead_two_runtimes_side_by_side():
 
 def test_overhead_empty_says_no_data_and_keeps_the_definition():
     fig = rf.overhead_figure(pd.DataFrame(columns=["workload", "runtime", "overhead_pct"]))
-    assert rf.NO_DATA in texts(fig) and "positive = container slower" in texts(fig)
+    assert rstyle.NO_DATA in texts(fig) and "positive = container slower" in texts(fig)
 
 
 # --- epochs, memory, start-up, completeness ---------------------------------------------
@@ -161,7 +164,7 @@ def metrics(runtime="native", ranks=1, repeat=1, epochs=(3.0, 2.0, 2.1), rss=900
 
 
 def test_epochs_table_marks_the_first_epoch_as_warmup():
-    df = rf.epochs_table([("a", metrics()), ("b", metrics(ranks=2, epochs=(4.0,)))])
+    df = rtab.epochs_table([("a", metrics()), ("b", metrics(ranks=2, epochs=(4.0,)))])
     assert list(df["epoch_s"]) == [3.0, 2.0, 2.1, 4.0]
     assert list(df["warmup"]) == [True, False, False, False]  # a single epoch is the steady one
     assert list(df["count"]) == [1, 1, 1, 2]
@@ -171,30 +174,30 @@ def test_epoch_figure_shows_warmup_and_steady_epochs():
     recs = [(str(i), metrics(runtime=rt, ranks=r, repeat=rep))
             for i, (rt, r, rep) in enumerate([(rt, r, rep) for rt in ("native", "charliecloud")
                                               for r in (1, 2) for rep in (1, 2)])]
-    fig = rf.epoch_time_figure(rf.epochs_table(recs))
+    fig = rrf.epoch_time_figure(rtab.epochs_table(recs))
     assert "first epoch (warm-up)" in texts(fig) and "24 epochs of 8 runs" in texts(fig)
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["1", "2"]
 
 
 def test_epoch_figure_empty_and_llm_only():
-    assert rf.NO_DATA in texts(rf.epoch_time_figure(rf.epochs_table([])))
+    assert rstyle.NO_DATA in texts(rrf.epoch_time_figure(rtab.epochs_table([])))
     llm = metrics(epochs=())
-    assert rf.NO_DATA in texts(rf.epoch_time_figure(rf.epochs_table([("x", llm)])))
+    assert rstyle.NO_DATA in texts(rrf.epoch_time_figure(rtab.epochs_table([("x", llm)])))
 
 
 def test_memory_figure_labels_bars_and_survives_missing_values():
     runs = pd.DataFrame(dict(workload="cnn", runtime=["native", "native", "charliecloud"],
                              count=[1, 1, 1], nodes=1, threads=1, gpus=0, payload="cnn",
                              peak_rss_mb=[900.0, 910.0, np.nan]))
-    fig = rf.memory_figure(runs)
+    fig = rrf.memory_figure(runs)
     assert "905 MB" in texts(fig) and "largest rank" in texts(fig)
-    assert rf.NO_DATA in texts(rf.memory_figure(runs.assign(peak_rss_mb=np.nan)))
-    assert rf.NO_DATA in texts(rf.memory_figure(pd.DataFrame()))
+    assert rstyle.NO_DATA in texts(rrf.memory_figure(runs.assign(peak_rss_mb=np.nan)))
+    assert rstyle.NO_DATA in texts(rrf.memory_figure(pd.DataFrame()))
 
 
 def test_scale_labels_keep_geometries_apart():
     df = pd.DataFrame(dict(count=[2, 2, 1], nodes=[1, 2, 1], threads=1))
-    labels, order = rf._scale_labels(df)
+    labels, order = rstyle._scale_labels(df)
     assert order == ["1\n(n1)", "2\n(n1)", "2\n(n2)"] and labels.iloc[1] == "2\n(n2)"
 
 
@@ -209,40 +212,40 @@ STARTUP = {"runtime": "charliecloud", "image_digest": "sha256:abc", "start": "t0
 
 
 def test_startup_table_and_figure():
-    table = rf.startup_table([STARTUP])
+    table = rtab.startup_table([STARTUP])
     assert list(table["probe"]) == ["noop", "import_torch"]  # probe order, not alphabetical
     assert table.loc[1, "startup_overhead_s"] == pytest.approx(0.2)
-    assert list(table.columns) == rf.STARTUP_COLUMNS
-    samples = rf.startup_samples([STARTUP])
+    assert list(table.columns) == rtab.STARTUP_COLUMNS
+    samples = rtab.startup_samples([STARTUP])
     assert len(samples) == 12 and set(samples["side"]) == {"native", "container"}
-    fig = rf.startup_figure(samples)
+    fig = rrf.startup_figure(samples)
     assert "+200 ms" in texts(fig) and "+4 ms" in texts(fig)
     assert "not part of the container overhead" in texts(fig)
     assert fig.axes[0].get_yscale() == "log"
 
 
 def test_startup_empty():
-    assert rf.startup_table([]).empty and list(rf.startup_table([]).columns) == rf.STARTUP_COLUMNS
-    assert rf.NO_DATA in texts(rf.startup_figure(rf.startup_samples([])))
+    assert rtab.startup_table([]).empty and list(rtab.startup_table([]).columns) == rtab.STARTUP_COLUMNS
+    assert rstyle.NO_DATA in texts(rrf.startup_figure(rtab.startup_samples([])))
 
 
 def test_missing_table_and_completeness_figure():
     pts = points(("done", "done", "missing", "failed"))
-    missing = rf.missing_table(pts)
+    missing = rtab.missing_table(pts)
     assert list(missing["state"]) == ["missing", "failed"]
     assert missing.loc[1, "reason"] == "killed by signal SIGKILL" and missing.loc[0, "reason"] == ""
-    assert list(missing.columns) == rf.MISSING_COLUMNS
-    fig = rf.completeness_figure(pts)
+    assert list(missing.columns) == rtab.MISSING_COLUMNS
+    fig = rrf.completeness_figure(pts)
     text = texts(fig)
     assert "2 of 4 requested runs finished" in text and "1 failed" in text and "1 missing" in text
-    assert rf.missing_table(points(("done",))).empty
-    assert rf.NO_DATA in texts(rf.completeness_figure(pd.DataFrame()))
+    assert rtab.missing_table(points(("done",))).empty
+    assert rstyle.NO_DATA in texts(rrf.completeness_figure(pd.DataFrame()))
 
 
 def test_not_done_note():
-    assert rf.not_done_note(None) == ""
-    assert rf.not_done_note(points(("done", "done"))) == "all 2 requested points finished"
-    assert rf.not_done_note(points(), workload="other") == ""
+    assert rstyle.not_done_note(None) == ""
+    assert rstyle.not_done_note(points(("done", "done"))) == "all 2 requested points finished"
+    assert rstyle.not_done_note(points(), workload="other") == ""
 
 
 def test_provenance_table_collects_versions_and_digests():
@@ -254,19 +257,19 @@ def test_provenance_table_collects_versions_and_digests():
                          repeat=1), "engine": {"name": "llamacpp", "version": "0.3.36"},
            "model": {"name": "m", "sha256": "s"}, "slurm_job_id": "7",
            "host": {"python": "3.11.7", "platform": "Linux"}}
-    df = rf.provenance_table([("c.json", cnn), ("l.json", llm)])
-    assert list(df.columns) == rf.PROVENANCE_COLUMNS
+    df = rtab.provenance_table([("c.json", cnn), ("l.json", llm)])
+    assert list(df.columns) == rtab.PROVENANCE_COLUMNS
     c, l_ = df.iloc[0], df.iloc[1]
     assert (c["hosts"], c["slurm_job_id"], c["image_builder"], c["torch"]) == \
         ("a;b", "42", "charliecloud 0.31", "2.13.0+cpu")
     assert (l_["engine_version"], l_["slurm_job_id"], l_["python"]) == ("0.3.36", "7", "3.11.7")
     assert l_["image_digest"] is None or math.isnan(l_["image_digest"])
-    assert rf.provenance_table([]).empty
+    assert rtab.provenance_table([]).empty
 
 
 def test_runtime_colours_are_stable():
-    one = rf.runtime_palette(["charliecloud"])
-    two = rf.runtime_palette(["native", "charliecloud", "apptainer"])
+    one = rstyle.runtime_palette(["charliecloud"])
+    two = rstyle.runtime_palette(["native", "charliecloud", "apptainer"])
     assert one["charliecloud"] == two["charliecloud"] != two["native"]
 
 
@@ -320,21 +323,21 @@ def test_completeness_counts_disturbed_runs_apart():
     pts = points(("done", "disturbed", "done", "done"))
     pts["reason"] = pts["reason"].astype(object)
     pts.loc[1, "reason"] = "outside processes used 40%"
-    text = texts(rf.completeness_figure(pts))
+    text = texts(rrf.completeness_figure(pts))
     assert "3 of 4 requested runs finished" in text and "1 disturbed" in text
-    assert rf.missing_table(pts).empty  # finished, so not in the missing table
-    assert rf.not_done_note(pts) == "all 4 requested points finished"
+    assert rtab.missing_table(pts).empty  # finished, so not in the missing table
+    assert rstyle.not_done_note(pts) == "all 4 requested points finished"
 
 
 def test_epochs_and_provenance_carry_disturbance_and_allocation():
     m = metrics(disturbed=True, interference={"reasons": ["busy"]},
                 allocation={"shared_cores": True, "exclusive": False, "cpus_bound": "0-1"})
-    epochs = rf.epochs_table([("a", m), ("b", metrics(repeat=2))])
+    epochs = rtab.epochs_table([("a", m), ("b", metrics(repeat=2))])
     assert epochs["disturbed"].tolist() == [True] * 3 + [False] * 3
     assert epochs["shared_cores"].tolist() == [True] * 3 + [False] * 3
-    fig = rf.epoch_time_figure(epochs)
+    fig = rrf.epoch_time_figure(epochs)
     assert "1 disturbed runs" in texts(fig) and "not physical" in texts(fig)
-    prov = rf.provenance_table([("a", m)]).iloc[0]
+    prov = rtab.provenance_table([("a", m)]).iloc[0]
     assert (prov["disturbed"], prov["disturbed_reason"], prov["shared_cores"],
             prov["cpus_bound"]) == (True, "busy", True, "0-1")
 
@@ -354,6 +357,7 @@ def test_scaling_figure_draws_the_tables_ci_not_a_bootstrap():
 
 def test_llm_figure_one_row_per_model_with_the_tables_ci_and_synthetic_label():
     from scalesweep.analyse import collect
+    from scalesweep.analyse import summary
 
     from scalesweep.report import plots
     rows = []
@@ -365,7 +369,7 @@ def test_llm_figure_one_row_per_model_with_the_tables_ci_and_synthetic_label():
                 "wall_s": wall + rep * 0.1, "tokens_per_s": 30.0 + rep,
                 "model": {"name": model, "synthetic": synthetic}}, f"{model}{rt}{rep}", "llm"))
     runs = pd.DataFrame(rows)
-    table = collect.llm_summary(runs)
+    table = summary.llm_summary(runs)
     fig = plots.llm_figure(runs, table)
     assert len(fig.axes) == 4  # two models, never pooled
     text = texts(fig)
@@ -375,7 +379,7 @@ def test_llm_figure_one_row_per_model_with_the_tables_ci_and_synthetic_label():
     time_axes = [ax for ax in fig.axes if ax.get_title(loc="left") == "llm: real"][0]
     assert (pytest.approx(real["ci95_low"]), pytest.approx(real["ci95_high"])) in [
         (pytest.approx(lo), pytest.approx(hi)) for lo, hi in errorbar_segments(time_axes)]
-    assert rf.NO_DATA not in text and "no finished LLM runs" in texts(plots.llm_figure(pd.DataFrame()))
+    assert rstyle.NO_DATA not in text and "no finished LLM runs" in texts(plots.llm_figure(pd.DataFrame()))
 
 
 # --- layout: titles that fit, legends beside the data (issue #27) ---------------------------
@@ -496,7 +500,7 @@ def test_memory_figure_error_bars_are_the_95_ci_of_the_bars_and_name_the_measure
     runs = pd.DataFrame([dict(workload="cnn_ddp", payload="cnn", runtime=rt, count=1, nodes=1,
                               gpus=0, threads=1, repeat=i, peak_rss_mb=v)
                          for rt, values in peaks.items() for i, v in enumerate(values, 1)])
-    fig = rf.memory_figure(runs, title="cnn_ddp: peak memory")
+    fig = rrf.memory_figure(runs, title="cnn_ddp: peak memory")
     expected = describe_repeats(runs, ["runtime"], "peak_rss_mb")
     drawn = np.array(sorted(errorbar_segments(fig.axes[0])))
     assert drawn == pytest.approx(np.array(sorted(zip(expected["ci95_low"],
@@ -508,15 +512,15 @@ def test_memory_figure_error_bars_are_the_95_ci_of_the_bars_and_name_the_measure
 
 
 def test_other_figures_keep_titles_and_legends_inside_the_figure_beside_the_data():
-    startup = rf.startup_samples([{"runtime": "charliecloud", "probes": {
+    startup = rtab.startup_samples([{"runtime": "charliecloud", "probes": {
         probe: {side: {"samples_s": [base * f for f in (1.0, 1.1, 0.9)]}
                 for side, base in (("native", 0.01), ("container", 0.02))}
-        for probe in rf.STARTUP_PROBES}}])
+        for probe in rtab.STARTUP_PROBES}}])
     figures = {
         "efficiency": rf.efficiency_figure(scaling(flag_2="high_variance",
                                                    runtimes=("native", "charliecloud"))),
         "overhead": rf.overhead_figure(overhead(runtimes=("native-aa", "charliecloud"))),
-        "startup": rf.startup_figure(startup),
+        "startup": rrf.startup_figure(startup),
     }
     for name, fig in figures.items():
         assert layout_problems(fig) == [], name

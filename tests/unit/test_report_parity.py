@@ -15,9 +15,11 @@ from scipy import stats
 
 from scalesweep.analyse import collect
 
+from scalesweep.analyse import summary
+
 from scalesweep.platform.site import SiteError, load_site
 from scalesweep.report import tables as rt
-from scalesweep.report.figures import PROVENANCE_COLUMNS, provenance_table
+from scalesweep.report.run_tables import PROVENANCE_COLUMNS, provenance_table
 
 GEOMETRY = dict(nodes=1, gpus=0, ranks=2, threads=1)
 
@@ -414,7 +416,7 @@ def test_llm_summary_tokens_per_gpu_and_per_node():
                               ranks=1, threads=2, repeat=rep),
                 "wall_s": 10.0 + rep, "tokens_per_s": tokens, "model": {"name": "m"}},
                 f"{nodes}{gpus}{rep}", "llm"))
-    table = collect.llm_summary(pd.DataFrame(rows))
+    table = summary.llm_summary(pd.DataFrame(rows))
     gpu = table[table["gpus"] == 4].iloc[0]
     hm = 3 / (1 / 80 + 1 / 88 + 1 / 96)  # total tokens over total time
     assert gpu["tokens_per_s"] == pytest.approx(hm)

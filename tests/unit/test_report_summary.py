@@ -223,6 +223,7 @@ def test_provenance_requires_block_and_probe_where_runs_csv_has_them():
 def test_rules_and_significance_on_the_aggregation_s_own_tables():
     """The tables as scalesweep.analyse.collect makes them for aggregate (same-block pairs)."""
     from scalesweep.analyse import collect
+    from scalesweep.analyse import summary
 
     cfg = tiny_config()
     cfg["workloads"] = {"cnn": cfg["workloads"]["cnn_ddp"]}
@@ -231,8 +232,8 @@ def test_rules_and_significance_on_the_aggregation_s_own_tables():
     runs = runs_table(n=5).assign(arm="apptainer")
     if hasattr(collect, "with_blocks"):
         runs = collect.with_blocks(runs)
-    tables = {"runs": runs, "scaling": collect.scaling_summary(runs, cfg),
-              "llm": collect.llm_summary(runs), "overhead": collect.overhead_summary(runs, cfg),
+    tables = {"runs": runs, "scaling": summary.scaling_summary(runs, cfg),
+              "llm": summary.llm_summary(runs), "overhead": summary.overhead_summary(runs, cfg),
               "points": points_table()}
     assert len(tables["overhead"]) == 2 and len(tables["scaling"]) == 4
     rules = by_rule(report_rules.rules_table(**tables))

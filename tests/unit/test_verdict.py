@@ -16,6 +16,8 @@ import yaml
 from scipy import stats
 
 from scalesweep.analyse import collect
+
+from scalesweep.analyse import summary
 from scalesweep.analyse.overhead import VERDICT_COLUMNS, overhead_table, verdict_table
 from scalesweep.analyse.scaling import scaling_table
 from scalesweep.analyse.stats import fieller_from_moments
@@ -315,7 +317,7 @@ def summary_runs():
 
 
 def test_overhead_summary_rows_verdicts_models_and_shared_cores():
-    table = collect.overhead_summary(summary_runs(), CONFIG)
+    table = summary.overhead_summary(summary_runs(), CONFIG)
     assert len(table) == 2 * 2 + 2 * 2  # cnn 2 geometries x 2 runtimes; llm 2 models x 2
     assert set(table["runtime"]) == {"native-aa", "charliecloud"}
     assert (table["margin_pct"] == 3.0).all() and (table["target_ci_pp"] == 1.5).all()
@@ -334,13 +336,13 @@ def test_overhead_summary_rows_verdicts_models_and_shared_cores():
 
 def test_scaling_and_llm_summaries():
     runs = summary_runs()
-    scaling = collect.scaling_summary(runs, CONFIG)
+    scaling = summary.scaling_summary(runs, CONFIG)
     native = scaling[scaling["runtime"] == "native"].set_index("count")
     # native's runs of both arms are repeats of one count (independent runs)
     assert native.loc[1, "n"] == 6 and native.loc[1, "n_disturbed"] == 2
     assert native.loc[2, "shared_cores"] and not native.loc[1, "shared_cores"]
     assert {"efficiency_ci95_low_pct", "efficiency_ci95_high_pct", "note"} <= set(scaling.columns)
-    llm = collect.llm_summary(runs)
+    llm = summary.llm_summary(runs)
     assert len(llm) == 6 and set(llm["model_label"]) == {"tiny (synthetic weights)", "real"}
     row = llm[(llm["model"] == "real") & (llm["runtime"] == "native")].iloc[0]
     assert row["mean"] == pytest.approx(40, rel=0.01) and row["tokens_per_s"] == pytest.approx(3 / (1 / 31 + 1 / 32 + 1 / 33))

@@ -15,7 +15,8 @@ import yaml
 from scipy import stats
 
 from conftest import REPO, config_text, with_site, write_site
-from scalesweep.campaign import cost as plan
+from scalesweep.campaign import history as plan_history
+from scalesweep.campaign import profile as plan_profile
 from scalesweep.plan.adaptive import MIN_COMPARED
 from scalesweep.plan.config import load_config
 from scalesweep.plan.sweep import SweepPoint, sweep_points
@@ -207,14 +208,14 @@ def test_profile_runtime_overrides_and_list_forms(tmp_path):
         "default-resources": ["runtime=15", "mem_mb=0"],
         "set-resources": ["run_point:runtime=10*attempt"],
     }))
-    merged = plan.read_profile(profile)
+    merged = plan_profile.read_profile(profile)
     assert merged["keep-going"] is True  # profiles/default underneath
-    assert plan.attempts_of(merged) == 3 and plan.support_runtime_min(merged) == 15
+    assert plan_profile.attempts_of(merged) == 3 and plan_profile.support_runtime_min(merged) == 15
     config = frontier_like(tmp_path, nodes=(2,))
-    assert [plan.point_runtime_min(config, merged, "cnn_ddp", a) for a in (1, 2, 3)] == \
+    assert [plan_profile.point_runtime_min(config, merged, "cnn_ddp", a) for a in (1, 2, 3)] == \
         [10, 20, 30]
-    assert plan.point_runtime_min(config, plan.read_profile(None), "cnn_ddp", 2) == 480
-    assert plan.minutes("'__import__(\"os\")'") is None  # arithmetic only, never code
+    assert plan_profile.point_runtime_min(config, plan_profile.read_profile(None), "cnn_ddp", 2) == 480
+    assert plan_profile.minutes("'__import__(\"os\")'") is None  # arithmetic only, never code
 
 
 # --- expectations from earlier campaigns -------------------------------------------------------
@@ -228,14 +229,14 @@ def test_expected_times_by_point_nodes_and_fit(tmp_path):
                 "point": p.as_dict(), "epoch_s": [1.0, 1.0], "train_s": 2.0,
                 "images_per_s": 1.0, "final_loss": 0.1, "final_accuracy": 0.9,
                 "harness_wall_s": wall * factor})
-    runs = plan.campaign_history([history])
+    runs = plan_history.campaign_history([history])
     points = pd.DataFrame([
         SweepPoint("cnn_ddp", "native", 2, 8, 8, 7, 1).as_dict(),  # measured: point
         SweepPoint("cnn_ddp", "native", 4, 4, 4, 7, 1).as_dict(),  # other geometry: nodes
         SweepPoint("cnn_ddp", "native", 16, 8, 8, 7, 1).as_dict(),  # not run: fit
         SweepPoint("cnn_ddp", "apptainer", 2, 8, 8, 7, 1).as_dict(),  # nothing: requested
     ])
-    out = plan.expected_seconds(points, runs)
+    out = plan_history.expected_seconds(points, runs)
     assert out["expected_source"].tolist() == ["point", "nodes", "fit", "requested"]
     assert out["expected_s"].iloc[0] == pytest.approx(520)
     assert out["expected_s"].iloc[1] == pytest.approx(280)
@@ -335,7 +336,8 @@ def test_plan_reads_the_measurement_settings_validation_filled_in(tmp_path):
 
     schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
     measurement = schema["properties"]["measurement"]["properties"]
-    source = (REPO / "workflow" / "scalesweep" / "campaign" / "cost.py").read_text()
+    source = "".join((REPO / "workflow" / "scalesweep" / "campaign" / f"{name}.py").read_text()
+                     for name in ("cost", "estimate", "history", "profile", "dry_run"))
     for key in ("max_repeats", "target_ci_pp"):
         assert not re.search(rf"""get\(\s*['"]{key}['"]\s*,""", source), key
     cfg = frontier_like(tmp_path, nodes=(1,), repeats=3)

@@ -643,7 +643,7 @@ def test_a_dry_run_summary_that_cannot_be_made_is_one_line_naming_why(frontier, 
     exception shows as "Exception ignored in atexit callback" and a traceback: one that
     cannot be made (here: a listed point of a workload the config lacks) is one line
     on stderr naming the error, and nothing on stdout; one that can, the summary."""
-    from scalesweep.campaign.cost import print_dry_run_summary
+    from scalesweep.campaign.dry_run import print_dry_run_summary
 
     gone = SweepPoint("gone", "native", 1, 0, 1, 1, 1)
     print_dry_run_summary({gone.path: (gone, 1, 30)}, frontier, None)

@@ -69,7 +69,7 @@ def test_weak_scaling_workloads_get_weak_efficiency_and_say_so():
     import pandas as pd
 
     from conftest import tiny_config
-    from scalesweep.analyse.collect import scaling_summary
+    from scalesweep.analyse.summary import scaling_summary
 
     config = tiny_config()
     config["workloads"]["weak"] = dict(config["workloads"]["cnn_ddp"], scaling="weak")

@@ -11,7 +11,7 @@ rule aggregate:
         llm=report_table("llm"),
         overhead=report_table("overhead"),
         points="results/summary/points.csv",
-        # the settings the verdicts rest on (scalesweep.analyse.collect.campaign_record)
+        # the settings the verdicts rest on (scalesweep.analyse.summary.campaign_record)
         campaign="results/summary/campaign.json",
     log:
         "logs/aggregate.log",

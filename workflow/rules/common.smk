@@ -775,7 +775,7 @@ def profile_problem(args):
 # line the point launches its payload with inside the job (scalesweep.run.slurm.
 # srun_template: the harness's own launch, with the payload's arguments). One params
 # function, also the profile check: one call per job. A dry run ends with a summary
-# (scalesweep.campaign.cost.dry_run_summary).
+# (scalesweep.campaign.dry_run.dry_run_summary).
 import atexit  # noqa: E402
 
 from scalesweep.platform.snakemake_adapter import default_resources  # noqa: E402
@@ -828,11 +828,11 @@ DRY_RUN_LISTED = {}
 
 def print_dry_run_summary():
     """The end of a dry run on a Slurm site (atexit: Snakemake runs no onsuccess or
-    onerror hook in a dry run; scalesweep.campaign.cost.print_dry_run_summary, one line where it
+    onerror hook in a dry run; scalesweep.campaign.dry_run.print_dry_run_summary, one line where it
     cannot be made). Nothing where no run_point job was listed or this run refused one
     (REFUSED: Snakemake stopped)."""
     if DRY_RUN_LISTED and not REFUSED:
-        from scalesweep.campaign.cost import print_dry_run_summary as print_summary
+        from scalesweep.campaign.dry_run import print_dry_run_summary as print_summary
 
         print_summary(DRY_RUN_LISTED, config, SLURM_SETTINGS)
 

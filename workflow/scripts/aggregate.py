@@ -11,13 +11,11 @@ from pathlib import Path
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # noqa: F821
 
-from scalesweep.analyse.collect import (  # noqa: E402
+from scalesweep.analyse.collect import collect_runs, point_states, runs_points  # noqa: E402
+from scalesweep.analyse.summary import (  # noqa: E402
     campaign_record,
-    collect_runs,
     llm_summary,
     overhead_summary,
-    point_states,
-    runs_points,
     scaling_summary,
 )
 from scalesweep.plan.sweep import HISTORY_DIR, sweep_points  # noqa: E402

@@ -1,5 +1,5 @@
 """Snakemake glue: runs.csv -> llm.png. The bars and 95% CIs are llm.csv's: the same
-scalesweep.analyse.collect.llm_summary of the same runs (disturbed runs left out, one row of panels
+scalesweep.analyse.summary.llm_summary of the same runs (disturbed runs left out, one row of panels
 per model)."""
 
 import sys

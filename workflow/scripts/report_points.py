@@ -9,7 +9,8 @@ sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # no
 
 import pandas as pd  # noqa: E402
 
-from scalesweep.report.figures import completeness_figure, missing_table  # noqa: E402
+from scalesweep.report.run_figures import completeness_figure  # noqa: E402
+from scalesweep.report.run_tables import missing_table  # noqa: E402
 
 sm = snakemake  # noqa: F821
 points = pd.read_csv(sm.input.points, dtype={"reason": str, "log": str})

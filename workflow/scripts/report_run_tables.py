@@ -7,7 +7,7 @@ sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # noqa: F821
 
 from scalesweep.analyse.collect import readable_runs  # noqa: E402
-from scalesweep.report.figures import epochs_table, provenance_table  # noqa: E402
+from scalesweep.report.run_tables import epochs_table, provenance_table  # noqa: E402
 
 sm = snakemake  # noqa: F821
 records = [(path, m) for path, m, _ in readable_runs(

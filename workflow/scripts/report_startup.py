@@ -8,7 +8,8 @@ sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # noqa: F821
 
 from scalesweep.record.metrics import read_metrics  # noqa: E402
-from scalesweep.report.figures import startup_figure, startup_samples, startup_table  # noqa: E402
+from scalesweep.report.run_figures import startup_figure  # noqa: E402
+from scalesweep.report.run_tables import startup_samples, startup_table  # noqa: E402
 
 sm = snakemake  # noqa: F821
 records = [read_metrics(path) for path in sm.input]

@@ -32,8 +32,8 @@ def read(path):
 
 tables = {name: read(getattr(sm.input, name))
           for name in ("runs", "scaling", "llm", "overhead", "points")}
-try:  # the level the campaign's verdicts used (scalesweep.analyse.collect.campaign_settings)
-    from scalesweep.analyse.collect import campaign_settings
+try:  # the level the campaign's verdicts used (scalesweep.analyse.summary.campaign_settings)
+    from scalesweep.analyse.summary import campaign_settings
 
     confidence = float(campaign_settings(sm.config)["confidence"])
 except (ImportError, KeyError):

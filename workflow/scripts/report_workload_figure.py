@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # no
 import pandas as pd  # noqa: E402
 
 from scalesweep.report import figures as rf  # noqa: E402
+from scalesweep.report import run_figures as rrf  # noqa: E402
 
 sm = snakemake  # noqa: F821
 workload = sm.wildcards.workload
@@ -30,9 +31,9 @@ if sm.rule == "report_efficiency":
 elif sm.rule == "report_overhead":
     fig = rf.overhead_figure(read("overhead"), points, title=f"{workload}: container overhead")
 elif sm.rule == "report_epoch_times":
-    fig = rf.epoch_time_figure(read("epochs"), points, title=f"{workload}: per-epoch time")
+    fig = rrf.epoch_time_figure(read("epochs"), points, title=f"{workload}: per-epoch time")
 elif sm.rule == "report_memory":
-    fig = rf.memory_figure(read("runs"), points, title=f"{workload}: peak memory")
+    fig = rrf.memory_figure(read("runs"), points, title=f"{workload}: peak memory")
 else:
     raise ValueError(f"report_workload_figure.py: no figure for rule {sm.rule}")
 fig.savefig(sm.output[0], dpi=120)

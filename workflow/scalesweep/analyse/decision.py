@@ -3,7 +3,7 @@
 ``decide`` reads the runs of one series (``scalesweep.plan.adaptive.Series``) measured so
 far and forms the comparisons with native as the published verdict forms them (same-block
 pairs, ``scalesweep.analyse.pairing.block_pairs`` and ``overhead_verdict``, under the
-campaign's settings, ``scalesweep.analyse.collect.campaign_settings``); the workflow
+campaign's settings, ``scalesweep.analyse.summary.campaign_settings``); the workflow
 (``workflow/scripts/decide_repeats.py``) writes its record, and
 ``scalesweep.plan.adaptive`` walks the records (``wants_more``, ``asked_points``).
 ``blocks_at_spread``: the blocks a series measures at a given spread, by the same
@@ -18,7 +18,7 @@ import numpy as np
 
 from scalesweep.analyse.pairing import block_pairs
 from scalesweep.analyse.verdict import overhead_verdict
-from scalesweep.analyse.collect import campaign_settings
+from scalesweep.analyse.summary import campaign_settings
 from scalesweep.plan.adaptive import MIN_COMPARED, Series, repeat_bounds, wants_more
 from scalesweep.plan.sweep import REFERENCE, is_native
 

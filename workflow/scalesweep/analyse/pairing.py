@@ -71,8 +71,9 @@ def block_pairs(native: dict, other: dict, time_col: str = "time_s", how: str = 
     if probe_tolerance_pct is not None:
         from scalesweep.measure.probe import pair_probe_difference_pct
 
-        alike = [k for k in common if not pair_probe_difference_pct(native[k], other[k])
-                 > probe_tolerance_pct]  # NaN (no probe): kept
+        alike = [k for k in common if not pair_probe_difference_pct(
+                     native[k], other[k], probe_kernel(native[k])) > probe_tolerance_pct]
+        # NaN (no probe): kept
         machine, common = len(common) - len(alike), alike
     # Under Slurm the two runs of a block may get different nodes: pairs measured on
     # the same nodes are preferred, where at least two such pairs exist.
@@ -85,6 +86,21 @@ def block_pairs(native: dict, other: dict, time_col: str = "time_s", how: str = 
     if len(common) < 2:
         return Pairs(how=how, split=split, machine_differs=machine, surviving=times)
     return Pairs(times[0], times[1], how, split, machine)
+
+
+def probe_kernel(row) -> str | None:
+    """The probe kernel of a run row's workload kind (``probe_kernel``: the one that stands
+    for how its payload uses the machine); None (both kernels) where the row names no
+    kind the registry knows."""
+    from scalesweep.plan.kinds import SweepError, kind_of
+
+    payload = row.get("payload") if hasattr(row, "get") else None
+    if not isinstance(payload, str) or not payload:
+        return None
+    try:
+        return kind_of(payload).probe_kernel
+    except SweepError:
+        return None
 
 
 def natural_key(value):

@@ -161,7 +161,7 @@ def campaign_of(args, runs: pd.DataFrame, overrides: dict) -> dict | None:
     None/False); None otherwise (the table is analysed with the options' defaults)."""
     import json
 
-    from scalesweep.analyse.collect import CAMPAIGN_JSON
+    from scalesweep.analyse.summary import CAMPAIGN_JSON
 
     record_path = Path(args.file).parent / CAMPAIGN_JSON
     if not record_path.is_file() or not {"block_id", "payload", "arm"} <= set(runs.columns):
@@ -209,7 +209,7 @@ def run_scaling(args: argparse.Namespace) -> int:
         "--group-by": args.group_by, "--time-col": args.time_col if args.time_col != "time_s" else None,
         "--cv-threshold": args.cv_threshold})
     if record is not None:
-        from scalesweep.analyse.collect import scaling_summary
+        from scalesweep.analyse.summary import scaling_summary
 
         table = _campaign_table(args, scaling_summary, runs, record, "scaling.csv")
         print_table(table, args.format)
@@ -241,7 +241,7 @@ def run_overhead(args: argparse.Namespace) -> int:
                                if args.baseline_runtime != "native" else None),
         "--time-col": args.time_col if args.time_col != "time_s" else None})
     if record is not None:
-        from scalesweep.analyse.collect import overhead_summary
+        from scalesweep.analyse.summary import overhead_summary
         from scalesweep.report.significance import add_q_values
 
         table = add_q_values(

@@ -230,22 +230,18 @@ def summary(record: Mapping | None) -> dict[str, float | None]:
     return out
 
 
-# the kernel that stands for how a payload uses the machine: compute-bound training,
-# memory-bandwidth-bound decoding (scalesweep.analyse.drift correlates with the same one)
-KERNEL_OF_PAYLOAD = {"cnn": "gflops", "llm": "gbps"}
-
-
-def pair_probe_difference_pct(row_a: Mapping, row_b: Mapping) -> float:
-    """How far apart the machines two runs saw were, in percent, on the kernel of their
-    payload (``KERNEL_OF_PAYLOAD`` by the rows' ``payload``; both kernels where it is not
-    known): for each such kernel (runs.csv's ``probe_gflops``, ``probe_gbps``) present in
-    both rows, 100 x (faster / slower - 1); the larger. NaN where no kernel is in both rows
+def pair_probe_difference_pct(row_a: Mapping, row_b: Mapping, kernel: str | None = None) -> float:
+    """How far apart the machines two runs saw were, in percent, on ``kernel`` (the one
+    that stands for how their payload uses the machine: its workload kind's
+    ``probe_kernel``, "gflops" for compute-bound training, "gbps" for memory-bound
+    decoding; both kernels where None): for each such kernel (runs.csv's
+    ``probe_gflops``, ``probe_gbps``) present in both rows, 100 x (faster / slower - 1);
+    the larger. NaN where no kernel is in both rows
     (a run measured before the probe existed, or whose probe failed) and where either run's
     own probe changed by more than that between its start and end (``probe_change_pct``:
     the probe could not tell the machine's speed during that run): such a pair is not
     judged. Rows: dicts or pandas Series. The pairing leaves out a pair whose difference
     exceeds ``measurement.probe_tolerance_pct``."""
-    kernel = KERNEL_OF_PAYLOAD.get(str(row_a.get("payload")))
     diffs = []
     for figure in ([kernel] if kernel else KERNELS):
         a, b = _number(row_a.get(f"probe_{figure}")), _number(row_b.get(f"probe_{figure}"))

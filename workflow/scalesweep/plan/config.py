@@ -16,6 +16,8 @@ from typing import Any, Iterable, Sequence
 
 import yaml
 
+from scalesweep.plan.payload_scripts import llm_engines, model_context, payload_script
+
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 SNAKEFILE = REPO / "Snakefile"
@@ -152,7 +154,7 @@ def check_dataset_sources(config: dict, directory: str | Path = ".") -> None:
     datasets = config.get("datasets") or {}
     chosen = Selection.of(config).workloads  # only: {workloads: [...]}: the others stage nothing
     used = {config["workloads"][w].get("dataset") for w in enabled_workloads(config)
-            if config["workloads"][w].get("payload") == "cnn" and (chosen is None or w in chosen)}
+            if _kind(config["workloads"][w]).stages_dataset and (chosen is None or w in chosen)}
     for name in sorted(n for n in used if n in datasets):
         ds = datasets[name]
         if ds["source"] == "synthetic" or Path(directory, STAGED_DIR, name).is_dir():
@@ -229,40 +231,15 @@ def offered_runtimes(config: dict) -> None:
                 raise RuntimeNotOffered(f"site {site.get('name', '?')!r}: {exc}") from None
 
 
-@functools.cache
-def payload_script(name: str):
-    """A payload script of scripts/ as a module (what it declares, read where it is
-    declared: their imports are light, torch is imported only when they run)."""
-    import importlib.util
-    import sys
+def _kind(wl: dict):
+    """The kind a workload's ``payload`` names (scalesweep.plan.kinds); one declaring
+    nothing where it names none the registry knows (the schema reports that)."""
+    from scalesweep.plan.kinds import SweepError, WorkloadKind, kind_of
 
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
-def llm_engines():
-    """The payload's engine registry (scripts/llm_engines.py: standard library only), so
-    that what an engine can run is declared once, on its class."""
-    return payload_script("llm_engines")
-
-
-def model_context(model: dict, directory: str | Path = ".") -> tuple[int | None, str]:
-    """(context length in tokens, where it comes from) of a config ``models.<name>``: a
-    synthetic model's is its generator's (scripts/make_synthetic_llm.py, which
-    stage_model runs with its defaults), a GGUF file's its metadata where the file is
-    readable now (its path as stage_model reads it: '~' expanded, relative to the
-    campaign ``directory``, where the staging job runs); None where unknown before
-    staging (an Ollama registry model: the engine's own context bounds it)."""
-    if model.get("source") == "synthetic":
-        ctx = payload_script("make_synthetic_llm").SyntheticConfig().ctx
-        return ctx, "its generator's context_length, scripts/make_synthetic_llm.py"
-    if model.get("source") == "gguf-file" and model.get("path"):
-        path = Path(directory, Path(model["path"]).expanduser())
-        return llm_engines().gguf_context_length(path), f"the context_length in {path}"
-    return None, ""
+    try:
+        return kind_of(wl)
+    except SweepError:
+        return WorkloadKind()
 
 
 def check_payload_bounds(config: dict, directory: str | Path = ".") -> None:
@@ -274,14 +251,15 @@ def check_payload_bounds(config: dict, directory: str | Path = ".") -> None:
 
     for name in enabled_workloads(config):
         wl, key = config["workloads"][name], f"config key workloads.{name}"
-        if wl.get("payload") == "cnn" and wl.get("dataset") in config.get("datasets", {}):
+        kind = _kind(wl)
+        if kind.stages_dataset and wl.get("dataset") in config.get("datasets", {}):
             size = config["datasets"][wl["dataset"]]["image_size"]
-            least = payload_script("train_cnn").MIN_IMAGE_SIZE
+            least = payload_script(Path(kind.script).stem).MIN_IMAGE_SIZE
             if size < least:
                 raise ConfigError(f"config key datasets.{wl['dataset']}.image_size: {size} is too small for "
                                   f"workload {name}'s CNN, which takes images of at least {least} pixels "
                                   f"(scripts/train_cnn.py): set image_size to {least} or more")
-        if wl.get("payload") != "llm":
+        if not kind.engine_served:
             continue
         model_ctx, source = model_context((config.get("models") or {}).get(wl.get("model"), {}) or {},
                                           directory)
@@ -308,7 +286,7 @@ def check_engines(config: dict) -> None:
 
     for name in enabled_workloads(config):
         wl = config["workloads"][name]
-        if wl.get("payload") != "llm":
+        if not _kind(wl).engine_served:
             continue
         try:
             engine = llm_engines().engine_class(wl["engine"])

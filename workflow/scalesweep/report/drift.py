@@ -8,9 +8,17 @@ import pandas as pd
 from scalesweep.analyse.drift import NO_PROBE, SERIES_LINES, _numeric
 from scalesweep.analyse.stats import cv_pct
 from scalesweep.record.geometry import Geometry
-from scalesweep.report.figures import (DISTURBED_COLOR, OUTSIDE_LEGEND, _finish, _theme,
-                                       disturbed_mask, disturbed_note, no_data_figure,
-                                       runtime_order, runtime_palette)
+from scalesweep.report.style import (
+    DISTURBED_COLOR,
+    OUTSIDE_LEGEND,
+    _finish,
+    _theme,
+    disturbed_mask,
+    disturbed_note,
+    no_data_figure,
+    runtime_order,
+    runtime_palette,
+)
 
 
 def drift_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None, title: str = ""):

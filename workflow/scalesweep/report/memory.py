@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from scalesweep.record.geometry import AXES as GEOMETRY  # noqa: E402
-from scalesweep.report.figures import (  # noqa: E402
+from scalesweep.report.style import (  # noqa: E402
     DISTURBED_COLOR,
     OUTSIDE_LEGEND,
     _empty,

@@ -18,10 +18,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from scalesweep.analyse.collect import SYNTHETIC_LABEL, llm_summary, scaling_rows  # noqa: E402
+from scalesweep.analyse.collect import SYNTHETIC_LABEL  # noqa: E402
+from scalesweep.analyse.summary import llm_summary, scaling_rows  # noqa: E402
 from scalesweep.plan.kinds import summarised_in  # noqa: E402
 from scalesweep.analyse.fits import MODELS, can_fit, min_counts  # noqa: E402
-from scalesweep.report.figures import (  # noqa: E402
+from scalesweep.report.style import (  # noqa: E402
     DISTURBED_COLOR,
     NOT_DONE_COLOR,
     OUTSIDE_LEGEND,

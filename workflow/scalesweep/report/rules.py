@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from scalesweep.analyse.collect import scaling_rows
+from scalesweep.analyse.summary import scaling_rows
 from scalesweep.analyse.stats import normality_p
+from scalesweep.plan.kinds import kinds, summarised_in
 from scalesweep.report.significance import SHOWN, named_rows, row_label
 from scalesweep.report.tables import flags, numeric
 
@@ -158,7 +159,7 @@ def _group_normality(table: pd.DataFrame, runs: pd.DataFrame, keys: list[str],
 
 
 def _rule_normality(tables: dict, alpha: float) -> dict:
-    from scalesweep.analyse import collect
+    from scalesweep.analyse import summary
 
     overhead, runs = tables.get("overhead"), tables.get("runs")
     parts, failures, checked = [], [], 0
@@ -197,12 +198,12 @@ def _rule_normality(tables: dict, alpha: float) -> dict:
         if len(unpaired):
             failures.append(f"overhead.csv: {len(unpaired)} unpaired rows use Fieller/Welch "
                             f"without a normality check ({named_rows(unpaired)})")
-    series = getattr(collect, "SCALING_SERIES", ["workload", "runtime", "threads"])
-    llm_keys = getattr(collect, "LLM_KEYS", ["workload", "model_label", "runtime", "nodes",
+    series = getattr(summary, "SCALING_SERIES", ["workload", "runtime", "threads"])
+    llm_keys = getattr(summary, "LLM_KEYS", ["workload", "model_label", "runtime", "nodes",
                                              "gpus", "threads"])
     has_payload = not _is_empty(runs) and "payload" in runs
-    cnn = runs[runs["payload"] == "cnn"] if has_payload else None
-    llm = runs[runs["payload"] == "llm"] if has_payload else None
+    cnn = runs[runs["payload"].isin(summarised_in("scaling"))] if has_payload else None
+    llm = runs[runs["payload"].isin(summarised_in("llm"))] if has_payload else None
     for name, table, keys, sample in (("scaling", tables.get("scaling"), [*series, "count"], cnn),
                                       ("llm", tables.get("llm"), llm_keys, llm)):
         n_checked, rejected, named, small = _group_normality(table, sample, keys, "time_s",
@@ -253,7 +254,10 @@ def _rule_provenance(runs: pd.DataFrame) -> dict:
     required = {col: pd.Series(True, index=runs.index)
                 for col in ("git_commit", "start", "end", "hosts", "launcher")}
     if "payload" in runs:
-        required["torch"] = runs["payload"].astype(str).eq("cnn")
+        for kind in kinds():
+            for col in kind.provenance:
+                required[col] = required.get(col, pd.Series(False, index=runs.index)) \
+                    | runs["payload"].astype(str).isin([kind.name, kind.record_payload])
     required["image_digest"] = runs["runtime"].isin(list(CONTAINER_RUNTIMES)) \
         if "runtime" in runs else pd.Series(False, index=runs.index)
     # recorded by this version of the workflow: required where runs.csv has the column

@@ -16,7 +16,7 @@ container, whoever its parent is now), never by ancestry alone: a harness called
 larger process (a test) has other children of its own.
 
 A SIGKILLed harness can stop nothing: the first process of each command still dies with
-it (``scalesweep.run.harness.dies_with_harness``), and mpirun and torchrun stop their ranks
+it (``scalesweep.run.guard.dies_with_harness``), and mpirun and torchrun stop their ranks
 on that signal.
 """
 

@@ -60,6 +60,7 @@ from pathlib import Path
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
+from scalesweep.plan.kinds import kind_of
 from scalesweep.plan.sweep import SweepPoint
 from scalesweep.platform.launch import Geometry
 from scalesweep.platform.site import site_of
@@ -148,7 +149,7 @@ def constraint(workload: dict, config: dict) -> str | None:
     the point's dataset is copied to node-local storage (``datasets.<name>.node_local``)."""
     feature = site_of(config)["storage"]["node_local_constraint"]
     dataset = config.get("datasets", {}).get(workload.get("dataset") or "", {}) or {}
-    if workload.get("payload") == "cnn" and dataset.get("node_local") and feature:
+    if kind_of(workload).stages_dataset and dataset.get("node_local") and feature:
         return feature
     return None
 

@@ -82,6 +82,14 @@ class WorkloadKind:
     # the machine-speed probe kernel whose drift explains its runs' (measure.probe):
     # "gflops" (compute) or "gbps" (memory bandwidth)
     probe_kernel: ClassVar[str] = "gflops"
+    # its input is a dataset staged (and verified) before its points run, by jobs of their
+    # own (the ``input_section`` is "datasets"; node-local copies, image sizes)
+    stages_dataset: ClassVar[bool] = False
+    # its payload drives a model server (scripts/llm_engines.py): its workloads name an
+    # engine, an api and max_tokens, checked against the engine before any job
+    engine_served: ClassVar[bool] = False
+    # runs.csv provenance columns its runs carry beyond every run's (the CNN's torch)
+    provenance: ClassVar[tuple[str, ...]] = ()
 
     def __repr__(self) -> str:
         return f"<workload kind {self.name}>"

@@ -48,6 +48,8 @@ class CNN(WorkloadKind):
     script = "scripts/train_cnn.py"
     record_payload = "cnn"
     input_key, input_section = "dataset", "datasets"
+    stages_dataset = True
+    provenance = ("torch",)
     merit = Merit("images_per_s", "images/s", higher_is_better=True, label="training throughput")
 
     def inputs(self, wl: dict, config: dict) -> dict[str, str]:

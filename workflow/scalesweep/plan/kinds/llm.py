@@ -62,6 +62,7 @@ class LLM(WorkloadKind):
     input_key, input_section = "model", "models"
     merit = Merit("tokens_per_s", "tokens/s", higher_is_better=True, label="generated tokens/s")
     server_per_node = True
+    engine_served = True
     summary_table = "llm"
     probe_kernel = "gbps"  # decoding is memory-bound
 
