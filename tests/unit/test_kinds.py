@@ -131,14 +131,31 @@ def test_no_file_branches_on_a_kinds_name():
 BUILT_IN = ["cnn", "llm"]
 
 
-def schema_payloads() -> list[str]:
+def schema_payload() -> dict:
     schema = yaml.safe_load((WORKFLOW / "schemas" / "config.schema.yaml").read_text())
-    workload = schema["properties"]["workloads"]["additionalProperties"]
-    return workload["properties"]["payload"]["enum"]
+    return schema["properties"]["workloads"]["additionalProperties"]["properties"]["payload"]
 
 
-def test_the_schema_names_the_registered_kinds():
-    assert sorted(schema_payloads()) == sorted(kinds.names()) == BUILT_IN
+def test_the_registry_is_the_one_list_of_kinds():
+    """Every module of plan/kinds/ registers itself; the schema lists no kind, and the
+    config check asks the registry, naming the known kinds."""
+    from scalesweep.plan.config import ConfigError, check_config
+    from scalesweep.plan.kinds import SweepError, check_kinds
+
+    assert sorted(kinds.names()) == BUILT_IN
+    modules = sorted(p.stem for p in (WORKFLOW / "scalesweep" / "plan" / "kinds").glob("*.py")
+                     if p.stem not in ("__init__", "base"))
+    assert modules == BUILT_IN  # one module per kind, each registered by the package
+    assert "enum" not in schema_payload()
+    check_kinds({"workloads": {"a": {"payload": "cnn"}, "b": {"payload": "llm"}}})
+    message = r"workloads.b.payload: 'docker' is not a workload kind; known: cnn, llm"
+    with pytest.raises(SweepError, match=message):
+        check_kinds({"workloads": {"a": {"payload": "cnn"}, "b": {"payload": "docker"}}})
+    config = tiny_config()
+    config["workloads"]["b"] = {"payload": "docker"}
+    config.pop("_site", None)
+    with pytest.raises(ConfigError, match=message):
+        check_config(config)
 
 
 def test_every_kind_declares_what_its_users_read():

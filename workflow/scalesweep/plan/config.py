@@ -16,6 +16,7 @@ from typing import Any, Iterable, Sequence
 
 import yaml
 
+from scalesweep.plan.kinds.base import check_kinds
 from scalesweep.plan.payload_scripts import llm_engines, model_context, payload_script
 
 REPO = Path(__file__).resolve().parents[3]
@@ -123,6 +124,7 @@ def check_config(config: dict, directory: str | Path = ".") -> None:
             errors = schema_errors(config) or [str(exc).splitlines()[0] + ": " + _first_detail(exc)]
     if errors:
         raise ConfigError("; ".join(errors[:5]) + (f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""))
+    check_kinds(config, ConfigError)  # the registry's kinds: the schema lists none
     try:
         config[SITE_KEY] = load_site(config["site"], base=REPO)
     except SiteError as exc:

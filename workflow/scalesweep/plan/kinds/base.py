@@ -212,6 +212,16 @@ def names() -> list[str]:
     return list(_REGISTRY)
 
 
+def check_kinds(config: dict, error: type[Exception] = SweepError) -> None:
+    """Every workload of ``config`` names a registered kind (the config schema lists
+    none): ``error`` (SweepError) naming the workload, the value and the known kinds."""
+    for name, wl in sorted((config.get("workloads") or {}).items()):
+        if isinstance(wl, dict) and wl.get("payload") not in _REGISTRY:
+            raise error(f"config key workloads.{name}.payload: {wl.get('payload')!r} is "
+                             f"not a workload kind; known: {', '.join(_REGISTRY)} "
+                             "(workflow/scalesweep/plan/kinds/)")
+
+
 def kinds() -> list[WorkloadKind]:
     return list(_REGISTRY.values())
 
