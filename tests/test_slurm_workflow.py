@@ -297,8 +297,8 @@ def test_deleted_and_rerun_points_are_measured_again_through_slurm(slurm_cluster
     with slurm_env(slurm_cluster):
         # up to the summary table: the report after it is made by the rerun below (its
         # target is the whole workflow), so its ~40 s of local jobs run once, not twice
-        proc = run_snakemake(workdir, "--profile", PROFILE, *site_args(config),
-                             "results/summary/runs.csv", timeout=600)
+        proc = run_snakemake(workdir, "--profile", PROFILE, "results/summary/runs.csv",
+                             *site_args(config), timeout=600)  # the target before --config
         assert measured_by(proc.stdout + proc.stderr) == sorted([deleted, no_metrics])
         rerun = subprocess.run(
             [str(Path(SNAKEMAKE).parent / "scalesweep"), "rerun", "--where", "workload=cnn_ddp",
