@@ -68,7 +68,8 @@ def test_sigkill_mid_run_fails_one_point_and_rerun_redoes_only_it(campaign):
     assert states == {target: "failed", "cnn_ddp/native/n1-g0-r1-t1/rep1/native": "done"}
 
     before = other.read_bytes()
-    second = run_snakemake(wd, "--profile", PROFILE)
+    # up to the summary table (the report after a re-run: tests/test_report.py)
+    second = run_snakemake(wd, "--profile", PROFILE, "results/summary/runs.csv")
     assert "Finished" in second.stdout + second.stderr
     assert measured_by(second.stdout + second.stderr) == [target]  # only the failed point
     assert other.read_bytes() == before, "a finished measurement was rewritten"

@@ -1,66 +1,61 @@
-"""The Frontier path, whole (issue #18): `snakemake --profile <profiles/frontier with the
-local cluster's account and partition>` from image build to report.html.
+"""The Frontier path, whole (issue #18), without Frontier: `snakemake -n --profile
+<profiles/frontier with the local cluster's account and partition>` of a narrowed
+config/frontier.yaml, every job's command line pinned, and the points' Slurm request run
+once on the project's local Slurm cluster.
 
-This machine has no Apptainer, SingularityCE, Ollama, ROCm or Frontier. What stands in:
+This machine has no Apptainer, SingularityCE, Ollama, ROCm or Frontier, so what scalesweep
+hands them is what is checked: the exact command lines (image build with Frontier's build
+args, the Ollama image pulled from an oras:// reference, the model staged through `ollama
+pull`, every point's sbatch options and its srun/apptainer/singularity line with the
+OLCF binds, the host-MPI environment, the LLM served by Ollama inside its image) are
+golden (tests/data/frontier_standin_dry_run.txt). Each line is what the workflow runs:
+the dry run prints the shell command Snakemake runs and, in its comment, the sbatch
+options the Slurm plugin submits with (checked against the plugin's own rendering by
+tests/test_slurm_profile.py) and the srun line run_point.py runs in the job (the harness's
+own launch functions, tests/test_slurm_profile.py::test_srun_line_is_the_points_launch).
 
-* the project's local Slurm cluster (tools/slurm-cluster) plays Frontier's scheduler: two
-  of its nodes, 8 GPUs each of a made-up gres type, feature `nvme`; the points ask for
-  them exactly as on Frontier (--gpus-per-task=1 --gpu-bind=closest -C nvme --exclusive);
-* a site file extending sites/frontier.yaml with what differs here (2 cores, no -S, the
-  node-local path, host-MPI directories and files that exist on this host, the payloads
-  on the CPU: node.payload_device cpu, and a singularity entry), every other fact
-  Frontier's (--rocm, the OLCF binds' shape, MPICH_GPU_SUPPORT_ENABLED, the build args);
-* behaving stand-ins first on PATH (tests/standins): `apptainer` and `singularity` that
-  check their arguments as the real tools do, "build" and "pull" SIFs that record the
-  recipe, and exec the payload on this host with the binds mounted for real; `ollama`
-  serving the real Ollama HTTP API backed by llama.cpp and the synthetic model;
-  `rocm-smi`/`amd-smi` answering a fake 8-GCD node;
-* config/frontier.yaml, narrowed (2 nodes, one GPU per node, one epoch, a few tokens,
-  the Fashion-MNIST slice instead of the Lustre image folder, the Ollama image pulled
-  from an oras:// reference instead of built).
+What the tools themselves do with these lines is theirs: the flags Apptainer takes are in
+tests/test_frontier_golden.py's OLCF reference, image manifests in
+tests/test_containers_build.py and tests/test_images_config.py, the AMD GPU inventory in
+tests/test_memtimeline.py (tests/standins/gpu_smi.py). What Slurm does with them is
+checked here for real: the 2-node point's sbatch options and srun line (-C nvme,
+--gpus-per-task=1 --gpu-bind=closest, --exclusive, partition batch) as one tiny job.
 
-Then the report must have rows for native, apptainer, apptainer with host MPI and
-singularity for the CNN, and native and apptainer for LLM inference (one container LLM
-point: SingularityCE runs the same code path as Apptainer with its own binary, which the
-CNN's singularity point exercises under Slurm; a second container LLM point would only add
-a Slurm job); the
-host-MPI run must show, in its own metrics, the host directories first on its
-LD_LIBRARY_PATH and the preload in effect.
+The stand-in site extends sites/frontier.yaml with what differs here (2 cores, no -S, the
+node-local path, host-MPI directories and files of this host's openmpi-bin, the payloads
+on the CPU, a singularity entry); config/frontier.yaml is narrowed (2 nodes, one GPU per
+node, one epoch, a few tokens, the Fashion-MNIST slice, the Ollama image pulled).
+
+To re-make the golden file after an intended change: SCALESWEEP_GOLDEN_UPDATE=1 pytest
+tests/test_frontier_standin.py, then read its diff.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
+import re
+import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import yaml
 
 from conftest import REPO, SNAKEMAKE
 from slurm_fixtures import slurm_cluster, slurm_skip_reason  # noqa: F401  (session fixture)
 
-sys.path.insert(0, str(REPO / "tests"))
-import standins  # noqa: E402
-
-pytestmark = [
-    pytest.mark.slurm,
-    pytest.mark.integration,
-    pytest.mark.skipif(slurm_skip_reason() is not None, reason=str(slurm_skip_reason())),
-]
-
+GOLDEN = REPO / "tests" / "data" / "frontier_standin_dry_run.txt"
 OPENMPI_LIB = Path("/usr/lib/x86_64-linux-gnu/openmpi/lib")  # Debian's openmpi-bin: the "host MPI"
 HOST_LIBS = [Path("/usr/lib/x86_64-linux-gnu/libhwloc.so.15"), Path("/usr/lib/x86_64-linux-gnu/libevent_core-2.1.so.7")]
-REGISTRY_NAME = "hf.co/UniverseTBD/astrollama.gguf"  # config/frontier.yaml's model, pulled from the stand-in registry
+REGISTRY_NAME = "hf.co/UniverseTBD/astrollama.gguf"  # config/frontier.yaml's model
 OLLAMA_REF = "oras://registry.example.org/scalesweep/ollama:0.9.0"
+SPOOL = "/var/spool/slurmd"  # the OLCF binds' shape: slurmd's spool
+ACCOUNT = "scalesweep"  # the local cluster's account (tools/slurm-cluster)
 
 
-def standin_site(directory: Path, cluster_spool: Path) -> Path:
+def standin_site(directory: Path) -> Path:
     """Frontier's facts with what differs on the local cluster (named, each one)."""
     host_mpi = {
         "lib_dirs": [str(OPENMPI_LIB)],
@@ -71,13 +66,13 @@ def standin_site(directory: Path, cluster_spool: Path) -> Path:
     entry = {
         "modules": [],  # no environment modules here
         # the OLCF binds' shape with this host's paths: slurmd's spool, the host MPI's tree
-        "binds": [str(cluster_spool), "/usr/lib/x86_64-linux-gnu/openmpi"],
+        "binds": [SPOOL, "/usr/lib/x86_64-linux-gnu/openmpi"],
         "host_mpi": host_mpi,
     }
     site = {
         "name": "frontier-standin",
         "extends": "frontier",
-        "description": "Frontier's facts on the project's local Slurm cluster, with stand-ins",
+        "description": "Frontier's facts on the project's local Slurm cluster",
         "source": "tests/slurm/test_frontier_standin.py",
         "shared_cores": True,  # the cluster's nodes share this host's 2 cores
         "node": {"cores": 2, "core_spec": None, "payload_device": "cpu"},
@@ -91,7 +86,7 @@ def standin_site(directory: Path, cluster_spool: Path) -> Path:
 
 
 def narrowed_sweep(directory: Path, site: Path) -> Path:
-    """config/frontier.yaml, narrowed to what runs in minutes here (each change named)."""
+    """config/frontier.yaml, narrowed (each change named)."""
     cfg = {
         "site": str(site),
         "sweep": {"repeats": 1, "threads_per_rank": [1]},
@@ -102,8 +97,7 @@ def narrowed_sweep(directory: Path, site: Path) -> Path:
         "workloads": {
             "cnn_ddp": {"epochs": 1, "batch_size": 16, "max_runtime_min": 5,
                         "sweep": {"runtimes": ["native", "apptainer", "apptainer-hostmpi", "singularity"],
-                                  # 2 nodes (one point per runtime: each is ~30 s of
-                                  # Slurm job here), 1 of their 8 GPUs each
+                                  # 2 nodes, 1 of their 8 GPUs each
                                   "nodes": [2], "gpus_per_node": [1], "baseline": None}},
             "cnn_dp": {"enabled": False},  # DataParallel needs GPUs torch can use
             "llm_astrollama": {"max_tokens": 8, "warmup": 1, "num_requests": 2, "max_runtime_min": 5,
@@ -111,10 +105,8 @@ def narrowed_sweep(directory: Path, site: Path) -> Path:
                                          "gpus_per_node": [1], "threads_per_rank": [1]}},
             "llm_codellama": {"enabled": False},
         },
-        "models": {"astrollama": {"ollama_bin": "ollama"}},  # the stand-in, first on PATH
+        "models": {"astrollama": {"ollama_bin": "ollama"}},
         "containers": {"images": {"ollama": {"prebuilt": OLLAMA_REF}}, "startup_repeats": 1},
-        # the cluster's nodes share this host: nothing is left out as disturbed here (the
-        # runs are labelled shared_cores), the report still shows every row
         "measurement": {"adaptive": False, "max_outside_cpu_pct": 100, "max_steal_pct": 100,
                         "aa_calibration": False},
     }
@@ -123,111 +115,141 @@ def narrowed_sweep(directory: Path, site: Path) -> Path:
     return path
 
 
-def frontier_test_profile(directory: Path, configs: list[Path], cluster) -> Path:
-    """profiles/frontier with the local cluster's account and partition, status checks
-    as profiles/local-slurm's (the cluster answers at once), one job at a time (its nodes share this
-    host's cores: profiles/local-slurm's `measure`), no retries (a failure shows at once)."""
+def frontier_test_profile(directory: Path, configs: list[Path]) -> Path:
+    """profiles/frontier with the local cluster's account and partition."""
     prof = yaml.safe_load((REPO / "profiles" / "frontier" / "config.yaml").read_text())
     prof["configfile"] = [str(REPO / "config" / "frontier.yaml"), *map(str, configs)]
-    prof["default-resources"].update(slurm_account=cluster.account, slurm_partition="batch",
-                                     measure=1)
-    prof.update({"slurm-init-seconds-before-status-checks": 4, "seconds-between-status-checks": 1,
-                 "resources": ["measure=1"], "retries": 0, "latency-wait": 5,
-                 "max-jobs-per-timespan": "100/1s"})
+    prof["default-resources"].update(slurm_account=ACCOUNT, slurm_partition="batch")
     out = directory / "profile"
     out.mkdir()
     (out / "config.yaml").write_text(yaml.safe_dump(prof))
     return out
 
 
-def make_registry(directory: Path) -> Path:
-    """The stand-in Ollama registry: the synthetic GGUF under the Frontier model's name."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    import make_synthetic_llm as maker
-
-    reg = directory / "registry"
-    reg.mkdir()
-    maker.build(reg / "astrollama.gguf", maker.SyntheticConfig())
-    (reg / "registry.json").write_text(json.dumps({REGISTRY_NAME: "astrollama.gguf"}))
-    return reg
-
-
-def test_frontier_dag_whole_through_slurm_with_standins(slurm_cluster, tmp_path):  # noqa: F811
-    missing = [p for p in [OPENMPI_LIB, *HOST_LIBS] if not p.exists()]
-    if missing:
-        pytest.skip(f"host libraries of openmpi-bin missing: {missing}")
+def dry_run(tmp_path: Path) -> str:
     campaign = tmp_path / "campaign"
     campaign.mkdir()
     (campaign / "config").symlink_to(REPO / "config")
     for name in ("containers", "envs"):
         (campaign / name).symlink_to(REPO / name)
-    bindir, log = tmp_path / "bin", tmp_path / "standins.jsonl"
-    env_add = standins.install(bindir, log)
-    site = standin_site(tmp_path, Path(slurm_cluster.state_dir))
-    profile = frontier_test_profile(tmp_path, [narrowed_sweep(tmp_path, site)], slurm_cluster)
-    env = dict(os.environ, **env_add, SLURM_CONF=slurm_cluster.env["SLURM_CONF"],
-               SCALESWEEP_STANDIN_OLLAMA_REGISTRY=str(make_registry(tmp_path)),
-               PATH=f"{bindir}:{REPO / '.venv' / 'bin'}:{slurm_cluster.env['PATH']}")
-    env.setdefault("USER", "root")
-    env.pop("SBATCH_ACCOUNT", None)
+    profile = frontier_test_profile(tmp_path, [narrowed_sweep(tmp_path, standin_site(tmp_path))])
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_JOB_ID", "SBATCH_ACCOUNT")}
+    env["USER"] = "someone"
+    proc = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(campaign),
+                           "--profile", str(profile), "-n"], cwd=campaign, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
 
-    def snakemake(*args, timeout=900):
-        t0 = time.monotonic()
-        proc = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(campaign),
-                               "--profile", str(profile), *args], cwd=campaign, env=env,
-                              capture_output=True, text=True, timeout=timeout)
-        print(f"snakemake {' '.join(args)}: exit {proc.returncode} in {time.monotonic() - t0:.0f} s")
-        return proc
 
-    proc = snakemake()
-    logs = "\n".join(f"--- {p}\n{p.read_text()[-2000:]}" for p in sorted((campaign / "logs").rglob("*.log"))
-                     if "Error" in p.read_text() or "error" in p.read_text()) if (campaign / "logs").exists() else ""
-    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}\n{logs[-6000:]}"
-    report = snakemake("--report", str(campaign / "report.html"), timeout=600)
-    assert report.returncode == 0, report.stderr[-4000:]
-    assert (campaign / "report.html").stat().st_size > 100_000
+def startup_probes(out: str) -> list[str]:
+    return sorted(re.findall(r"^rule container_startup:\n(?:\s+.*\n)*?\s+output: results/startup/(\S+)\.json", out, re.M))
 
-    runs = pd.read_csv(campaign / "results" / "summary" / "runs.csv")
-    got = {wl: set(runs.loc[runs.workload == wl, "runtime"]) for wl in ("cnn_ddp", "llm_astrollama")}
-    assert got == {"cnn_ddp": {"native", "apptainer", "apptainer-hostmpi", "singularity"},
-                   "llm_astrollama": {"native", "apptainer"}}, got
-    assert runs["shared_cores"].all()  # labelled as such everywhere it shows
 
-    # the images: the PyTorch SIF built from its recipe with Frontier's build args, the
-    # Ollama SIF pulled; both manifests name builder, recipe or reference, base and digest
-    images = campaign / "resources" / "images"
-    built = json.loads((images / "pytorch.manifest.json").read_text())
-    assert built["source"] == "built" and built["builder"]["name"] == "apptainer"
-    # multi-stage: the toolchain in the ROCm development image, the image on plain Ubuntu
-    assert built["base"]["from"] == "docker.io/library/ubuntu:24.04"
-    assert built["base"]["stages"][0] == {"stage": "build", "from": "docker.io/rocm/dev-ubuntu-24.04:6.2.4"}
-    assert built["recipe"]["path"].endswith("pytorch-rocm.def") and built["content_digest"].startswith("sha256:")
-    pulled = json.loads((images / "ollama.manifest.json").read_text())
-    assert pulled["source"] == "pulled" and pulled["pulled_from"] == OLLAMA_REF
-    assert pulled["content_digest"] == "sha256:" + pulled["file_sha256"] and pulled["size_bytes"] > 0
+def job_lines(out: str, tmp_path: Path) -> str:
+    """Every job of the dry run that runs a shell command: `rule -> outputs` and the
+    command (its sbatch and srun comment included), paths of this checkout and this test
+    named, sorted. (The jobs that run a Python script, the start-up probes and the report,
+    print no command: the probes are checked by name below, the report by the
+    workflow's own tests.)"""
+    python = Path(sys.executable)
+    subs = [(str(tmp_path), "{tmp}"), (str(REPO), "{repo}"),
+            (str(python.parent), "{venv}/bin"), (os.path.realpath(python.parent), "{venv}/bin")]
+    jobs = []
+    for block in out.split("\n\n"):
+        m = re.search(r"^(?:local)?rule (\w+):\n", block, re.M)
+        if not m:
+            continue
+        outputs = re.search(r"^\s+output: (.*)$", block, re.M)
+        shell = re.search(r"^Shell command: (.*)$", block, re.M)
+        if not shell or shell[1] == "None":
+            continue
+        text = f"{m[1]} -> {outputs[1] if outputs else '-'}\n    {shell[1]}"
+        for old, new in subs:
+            text = text.replace(old, new)
+        jobs.append(re.sub(r"config-[0-9a-f]{16}\.json", "config-{hash}.json", text))
+    return "\n".join(sorted(jobs)) + "\n"
 
-    # every run records its image; the host-MPI run shows host MPI in effect from inside
-    calls = [json.loads(line) for line in log.read_text().splitlines()]
-    execs = [c for c in calls if c.get("subcommand") == "exec" or "exec" in c.get("argv", [])[:3]]
-    assert {c["tool"] for c in execs} >= {"apptainer", "singularity"}
-    metrics = {str(p.parent): json.loads(p.read_text())
-               for p in (campaign / "results" / "runs").rglob("metrics.json")}
-    hostmpi = [m for m in metrics.values() if m["point"]["runtime"] == "apptainer-hostmpi"]
-    assert hostmpi
-    for m in hostmpi:
-        inside = m["container_env"]
-        assert inside["LD_LIBRARY_PATH"].split(":")[0] == str(OPENMPI_LIB), inside
-        assert inside["LD_PRELOAD"] == str(OPENMPI_LIB / "libmpi.so.40")
-        assert m["image"]["name"] == "pytorch" and m["image"]["content_digest"] == built["content_digest"]
-    # Slurm was asked what Frontier is asked: the node-local NVMe, GPUs per task, batch
-    job = hostmpi[0]["slurm"]["job_id"]
+
+@pytest.fixture(scope="module")
+def dry(tmp_path_factory):
+    missing = [p for p in [OPENMPI_LIB, *HOST_LIBS] if not p.exists()]
+    if missing:
+        pytest.skip(f"host libraries of openmpi-bin missing: {missing}")
+    tmp = tmp_path_factory.mktemp("frontier")
+    out = dry_run(tmp)
+    # every container runtime's start-up cost is probed (a Slurm job each)
+    assert startup_probes(out) == ["apptainer", "apptainer-hostmpi", "singularity"], out[-3000:]
+    return tmp, job_lines(out, tmp)
+
+
+def test_frontier_dry_run_command_lines_are_pinned(dry):
+    _, lines = dry
+    if os.environ.get("SCALESWEEP_GOLDEN_UPDATE"):
+        GOLDEN.write_text(lines)
+    golden = GOLDEN.read_text()
+    if lines != golden:
+        import difflib
+
+        diff = "".join(difflib.unified_diff(golden.splitlines(True), lines.splitlines(True),
+                                            str(GOLDEN), "this dry run"))
+        pytest.fail(f"the Frontier dry run's command lines changed:\n{diff}")
+
+
+def test_frontier_dry_run_has_every_runtime_image_and_host_mpi(dry):
+    """What the golden lines must hold, said once more in words: a diff that loses one of
+    these is not an intended change."""
+    _, lines = dry
+    points = re.findall(r"^run_point -> results/runs/(\w+)/[\w-]+/\S+/rep1/([\w-]+)/metrics\.json", lines, re.M)
+    assert sorted(set(points)) == sorted(
+        [("cnn_ddp", rt) for rt in ("native", "apptainer", "apptainer-hostmpi", "singularity")]
+        + [("llm_astrollama", rt) for rt in ("native", "apptainer")])
+    build = next(line for line in lines.splitlines() if " build-image " in line)
+    assert "--builder apptainer --format sif --fakeroot --recipe {repo}/containers/apptainer/pytorch-rocm.def" in build
+    assert "--build-arg PYTORCH_BASE_IMAGE=docker.io/rocm/dev-ubuntu-24.04:6.2.4 " in build
+    assert "--build-arg RUNTIME_BASE_IMAGE=docker.io/library/ubuntu:24.04 " in build
+    pull = next(line for line in lines.splitlines() if " describe-image " in line)
+    assert f"--builder apptainer --format sif --image {OLLAMA_REF} --pull --out resources/images/ollama.sif" in pull
+    assert f"stage_model.py --source ollama --path= --name={REGISTRY_NAME} " in lines
+    hostmpi = [line for line in lines.splitlines() if "apptainer-hostmpi/metrics.json" in line
+               and "run_point.py" in line and line.endswith("--data-path memory")]
+    (line,) = [line for line in hostmpi if "apptainer exec" in line]
+    assert f"APPTAINERENV_LD_LIBRARY_PATH={OPENMPI_LIB}:" in line
+    assert f"APPTAINERENV_LD_PRELOAD={OPENMPI_LIB / 'libmpi.so.40'} " in line
+    assert f"# sbatch -A {ACCOUNT} -p batch -t 5 -C nvme --nodes=2 " in line
+    llm = [line for line in lines.splitlines() if "infer_llm.py" in line and "apptainer exec" in line]
+    assert llm and all("resources/images/ollama.sif" in line and "--engine ollama" in line for line in llm)
+
+
+def point_request(lines: str, runtime: str) -> tuple[list[str], list[str]]:
+    """The sbatch options and srun options (up to the program) of the 2-node point of
+    ``runtime``, from its dry-run line."""
+    (line,) = [line for line in lines.splitlines()
+               if f"/rep1/{runtime}/metrics.json" in line and "train_cnn.py" in line]
+    sbatch = shlex.split(line.split("# sbatch ", 1)[1].split(" ; ", 1)[0])
+    srun = shlex.split(line.split(" srun ", 1)[1])
+    srun = srun[:next(i for i, a in enumerate(srun) if not a.startswith("-"))]
+    return sbatch, srun
+
+
+@pytest.mark.slurm
+@pytest.mark.integration
+@pytest.mark.skipif(slurm_skip_reason() is not None, reason=str(slurm_skip_reason()))
+def test_frontier_point_request_runs_on_the_cluster(slurm_cluster, dry):  # noqa: F811
+    """The host-MPI point's own sbatch options and srun options, from the dry run, as one
+    job on the local cluster (its nodes declare feature nvme and 8 GPUs): Slurm takes
+    them, gives 2 nodes of the batch partition, and sacct records what Frontier is asked."""
+    tmp, lines = dry
+    sbatch, srun = point_request(lines, "apptainer-hostmpi")
+    assert sbatch[:4] == ["-A", ACCOUNT, "-p", "batch"] and "-C" in sbatch
+    out = tmp / "job.out"
+    job = slurm_cluster.run("sbatch", "--parsable", f"--output={out}", *sbatch, "--wrap",
+                            shlex.join(["srun", *srun, "hostname"])).stdout.strip().split(";")[0]
+    assert slurm_cluster.wait_for_end(job, timeout=60) == "COMPLETED", out.read_text() if out.exists() else ""
     deadline = time.monotonic() + 30
-    while not (row := slurm_cluster.sacct(job, "Constraints,ReqTRES,Partition,Account,NNodes")) or not row[1]:
-        assert time.monotonic() < deadline, f"sacct knows nothing of job {job}"
-        time.sleep(1)
-    assert "nvme" in row[0] and "gres/gpu=2" in row[1] and row[2:] == ["batch", "scalesweep", "2"], row
-    assert hostmpi[0]["gpu_inventory"]["count"] == 8  # the node's GPUs, as amd-smi lists them
-    llm = [m for m in metrics.values() if m["point"]["workload"] == "llm_astrollama"
-           and m["point"]["runtime"] != "native"]
-    assert llm and all(m["image"]["name"] == "ollama" for m in llm)
-    assert shutil.which("apptainer", path=env["PATH"]) == str(bindir / "apptainer")
+    while not (row := slurm_cluster.sacct(job, "Constraints,ReqTRES,Partition,Account,NNodes")) or not all(row):
+        assert time.monotonic() < deadline, f"sacct knows nothing of job {job}: {row}"
+        time.sleep(0.5)
+    assert "nvme" in row[0] and "gres/gpu=2" in row[1] and row[2:] == ["batch", ACCOUNT, "2"], row
+    hosts = out.read_text().split()
+    assert len(hosts) == 2 and len(set(hosts)) == 2 and set(hosts) <= set(slurm_cluster.nodes), hosts

@@ -26,8 +26,11 @@ runs; each campaign's own site file, extending sites/local-slurm.yaml, named wit
 (``faults/python``). For a workload with a flag file
 ``faults/<workload>.hang`` it ``exec``s ``sleep 600`` instead of the payload (as a hung
 rendezvous or a stuck filesystem would); ``faults/<workload>.once`` hangs only the first
-attempt (the wrapper deletes the flag). Everything else, Slurm's limit, its signals,
-the harness's failure.json, Snakemake's retry, is the real thing. (A real training sized
+attempt (the wrapper deletes the flag); ``faults/<workload>.hold`` holds a later attempt
+before its payload (at most 60 s, saying so in ``faults/<workload>.held``) until the test
+has asked `scalesweep status` about it, so that look never depends on how fast the
+machine is. Everything else, Slurm's limit, its signals, the harness's failure.json,
+Snakemake's retry, is the real thing. (A real training sized
 to overrun 1 minute but fit in 2 was considered and rejected: it must last 90-120 s
 (a 1-minute limit ends a job 60-90 s after its start, a 2-minute one 120-150 s) and identical 1-epoch
 points took 11-20 s end to end here (sacct Elapsed) on the 2 shared cores: a ~45%
@@ -90,6 +93,11 @@ wl=${{out##*/results/runs/}}; wl=${{wl%%/*}}
 if [ -n "$wl" ] && {{ rm "{faults}/$wl.once" 2>/dev/null || [ -e "{faults}/$wl.hang" ]; }}; then
     echo "{hang} ($wl, job ${{SLURM_JOB_ID:-none}})" >&2
     exec sleep 600
+fi
+if [ -n "$wl" ] && [ -e "{faults}/$wl.hold" ]; then
+    touch "{faults}/$wl.held"
+    n=0
+    while [ -e "{faults}/$wl.hold" ] && [ $n -lt 300 ]; do sleep 0.2; n=$((n + 1)); done
 fi
 exec {python} "$@"
 """
@@ -287,14 +295,17 @@ def drive(cluster, a: Run, b: Run) -> None:
                                  f"--- B ---\n{b.output()[-3000:]}")
         queue = squeue(cluster)
 
-        # A: while attempt 2 is in flight, status must call the point running, not failed
+        # A: while attempt 2 is in flight (held before its payload), status must call the
+        # point running, not failed; then the hold ends
         first = attempts(a.point_dir(SLOW))
         job = queue.get(comment_of(p_slow))
         if (first and "retry_status" not in a.events and job
-                and job["id"] != first[0]["slurm"]["job_id"]):
+                and job["id"] != first[0]["slurm"]["job_id"]
+                and (a.workdir / "faults" / f"{SLOW}.held").exists()):
             a.events["retry_job"] = job
             a.events["retry_status"] = states_of(status_json(cluster, a.workdir))[SLOW]
             a.events["retry_seen_at"] = a.at()
+            (a.workdir / "faults" / f"{SLOW}.hold").unlink()
 
         # B: scancel the hanging point once its payload runs
         job = queue.get(comment_of(p_cancel))
@@ -323,6 +334,7 @@ def drive(cluster, a: Run, b: Run) -> None:
 def runs(slurm_cluster, tmp_path_factory):  # noqa: F811
     a_dir, b_dir = tmp_path_factory.mktemp("faults-retry"), tmp_path_factory.mktemp("faults-b")
     a_config = make_campaign(a_dir, {SLOW: workload(1)}, {SLOW: "once"})
+    (a_dir / "faults" / f"{SLOW}.hold").touch()  # attempt 2, until the test has looked
     b_config = make_campaign(
         b_dir,
         {OK: workload(5), CANCEL: workload(5), STUCK: workload(1),
@@ -338,6 +350,7 @@ def runs(slurm_cluster, tmp_path_factory):  # noqa: F811
         a = Run(a_dir, a_config, ()).start(cluster)
         drive(cluster, a, b)
     finally:
+        (a_dir / "faults" / f"{SLOW}.hold").unlink(missing_ok=True)
         for r in (a, b):
             if r is not None and r.proc.poll() is None:
                 r.proc.kill()

@@ -1,9 +1,20 @@
-"""Behaving stand-ins for programs this machine lacks, for tests only.
+"""Behaving stand-ins for programs this machine lacks, for tests only, cut to what
+scalesweep calls of them:
 
-The integration test of the Frontier workflow needs ``apptainer`` / ``singularity``
-(container builds and runs), ``ollama`` (LLM serving) and ``rocm-smi`` / ``amd-smi`` (the
-AMD GPU inventory of a Frontier node). None of them exists here, so this package writes
-small executable wrappers into a bin directory that a test puts first on ``PATH``:
+* ``apptainer`` / ``singularity`` (``apptainer.py``): ``--version``, ``pull --force OUT
+  URI`` and ``inspect --json``, what ``scalesweep describe-image --pull`` runs
+  (tests/test_images_config.py). The command lines scalesweep gives ``apptainer
+  build``/``exec`` are pinned by golden tests instead (tests/test_frontier_golden.py,
+  tests/test_frontier_standin.py, tests/test_containers_build.py);
+* ``rocm-smi`` / ``amd-smi`` (``gpu_smi.py``): the GPU inventory and memory queries of a
+  fake Frontier node of 8 MI250X GCDs (tests/test_memtimeline.py).
+
+No Ollama stand-in: what scalesweep runs of ``ollama`` (``serve``, ``create``, ``pull``,
+``show``, the HTTP API) is checked with small fakes in tests/test_llm.py and
+tests/test_llm_engines.py, and its command lines in tests/test_frontier_standin.py.
+
+This package writes small executable wrappers into a bin directory that a test puts
+first on ``PATH``:
 
     from standins import install            # tests/ is on sys.path under pytest
     env = install(tmp_path / "bin", log=tmp_path / "standins.jsonl")
@@ -11,17 +22,10 @@ small executable wrappers into a bin directory that a test puts first on ``PATH`
 
 Each wrapper is ``#!/bin/sh`` + ``exec <python> <module file> <tool name> "$@"``: the
 tool's name is the module's first argument (not an environment variable, so nothing of
-the stand-in leaks into the environment of the commands it runs). The python is the one
-running the tests (the project's venv: ``llama_cpp`` and ``torch`` must import in it).
-
-What each stand-in checks, and where it departs from the real tool, is in its module's
-docstring: ``apptainer.py`` (Apptainer 1.3.6 and SingularityCE 4.2.2), ``ollama.py``
-(Ollama 0.9.0, backed by llama.cpp on the CPU), ``gpu_smi.py`` (rocm-smi and amd-smi of a
-fake node of 8 MI250X GCDs).
+the stand-in leaks into the environment of the commands it runs).
 
 Every invocation appends one JSON line to ``$SCALESWEEP_STANDIN_LOG`` when it is set
-(:func:`log_invocation`): ``tool``, ``argv``, ``cwd``, ``pid``, ``time``, ``exit_status`` and
-what the tool adds (for ``exec``: the image, the binds, the variables set inside ...).
+(:func:`log_invocation`): ``tool``, ``argv``, ``cwd``, ``pid``, ``time``, ``exit_status``.
 """
 
 from __future__ import annotations
@@ -39,7 +43,6 @@ HERE = Path(__file__).resolve().parent
 TOOLS: dict[str, str] = {
     "apptainer": "apptainer.py",
     "singularity": "apptainer.py",
-    "ollama": "ollama.py",
     "rocm-smi": "gpu_smi.py",
     "amd-smi": "gpu_smi.py",
 }
@@ -53,8 +56,7 @@ def install(bin_dir: Path, log: Path | None = None, python: str | None = None) -
     caller's job: put ``bin_dir`` first).
 
     ``log``: a JSON-lines file every stand-in appends one record per invocation to.
-    ``python``: the interpreter the stand-ins run under (default: this one, which must be
-    the project's venv so that ``llama_cpp`` imports for ``ollama serve``)."""
+    ``python``: the interpreter the stand-ins run under (default: this one)."""
     bin_dir = Path(bin_dir)
     bin_dir.mkdir(parents=True, exist_ok=True)
     # not resolved: a venv's python is a symlink, and the venv is found through its path

@@ -11,6 +11,7 @@ first time on a machine, seconds after) and runs it with ``ch-run``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -275,6 +276,12 @@ def test_sif_flow_with_a_stand_in_binary(tmp_path, builder):
     assert f"REQUIREMENTS={REQUIREMENTS.resolve()}" in pairs
     assert (tmp_path / "img/pytorch-rocm.sif").read_bytes().startswith(b"SIF-")
     assert m1["build_args"]["TORCH_VERSION"] == "2.7.1"
+    # what the manifest says of the multi-stage recipe: the toolchain stage in the ROCm
+    # development image (the site's build args filled in), the image on plain Ubuntu
+    assert m1["source"] == "built" and m1["recipe"]["path"].endswith("pytorch-rocm.def")
+    assert m1["base"]["from"] == "docker.io/library/ubuntu:24.04"
+    assert m1["base"]["stages"][0] == {"stage": "build", "from": "docker.io/rocm/dev-ubuntu-24.04:6.2.4"}
+    assert m1["content_digest"] == "sha256:" + hashlib.sha256((tmp_path / "img/pytorch-rocm.sif").read_bytes()).hexdigest()
 
     second = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert second.returncode == 0, second.stderr

@@ -395,6 +395,12 @@ if sys.argv[1] == "create":  # ollama create NAME -f Modelfile
     with open(os.environ["FAKE_OLLAMA_RECORD"] + ".create", "w") as fh:
         json.dump({"argv": sys.argv[1:], "modelfile": open(sys.argv[4]).read(), "host": os.environ.get("OLLAMA_HOST")}, fh)
     sys.exit(0)
+if sys.argv[1] in ("pull", "show"):  # ollama pull|show NAME: clients of a running serve
+    with open(os.environ["FAKE_OLLAMA_RECORD"] + "." + sys.argv[1], "w") as fh:
+        json.dump({"argv": sys.argv[1:], "models": os.environ.get("OLLAMA_MODELS"), "host": os.environ.get("OLLAMA_HOST")}, fh)
+    if sys.argv[1] == "show":
+        print("  Model\n    architecture        llama\n")
+    sys.exit(0)
 assert sys.argv[1] == "serve"
 with open(os.environ["FAKE_OLLAMA_RECORD"], "w") as fh:
     json.dump({k: v for k, v in os.environ.items() if k.startswith(("OLLAMA_", "ROCR_", "HIP_", "CUDA_"))}, fh)
@@ -477,4 +483,52 @@ def test_ollama_engine_with_fake_binary(tmp_path, api):
         assert "engine_timings" not in rec
     outs = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
     assert [o["text"] for o in outs] == ["".join(f"t{i} " for i in range(8))] * 3
+    assert not _pid_alive(rec["server_pid"])
+
+
+def test_stage_model_ollama_then_the_payload_on_the_pulled_name(tmp_path):
+    """The Frontier workflow's LLM path (its command lines: tests/test_frontier_standin.py):
+    scripts/stage_model.py --source ollama runs a temporary `ollama serve` with the staged
+    directory's ollama/ as OLLAMA_MODELS, `ollama pull NAME` and `ollama show NAME` (the
+    card), then scripts/infer_llm.py --engine ollama serves the pulled name from that
+    directory, without `ollama create` (a registry name is no GGUF file)."""
+    fake = tmp_path / "ollama"
+    fake.write_text(f"#!{sys.executable}\n{FAKE_OLLAMA}")
+    fake.chmod(0o755)
+    record = tmp_path / "env.json"
+    env = dict(os.environ, FAKE_OLLAMA_RECORD=str(record))
+    for k in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "OLLAMA_HOST", "OLLAMA_MODELS"):
+        env.pop(k, None)
+    name, staged = "hf.co/UniverseTBD/astrollama.gguf", tmp_path / "models" / "astrollama"
+    p = subprocess.run([sys.executable, str(SCRIPTS / "stage_model.py"), "--source", "ollama", "--name", name,
+                        "--ollama-bin", str(fake), "--out", str(staged)],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    served = json.loads(record.read_text())  # the temporary server's environment
+    pulled, shown = (json.loads(Path(f"{record}.{c}").read_text()) for c in ("pull", "show"))
+    assert pulled["argv"] == ["pull", name] and shown["argv"] == ["show", name]
+    for seen in (served, pulled, shown):  # the staging directory's ollama/, renamed into place
+        assert seen["OLLAMA_MODELS" if seen is served else "models"].endswith("/ollama")
+        assert seen["OLLAMA_HOST" if seen is served else "host"] == "127.0.0.1:11499"
+    assert (staged / "ollama").is_dir() and not list(staged.parent.glob(".*staging*"))
+    assert json.loads((staged / "model.json").read_text()) == {
+        "name": name, "source": "ollama", "synthetic": False,
+        "ollama_show": "  Model\n    architecture        llama\n\n"}
+    record.unlink()
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("The sky is\nOnce upon a time\n")
+    cmd = [
+        sys.executable, str(SCRIPTS / "infer_llm.py"), "--engine", "ollama", "--api", "generate", "--model", name,
+        "--model-card", str(staged / "model.json"), "--prompts", str(prompts), "--max-tokens", "6", "--warmup", "1",
+        "--gpus", "2", "--gpu-vendor", "amd", "--threads", "1", "--seed", "0", "--ollama-bin", str(fake),
+        "--models-dir", str(staged / "ollama"), "--out", str(tmp_path / "m.json"),
+    ]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    rec = json.loads((tmp_path / "m.json").read_text())
+    assert rec["status"] == "ok" and rec["n_ok"] == 2, rec.get("error")
+    assert rec["engine_timings"]["source"] == "ollama" and rec["engine_timings"]["eval_count"]["p50"] == 6
+    assert "ollama_name" not in rec["model"] and not Path(f"{record}.create").exists()  # pulled, not created
+    seen = json.loads(record.read_text())
+    assert seen["OLLAMA_MODELS"] == str(staged / "ollama") and seen["ROCR_VISIBLE_DEVICES"] == "0,1"
     assert not _pid_alive(rec["server_pid"])

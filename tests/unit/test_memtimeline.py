@@ -324,6 +324,27 @@ def test_rocm_tools_through_the_standins(tmp_path, monkeypatch):
     assert source.name == "rocm-smi" and first == [pytest.approx(10993664 / 2**20)] * 8
 
 
+def test_gpu_inventory_through_the_standins(tmp_path, monkeypatch):
+    """The node's GPUs a run records (pointlaunch.gpu_inventory: amd-smi, else rocm-smi)
+    on the fake Frontier node: 8 GCDs, whatever ROCR_VISIBLE_DEVICES says."""
+    from scalesweep.pointlaunch import gpu_inventory
+
+    py = sys.executable
+    tool_path(tmp_path, monkeypatch, {"amd-smi": f'exec {py} {STANDIN} amd-smi "$@"',
+                                      "rocm-smi": f'exec {py} {STANDIN} rocm-smi "$@"'})
+    monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "0")
+    inv = gpu_inventory("rocm")
+    assert inv["tool"] == "amd-smi" and inv["command"][1:] == ["static", "--asic", "--vram", "--json"]
+    assert inv["count"] == 8 and set(inv["names"]) == {"AMD Instinct MI250X"}
+    (tmp_path / "bin" / "amd-smi").unlink()
+    inv = gpu_inventory("rocm")
+    assert inv["tool"] == "rocm-smi" and inv["count"] == 8 and set(inv["names"]) == {"AMD INSTINCT MI250X"}
+    (tmp_path / "bin" / "rocm-smi").unlink()
+    assert gpu_inventory("rocm") == {"tool": None, "count": None,
+                                     "error": "amd-smi: not found; rocm-smi: not found"}
+    assert gpu_inventory("cpu") is None
+
+
 def test_nvidia_smi_and_no_tool(tmp_path, monkeypatch):
     tool_path(tmp_path, monkeypatch, {"nvidia-smi": 'printf "1234\\n 567\\n"'})
     source, first, error = open_gpu_source("cuda", nvml_library="libnot-here.so")
