@@ -153,8 +153,9 @@ def job_lines(out: str, tmp_path: Path) -> str:
     print no command: the probes are checked by name below, the report by the
     workflow's own tests.)"""
     python = Path(sys.executable)
-    subs = [(str(tmp_path), "{tmp}"), (str(REPO), "{repo}"),
-            (str(python.parent), "{venv}/bin"), (os.path.realpath(python.parent), "{venv}/bin")]
+    # the interpreter's directory first: a venv inside the checkout (CI's .venv) is {venv}
+    subs = [(str(python.parent), "{venv}/bin"), (os.path.realpath(python.parent), "{venv}/bin"),
+            (str(tmp_path), "{tmp}"), (str(REPO), "{repo}")]
     jobs = []
     for block in out.split("\n\n"):
         m = re.search(r"^(?:local)?rule (\w+):\n", block, re.M)
