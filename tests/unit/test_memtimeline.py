@@ -327,7 +327,7 @@ def test_rocm_tools_through_the_standins(tmp_path, monkeypatch):
 def test_gpu_inventory_through_the_standins(tmp_path, monkeypatch):
     """The node's GPUs a run records (pointlaunch.gpu_inventory: amd-smi, else rocm-smi)
     on the fake Frontier node: 8 GCDs, whatever ROCR_VISIBLE_DEVICES says."""
-    from scalesweep.pointlaunch import gpu_inventory
+    from scalesweep.run.pointlaunch import gpu_inventory
 
     py = sys.executable
     tool_path(tmp_path, monkeypatch, {"amd-smi": f'exec {py} {STANDIN} amd-smi "$@"',
