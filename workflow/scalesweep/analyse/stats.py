@@ -54,10 +54,8 @@ def describe_repeats(
     half_width = (
         stats.t.ppf((1 + CONFIDENCE) / 2, table["n"] - 1) * table["std"] / np.sqrt(table["n"])
     )
-    nonnegative = (df.assign(_v=values).groupby(group_keys(df, group_cols), sort=False,
-                                                dropna=False)["_v"].min() >= 0).to_numpy()
     low = table["mean"] - half_width
-    table["ci95_low"] = low.where(~(nonnegative & (low < 0)), 0.0)
+    table["ci95_low"] = low.where(~((table["min"] >= 0) & (low < 0)), 0.0)
     table["ci95_high"] = table["mean"] + half_width
     table["cv"] = table["std"] / table["mean"]
     return table
