@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> dict:
     scratch = wd / "hand"
     scratch.mkdir(exist_ok=True)
 
-    from scalesweep.plan.config import load_config
+    from scalesweep.plan.config_read import load_config
     from scalesweep.plan.sweep import sweep_points
     from scalesweep.plan.imageset import used_images
     full_cfg = load_config([wd / "config" / "config.yaml"])  # schema defaults filled in

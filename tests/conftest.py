@@ -108,21 +108,36 @@ def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 
 
 @pytest.fixture(scope="session")
 def small_finished(tmp_path_factory) -> Path:
-    """One finished small campaign for the session (tiny_config, 1 epoch, 1 repeat: the
-    native 1- and 2-rank points), run with profiles/local. Shared by several modules
-    (test_rerun, test_faults, test_fault_tolerance): copy it
-    (``shutil.copytree(small_finished, dest, symlinks=True)``), never change it."""
+    """One finished small campaign for the whole test run (tiny_config, 1 epoch, 1
+    repeat: the native 1- and 2-rank points), run with profiles/local. Shared by several
+    modules (test_rerun, test_faults, test_fault_tolerance), and by every pytest-xdist
+    worker of the run (the first to need it runs it under a file lock, the others wait
+    and take it): copy it (``shutil.copytree(small_finished, dest, symlinks=True)``),
+    never change it."""
     if not have("mpirun"):
         pytest.skip("mpirun not installed (apt-get install openmpi-bin)")
-    config = tiny_config()
-    config["workloads"]["cnn_ddp"]["epochs"] = 1
-    config["sweep"]["repeats"] = 1
-    workdir = tmp_path_factory.mktemp("small-finished")
-    (workdir / "config").mkdir()
-    (workdir / "config" / "config.yaml").write_text(config_text(config))
-    run_snakemake(workdir, "--profile", str(REPO / "profiles" / "local"))
-    for ranks in (1, 2):
-        assert (workdir / f"results/runs/cnn_ddp/native/n1-g0-r{ranks}-t1/rep1/native/metrics.json").is_file()
+    # the run's base temporary directory, which all xdist workers share (each worker's
+    # own base is a folder in it), or this process's own without xdist
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    workdir = shared / "small-finished"
+    done = shared / "small-finished.done"
+    import fcntl
+
+    with open(shared / "small-finished.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.is_file():
+            shutil.rmtree(workdir, ignore_errors=True)  # a run that failed part-way
+            config = tiny_config()
+            config["workloads"]["cnn_ddp"]["epochs"] = 1
+            config["sweep"]["repeats"] = 1
+            (workdir / "config").mkdir(parents=True)
+            (workdir / "config" / "config.yaml").write_text(config_text(config))
+            run_snakemake(workdir, "--profile", str(REPO / "profiles" / "local"))
+            for ranks in (1, 2):
+                assert (workdir / f"results/runs/cnn_ddp/native/n1-g0-r{ranks}-t1/rep1/native/metrics.json").is_file()
+            done.write_text("")
     return workdir
 
 
@@ -198,6 +213,24 @@ def pytest_collection_modifyitems(config, items):
             wrong.append(f"{item.nodeid}: marked {', '.join(sorted(extra))}, which "
                          f"contradicts its folder tests/{folder}/ (marker {LAYERS[folder]})")
         item.add_marker(LAYERS[folder])
+        # pytest-xdist (--dist loadgroup, tools/test.sh): a module's tests stay on one
+        # worker (they share its module fixtures), and the Slurm tests all on one (they
+        # share the session's Slurm cluster)
+        item.add_marker(pytest.mark.xdist_group("slurm" if folder == "slurm" else
+                                                Path(item.path).relative_to(TESTS).as_posix()))
     if wrong:
         raise pytest.UsageError("tests in the wrong layer (docs/testing.md):\n  "
                                 + "\n  ".join(wrong))
+    # the longest work first, so that the workers finish together: the Slurm tests
+    # (mostly waiting on Slurm), then the integration, workflow and unit tests
+    # (sort is stable: each module's tests keep their order)
+    order = {layer: i for i, layer in enumerate(("slurm", "integration", "quality",
+                                                 "workflow", "unit"))}
+    items.sort(key=lambda item: order.get(_folder(item), len(order)))
+
+
+def _folder(item) -> str:
+    try:
+        return Path(item.path).resolve().relative_to(TESTS).parts[0]
+    except ValueError:
+        return ""

@@ -6,7 +6,7 @@ each), cut to what scalesweep runs of them:
 * the node's GPU inventory (scalesweep.pointlaunch.GPU_INVENTORY_COMMANDS):
   ``amd-smi static --asic --vram --json``, else
   ``rocm-smi --showproductname --showmeminfo vram --json``;
-* the GPU memory series (scalesweep.memtimeline.TOOL_COMMANDS):
+* the GPU memory series (scalesweep.measure.gpumem.TOOL_COMMANDS):
   ``amd-smi metric --mem-usage --json``, else ``rocm-smi --showmeminfo vram --json``.
 
 As the real tools, they list every device of the node whatever ``ROCR_VISIBLE_DEVICES`` /

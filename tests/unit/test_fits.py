@@ -14,6 +14,7 @@ import pytest
 
 from scalesweep.analyse import fits
 from scalesweep.analyse.frame import TableError
+from scalesweep.report.fit_figure import fit_figure
 from scalesweep.analyse.scaling import scaling_table
 
 PUBLISHED = Path(__file__).parents[1] / "data" / "published"
@@ -208,7 +209,7 @@ def test_figure_for_fitted_and_too_short_series(tmp_path):
     good = [fits.fit_series(data, m, "count", n_boot=30) for m in fits.MODELS]
     short = data[data["count"] <= 2]
     few = [fits.fit_series(short, m, "count") for m in fits.MODELS]
-    fig = fits.fit_figure([("native", data, good), ("container", short, few)], "count",
+    fig = fit_figure([("native", data, good), ("container", short, few)], "count",
                           title="t")
     fig.savefig(tmp_path / "fit.png", dpi=60)
     texts = [t.get_text() for t in fig.axes[0].texts]

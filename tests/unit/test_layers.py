@@ -226,10 +226,14 @@ def test_layer_packages_import_nothing(package):
 
 # --- one job per module (issue #28) -----------------------------------------------------------
 # A module does one job, and no module is longer than this: a longer one is two jobs (split
-# it by job, as report/figures.py, campaign/cost.py and run/harness.py were), or an
-# exception listed here with the reason it stays whole.
-MAX_LINES = 600
-LONG_MODULES: dict[str, str] = {}  # path under workflow/scalesweep/ -> why it stays whole
+# it by job, as report/figures.py, campaign/cost.py, run/harness.py, plan/config.py,
+# analyse/fits.py, report/pages.py and measure/memtimeline.py were), or an exception
+# listed here with the reason it stays whole.
+MAX_LINES = 500
+LONG_MODULES: dict[str, str] = {  # path under workflow/scalesweep/ -> why it stays whole
+    "campaign/analysis_cli.py": "one job: the scaling and overhead commands (argparse, "
+                                "grouping, printing) that fit and compare share",
+}
 
 
 def test_no_module_over_max_lines(package):

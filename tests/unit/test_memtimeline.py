@@ -18,14 +18,12 @@ import pytest
 
 from conftest import REPO, tiny_config
 from scalesweep.measure.interference import TOKEN_VAR, Monitor, new_token
+from scalesweep.measure.gpumem import AmdSysfs, GpuSource, open_gpu_source
 from scalesweep.measure.memtimeline import (
     MAX_SAMPLES,
     RANK_VARS,
-    AmdSysfs,
     Bins,
-    GpuSource,
     MemoryTimeline,
-    open_gpu_source,
     runs_script,
     script_of,
 )

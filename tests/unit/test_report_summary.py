@@ -27,6 +27,7 @@ from scalesweep.analyse.collect import SHARED_CORES_NOTE, SYNTHETIC_LABEL
 from scalesweep.campaign.status import report_freshness
 from scalesweep.cli import main
 from scalesweep.report import pages as rp
+from scalesweep.report import table_page as tp
 from scalesweep.report import made as report_made
 from scalesweep.report import rules as report_rules
 from scalesweep.report import significance as report_significance
@@ -597,7 +598,7 @@ def test_each_caveat_applies_where_its_table_says_so_and_alone(name):
 def test_table_page_is_the_table_sortable_with_full_values():
     table = pd.DataFrame({"workload": ["cnn", "llm"], "time_s": [7.123456789, np.nan],
                           "n": [3, 4], "note": ["<b>", ""]})
-    page = rp.table_page(table, "scaling.csv", "scaling")
+    page = tp.table_page(table, "scaling.csv", "scaling")
     parsed = _Tables(page.replace('<table class="sortable"', '<table id="t" class="sortable"'))
     assert parsed.tables["t"] == [["workload", "time_s", "n", "note"],
                                   ["cnn", "7.123", "3", "<b>"], ["llm", "", "4", ""]]
@@ -607,21 +608,21 @@ def test_table_page_is_the_table_sortable_with_full_values():
 
 
 def test_a_wide_table_lists_the_columns_the_same_in_every_row_once():
-    wide = pd.DataFrame({f"c{i}": [i, i] for i in range(rp.WIDE)}).assign(
+    wide = pd.DataFrame({f"c{i}": [i, i] for i in range(tp.WIDE)}).assign(
         path=["a", "b"], repeat=[1, 2])
-    page = rp.table_page(wide, "provenance.csv", "per-run provenance")
+    page = tp.table_page(wide, "provenance.csv", "per-run provenance")
     parsed = _Tables(page.replace('<table class="sortable"', '<table id="t" class="sortable"'))
     assert parsed.tables["t"][0] == ["path", "repeat"]
-    assert f"The same in every row ({rp.WIDE} of {rp.WIDE + 2} columns)" in page
+    assert f"The same in every row ({tp.WIDE} of {tp.WIDE + 2} columns)" in page
     assert "<li><b>c3</b>: 3</li>" in page
     # a narrow one, or a single row, keeps every column in the table
-    assert "The same in every row" not in rp.table_page(wide.iloc[:1], "p.csv", "p")
-    assert "The same in every row" not in rp.table_page(wide.iloc[:, -3:], "p.csv", "p")
+    assert "The same in every row" not in tp.table_page(wide.iloc[:1], "p.csv", "p")
+    assert "The same in every row" not in tp.table_page(wide.iloc[:, -3:], "p.csv", "p")
 
 
 def test_an_empty_table_page_says_so():
-    assert "is empty (no columns, no rows)" in rp.table_page(pd.DataFrame(), "llm.csv", "LLM")
-    header_only = rp.table_page(pd.DataFrame(columns=["path", "state"]), "missing.csv", "m")
+    assert "is empty (no columns, no rows)" in tp.table_page(pd.DataFrame(), "llm.csv", "LLM")
+    header_only = tp.table_page(pd.DataFrame(columns=["path", "state"]), "missing.csv", "m")
     assert "<th>path</th>" in header_only and "No rows." in header_only
 
 

@@ -78,7 +78,9 @@ def test_benchmark_configs_validate():
     from aggregation import sweep_config as aggregation_config
     from planning import SIZES, sweep_config as planning_config
 
-    from scalesweep.plan.config import check_config, load_config
+    from scalesweep.plan.config import check_config
+
+    from scalesweep.plan.config_read import load_config
     from scalesweep.plan.sweep import sweep_points
 
     planned = planning_config(**SIZES["full"])

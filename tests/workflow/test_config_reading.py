@@ -75,7 +75,7 @@ def as_json(config: dict) -> dict:
 def test_the_snakefile_reads_the_file_scalesweep_reads():
     """One configfile directive (workflow/rules/config.smk), in the workflow and in what
     effective_config has Snakemake parse through its API (plan/read_config.smk)."""
-    from scalesweep.plan.config import READ_CONFIG
+    from scalesweep.plan.config_read import READ_CONFIG
 
     directive = f'configfile: "{WORKFLOW_CONFIGFILE}"'
     assert directive in (REPO / "workflow" / "rules" / "config.smk").read_text()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import REPO
-from scalesweep.plan.config import load_config
+from scalesweep.plan.config_read import load_config
 from scalesweep.plan.sweep import SweepPoint
 from scalesweep.platform.launch import launch_command, launch_env
 from scalesweep.run.pointlaunch import build_launch

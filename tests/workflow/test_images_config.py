@@ -11,7 +11,8 @@ import os
 import pytest
 
 from conftest import REPO, run_snakemake, tiny_config, write_site
-from scalesweep.plan.config import ConfigError, load_config, validated
+from scalesweep.plan.config import ConfigError, validated
+from scalesweep.plan.config_read import load_config
 from scalesweep.plan.imageset import image_spec, runtime_image, used_images, workload_image
 from scalesweep.plan.sweep import sweep_points
 

@@ -18,7 +18,7 @@ from conftest import REPO, config_text, with_site, write_site
 from scalesweep.campaign import history as plan_history
 from scalesweep.campaign import profile as plan_profile
 from scalesweep.plan.adaptive import MIN_COMPARED
-from scalesweep.plan.config import load_config
+from scalesweep.plan.config_read import load_config
 from scalesweep.plan.sweep import SweepPoint, sweep_points
 from scalesweep.record.metrics import write_metrics
 from scalesweep.run.slurm import runtime_min

@@ -7,7 +7,7 @@ Checked by name, without running a campaign:
   names a real sub-command and real options of it;
 - every ``snakemake ...`` command parses with Snakemake's own argument parser (the Slurm
   plugin's ``--slurm-*`` options included); its ``--profile``, ``--configfile`` and
-  ``--config`` give a config that validates (``scalesweep.plan.config.effective_config``:
+  ``--config`` give a config that validates (``scalesweep.plan.config_read.effective_config``:
   every key in workflow/schemas/config.schema.yaml, the site it names, the profile), and
   a ``results/runs/.../metrics.json`` target is a point of that config's sweep;
 - every ``tools/...`` command is an executable tool that takes that sub-command;
@@ -221,7 +221,8 @@ def snakemake_parser():
 
 @lru_cache(maxsize=None)
 def _config_problem(profile, configfiles, config_items, site) -> str:
-    from scalesweep.plan.config import ConfigError, effective_config
+    from scalesweep.plan.config import ConfigError
+    from scalesweep.plan.config_read import effective_config
 
     try:
         config = effective_config(REPO, list(configfiles), list(config_items),
@@ -250,7 +251,7 @@ def config_problems(profile, configfiles, config_items, site=None) -> list[str]:
 
 @lru_cache(maxsize=None)
 def sweep_paths(profile, configfiles, config_items) -> set[str]:
-    from scalesweep.plan.config import effective_config
+    from scalesweep.plan.config_read import effective_config
     from scalesweep.plan.sweep import sweep_points
 
     config = effective_config(REPO, list(configfiles), list(config_items),

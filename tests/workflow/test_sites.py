@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from conftest import REPO, config_text, run_snakemake, tiny_config, write_site
-from scalesweep.plan.config import ConfigError, check_config, effective_config
+from scalesweep.plan.config import ConfigError, check_config
+from scalesweep.plan.config_read import effective_config
 from scalesweep.plan.sweep import SweepError, sweep_points
 from scalesweep.platform.site import SITES_DIR, SiteError, known_sites, load_site
 

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from conftest import REPO, run_snakemake, tiny_config, write_site
-from scalesweep.plan.config import load_config
+from scalesweep.plan.config_read import load_config
 from scalesweep.plan.sweep import SweepPoint, sweep_points
 from scalesweep.platform.site import SiteError, load_site
 from scalesweep.run.slurm import (

@@ -8,7 +8,7 @@ from snakemake.cli import parse_args, parse_config
 from conftest import tiny_config
 from scalesweep.cli import main
 from scalesweep.plan.adaptive import repeat_bounds
-from scalesweep.plan.config import SNAKEFILE, config_sources
+from scalesweep.plan.config_read import SNAKEFILE, config_sources
 from scalesweep.plan.sweep import sweep_points
 from scalesweep.record.metrics import write_metrics
 

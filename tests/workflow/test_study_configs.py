@@ -11,7 +11,7 @@ import re
 import pytest
 
 from conftest import REPO, SNAKEMAKE
-from scalesweep.plan.config import effective_config
+from scalesweep.plan.config_read import effective_config
 from scalesweep.plan.payloads import concurrency_levels
 from scalesweep.plan.sweep import sweep_points
 

@@ -25,7 +25,9 @@ os.environ.update(
     PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
 )
 
-from scalesweep.plan.config import ConfigError, check_config, schema_typed  # noqa: E402
+from scalesweep.plan.config import ConfigError, check_config  # noqa: E402
+
+from scalesweep.plan.config_read import schema_typed
 from scalesweep.record.metrics import write_json_atomic  # noqa: E402
 from scalesweep.plan.imageset import runtime_image, used_images  # noqa: E402
 from scalesweep.plan.kinds import kind_of  # noqa: E402
@@ -48,7 +50,7 @@ envvars:
     "PATH",
 
 
-schema_typed(config)  # --config values re-typed by the schema (scalesweep.plan.config)
+schema_typed(config)  # --config values re-typed by the schema (scalesweep.plan.config_read)
 try:  # the one validation: Snakemake's validate() with the schema's defaults, the site
     check_config(
         config

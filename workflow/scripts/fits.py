@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # no
 import pandas as pd  # noqa: E402
 
 from scalesweep.analyse import fits  # noqa: E402
+from scalesweep.report import fit_figure  # noqa: E402
 
 sm = snakemake  # noqa: F821
 SERIES = fits.CAMPAIGN_SERIES  # as scaling.csv groups them
@@ -49,7 +50,7 @@ elif sm.rule == "plot_fit":
     series = [(f"{values['threads']} thread(s)/rank", group, found)
               for values, group, found in series_fits(mine)]
     unit = "GPUs" if "gpus" in mine and (mine["gpus"] > 0).any() else "ranks"
-    fig = fits.fit_figure(series, "count", "time_s", title=f"{workload}, {runtime}: "
+    fig = fit_figure.fit_figure(series, "count", "time_s", title=f"{workload}, {runtime}: "
                           "Amdahl and USL fits", count_label=unit,
                           time_label="seconds per epoch (steady state)")
     fig.savefig(sm.output[0], dpi=120)

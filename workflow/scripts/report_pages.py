@@ -10,7 +10,8 @@ sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # no
 
 import pandas as pd  # noqa: E402
 
-from scalesweep.report.pages import front_page, table_page  # noqa: E402
+from scalesweep.report.pages import front_page  # noqa: E402
+from scalesweep.report.table_page import table_page  # noqa: E402
 
 sm = snakemake  # noqa: F821
 

@@ -33,7 +33,8 @@ from scalesweep.campaign.history import campaign_history, history_dirs
 from scalesweep.campaign.profile import read_profile
 from scalesweep.campaign.usage import UsageError
 from scalesweep.plan.adaptive import MIN_COMPARED
-from scalesweep.plan.config import ConfigError, config_sources, validated
+from scalesweep.plan.config import ConfigError, validated
+from scalesweep.plan.config_read import config_sources
 from scalesweep.plan.sweep import Selection, SweepError
 from scalesweep.platform.site import SiteError, known_sites, site_of
 

@@ -2,7 +2,7 @@
 (the command line and its printing: scalesweep.campaign.cost).
 
 For a config (the campaign's config as ``snakemake`` reads it for the same
-``--configfile``, ``--config`` and ``--profile``: ``scalesweep.plan.config.effective_config``;
+``--configfile``, ``--config`` and ``--profile``: ``scalesweep.plan.config_read.effective_config``;
 with ``--config 'only={...}'`` only the selected points) and a profile: the number of
 runs (one Slurm job each) and the node-hours they request (nodes x the runtime of
 attempt 1), at the minimum, the expected and the maximum number of repeats; the worst

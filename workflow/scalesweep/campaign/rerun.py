@@ -164,7 +164,7 @@ def planned_points(cmd: list[str]) -> list[str]:
 
 def campaign_config(args) -> dict:
     """The campaign's config as Snakemake reads it for the same arguments."""
-    from scalesweep.plan.config import effective_config
+    from scalesweep.plan.config_read import effective_config
 
     return effective_config(args.directory, args.configfile, args.config, args.profile or None)
 

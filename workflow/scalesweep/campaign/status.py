@@ -18,7 +18,8 @@ from scalesweep.campaign.snakemake_args import user_args
 from scalesweep.campaign.usage import UsageError
 from scalesweep.measure.slurmjob import sacct_fields
 from scalesweep.plan.adaptive import asked_points, decision_problem, final_path, walks_decisions
-from scalesweep.plan.config import ConfigError, config_sources
+from scalesweep.plan.config import ConfigError
+from scalesweep.plan.config_read import config_sources
 from scalesweep.plan.sweep import (Selection, SweepError, SweepPoint, check_selection,
                                    sweep_points)
 from scalesweep.record.pointdir import (FAILURE_JSON, METRICS_JSON, RUNNING_JSON, RUNS_DIR, boot_id,

@@ -1,5 +1,4 @@
-"""The report's pages (issue #27): the first screen of report.html, and every summary
-table as a table to read.
+"""The report's first page (issue #27): the first screen of report.html.
 
 - ``front_page``: what a person sees, without a click, when report.html opens (Snakemake
   shows the workflow's report text, workflow/report/workflow.rst, which embeds this page):
@@ -8,8 +7,7 @@ table as a table to read.
   overhead with its 95% CI, the pairs, the runs and pairs left out, labels such as shared
   cores or synthetic weights), scaling efficiency with its 95% CI per count (scaling.csv),
   one line per caveat that applies (``caveats``), and the campaign's facts (made.csv).
-- ``table_page``: one summary table (a CSV of results/summary/) as a sortable HTML table,
-  shown in the report beside the CSV, which stays downloadable.
+(``scalesweep.report.table_page``: every summary table as a table to read.)
 
 Pure: tables in, HTML text out (workflow/scripts/report_pages.py reads and writes the
 files). Every number is the tables' own, only rounded for reading; a table page keeps each
@@ -18,15 +16,14 @@ cell's full value (its tooltip, and the CSV).
 
 from __future__ import annotations
 
-import html
 import math
 
-import numpy as np
 import pandas as pd
 
 from scalesweep.analyse.frame import truthy
 from scalesweep.analyse.collect import SHARED_CORES_NOTE, SYNTHETIC_LABEL
 from scalesweep.plan.sweep import REFERENCE
+from scalesweep.report.cells import as_text, esc, missing, plural
 from scalesweep.report.significance import row_label
 
 AA_RUNTIME = "native-aa"  # the A/A calibration (scalesweep.platform.runtimes.NativeAA)
@@ -39,30 +36,9 @@ VERDICT_TABLE_ID = "scalesweep-verdicts"
 SCALING_TABLE_ID = "scalesweep-scaling"
 CAVEATS_ID = "scalesweep-caveats"
 FACTS_TABLE_ID = "scalesweep-campaign"
-# A table page's cells stay on one line (a row per line, to scan), but for text longer than
-# this (a verdict sentence, a rule's evidence), which wraps in a column of its own width.
-LONG_TEXT = 40
-# A table page with more columns than this lists the columns that hold one value in every
-# row above the table, once, and shows only the columns that differ (provenance, runs).
-WIDE = 12
 
 
 # --- small helpers ---------------------------------------------------------------------------
-
-def _esc(value) -> str:
-    """Text as HTML, ASCII only (non-ASCII as character references: docutils reads the
-    page as a raw file in whatever encoding it guesses)."""
-    return html.escape(str(value)).encode("ascii", "xmlcharrefreplace").decode("ascii")
-
-
-def _missing(value) -> bool:
-    if value is None:
-        return True
-    try:
-        return bool(pd.isna(value))
-    except (TypeError, ValueError):
-        return False
-
 
 def _num(value) -> float:
     try:
@@ -75,14 +51,6 @@ def _num(value) -> float:
 def _int(value) -> int:
     x = _num(value)
     return int(x) if math.isfinite(x) else 0
-
-
-def _text(value) -> str:
-    return "" if _missing(value) else str(value)
-
-
-def _plural(n: int, word: str, words: str | None = None) -> str:
-    return f"{n} {word if n == 1 else (words or word + 's')}"
 
 
 def _named(labels: list[str]) -> str:
@@ -105,7 +73,7 @@ def _geometry(row) -> str:
     """A sweep point as a person reads it: "1 node, 2 ranks x 1 thread" (+ GPUs)."""
     nodes, ranks, threads, gpus = (_int(row.get(c)) for c in ("nodes", "ranks", "threads",
                                                                 "gpus"))
-    text = f"{_plural(nodes, 'node')}, {_plural(ranks, 'rank')} x {_plural(threads, 'thread')}"
+    text = f"{plural(nodes, 'node')}, {plural(ranks, 'rank')} x {plural(threads, 'thread')}"
     return text + (f", {gpus} GPU{'s' if gpus != 1 else ''}/node" if gpus else "")
 
 
@@ -123,11 +91,11 @@ def _labels(row) -> list[tuple[str, str]]:
     labels = []
     if row.get("runtime") == AA_RUNTIME:
         labels.append(("A/A check", "aa"))
-    if SYNTHETIC_LABEL in _text(row.get("model_label")):
+    if SYNTHETIC_LABEL in as_text(row.get("model_label")):
         labels.append((SYNTHETIC_LABEL, "warn"))
     if truthy(row.get("shared_cores")):
         labels.append(("shared cores: not physical", "warn"))
-    note = _text(row.get("note"))
+    note = as_text(row.get("note"))
     if note and note != SHARED_CORES_NOTE:
         labels.append((note, "warn"))
     return labels
@@ -145,7 +113,7 @@ LEFT_OUT = (("n_disturbed", "disturbed run", "disturbed runs"),
 
 
 def _left_out(row) -> str:
-    parts = [_plural(_int(row.get(col)), one, many) for col, one, many in LEFT_OUT
+    parts = [plural(_int(row.get(col)), one, many) for col, one, many in LEFT_OUT
              if _int(row.get(col))]
     return "; ".join(parts) or "none"
 
@@ -153,10 +121,10 @@ def _left_out(row) -> str:
 def _pairs(row) -> str:
     n = _int(row.get("n"))
     if truthy(row.get("paired")):
-        pairing = _text(row.get("pairing")) or "pairs"
+        pairing = as_text(row.get("pairing")) or "pairs"
         return f"{n} {pairing[:-1] if n == 1 and pairing.endswith('pairs') else pairing}"
     return (f"unpaired: {_int(row.get('n_native'))} native, {n} "
-            f"{_text(row.get('runtime'))} runs")
+            f"{as_text(row.get('runtime'))} runs")
 
 
 def _overhead_ci(row) -> str:
@@ -169,8 +137,8 @@ def _overhead_ci(row) -> str:
 
 def _workload(row) -> str:
     """The workload, and its model for LLM inference (synthetic weights: a label)."""
-    model = _text(row.get("model")) or _text(row.get("model_label"))
-    return _text(row.get("workload")) + (f" ({model})" if model else "")
+    model = as_text(row.get("model")) or as_text(row.get("model_label"))
+    return as_text(row.get("workload")) + (f" ({model})" if model else "")
 
 
 def verdict_rows(overhead: pd.DataFrame | None) -> pd.DataFrame:
@@ -184,9 +152,9 @@ def verdict_rows(overhead: pd.DataFrame | None) -> pd.DataFrame:
     rows = []
     for _, row in overhead.iterrows():
         rows.append({"workload": _workload(row), "point": _geometry(row),
-                     "runtime": _text(row.get("runtime")),
-                     "verdict": _text(row.get("verdict")) or "not tested",
-                     "verdict_text": _text(row.get("verdict_text")),
+                     "runtime": as_text(row.get("runtime")),
+                     "verdict": as_text(row.get("verdict")) or "not tested",
+                     "verdict_text": as_text(row.get("verdict_text")),
                      "overhead_ci": _overhead_ci(row), "pairs": _pairs(row),
                      "left_out": _left_out(row),
                      "labels": "; ".join(text for text, _ in _labels(row))})
@@ -196,8 +164,8 @@ def verdict_rows(overhead: pd.DataFrame | None) -> pd.DataFrame:
 def _verdict_sentence(verdict: str, text: str) -> str:
     """The verdict sentence as overhead.csv has it, its verdict in bold."""
     if text.startswith(verdict):
-        return f"<b>{_esc(verdict)}</b>{_esc(text[len(verdict):])}"
-    return f"<b>{_esc(verdict)}</b>" + (f": {_esc(text)}" if text else "")
+        return f"<b>{esc(verdict)}</b>{esc(text[len(verdict):])}"
+    return f"<b>{esc(verdict)}</b>" + (f": {esc(text)}" if text else "")
 
 
 def _verdict_table(overhead: pd.DataFrame | None) -> str:
@@ -213,16 +181,16 @@ def _verdict_table(overhead: pd.DataFrame | None) -> str:
     body = []
     for (_, row), (_, cells) in zip(overhead.iterrows(), shown.iterrows()):
         labels = "".join(f'<span class="ss-label ss-{cls}" title="'
-                         f'{_esc(LABEL_TIPS.get(text, text))}">{_esc(text)}</span>'
+                         f'{esc(LABEL_TIPS.get(text, text))}">{esc(text)}</span>'
                          for text, cls in _labels(row))
         body.append(
-            f'<tr class="ss-{_esc(cells["verdict"]).replace(" ", "-")}">'
-            f'<td>{_esc(cells["workload"])}</td><td class="ss-nowrap">{_esc(cells["point"])}</td>'
-            f'<td>{_esc(cells["runtime"])}</td>'
+            f'<tr class="ss-{esc(cells["verdict"]).replace(" ", "-")}">'
+            f'<td>{esc(cells["workload"])}</td><td class="ss-nowrap">{esc(cells["point"])}</td>'
+            f'<td>{esc(cells["runtime"])}</td>'
             f'<td class="ss-verdict">{_verdict_sentence(cells["verdict"], cells["verdict_text"])}'
             '</td>'
-            f'<td class="ss-n">{_esc(cells["overhead_ci"])}</td>'
-            f'<td class="ss-nowrap">{_esc(cells["pairs"])}</td><td>{_esc(cells["left_out"])}</td>'
+            f'<td class="ss-n">{esc(cells["overhead_ci"])}</td>'
+            f'<td class="ss-nowrap">{esc(cells["pairs"])}</td><td>{esc(cells["left_out"])}</td>'
             f'<td>{labels}</td></tr>')
     margin_text = f" within &plusmn;{margin:g}%" if math.isfinite(margin) else ""
     return (
@@ -246,7 +214,7 @@ def _efficiency_cell(row) -> str:
                                             "efficiency_ci95_high_pct"))
     ci = f" [{low:.1f} .. {high:.1f}]" if math.isfinite(low) and math.isfinite(high) else \
         " (no 95% CI)"
-    flag = _text(row.get("flag")).replace(";", ", ").replace("_", " ")
+    flag = as_text(row.get("flag")).replace(";", ", ").replace("_", " ")
     return f"{eff:.1f}%{ci}, n={n}" + (f" ({flag})" if flag else "")
 
 
@@ -256,7 +224,7 @@ def _scaling_table(scaling: pd.DataFrame | None) -> str:
                 'workload measured at several counts).</p>')
     series = ["workload", "runtime", "threads"]
     counts = sorted({_int(c) for c in scaling["count"]})
-    kinds = sorted({_text(k) for k in _column(scaling, "scaling") if _text(k)})
+    kinds = sorted({as_text(k) for k in _column(scaling, "scaling") if as_text(k)})
     head = ("<tr><th>workload</th><th>runtime</th><th>threads</th>"
             + "".join(f"<th>count {c}</th>" for c in counts) + "<th>labels</th></tr>")
     body = []
@@ -266,9 +234,9 @@ def _scaling_table(scaling: pd.DataFrame | None) -> str:
         if any(truthy(v) for v in group.get("shared_cores", [])):
             labels.append('<span class="ss-label ss-warn">shared cores: not physical</span>')
         cells = "".join(
-            f'<td class="ss-n">{_esc(_efficiency_cell(by_count[c]))}</td>' if c in by_count
+            f'<td class="ss-n">{esc(_efficiency_cell(by_count[c]))}</td>' if c in by_count
             else "<td></td>" for c in counts)
-        body.append(f"<tr><td>{_esc(key[0])}</td><td>{_esc(key[1])}</td>"
+        body.append(f"<tr><td>{esc(key[0])}</td><td>{esc(key[1])}</td>"
                     f"<td>{_int(key[2])}</td>{cells}<td>{''.join(labels)}</td></tr>")
     kind = f" ({', '.join(kinds)} scaling)" if kinds else ""
     return (f'<table id="{SCALING_TABLE_ID}" class="ss-table"><caption>Scaling efficiency'
@@ -291,10 +259,10 @@ def caveats(tables: dict[str, pd.DataFrame | None]) -> list[str]:
     if _rows(missing):
         states = _column(missing, "state").fillna("missing").astype(str)
         counts = ", ".join(f"{n} {s}" for s, n in states.value_counts().items())
-        named = [f"{_text(r.get('path'))}" + (f" ({_text(r.get('reason'))})"
-                                              if _text(r.get("reason")) else "")
+        named = [f"{as_text(r.get('path'))}" + (f" ({as_text(r.get('reason'))})"
+                                              if as_text(r.get("reason")) else "")
                  for _, r in missing.iterrows()]
-        lines.append(f"{_plural(len(missing), 'requested point')} not finished ({counts}): "
+        lines.append(f"{plural(len(missing), 'requested point')} not finished ({counts}): "
                      f"{_named(named)}. The comparisons and scaling rows they belong to rest "
                      "on fewer repeats or are absent (Sweep completeness, missing.csv).")
 
@@ -310,10 +278,10 @@ def caveats(tables: dict[str, pd.DataFrame | None]) -> list[str]:
     if shared:
         lines.append(f"Measured on shared cores ({', '.join(shared)}): {SHARED_CORES_NOTE}.")
 
-    synthetic = [t[_column(t, "model_label").map(_text).str.contains(SYNTHETIC_LABEL,
+    synthetic = [t[_column(t, "model_label").map(as_text).str.contains(SYNTHETIC_LABEL,
                                                                       regex=False)]
                  for t in (overhead, llm) if _rows(t)]
-    models = sorted({_text(m) for t in synthetic for m in _column(t, "model")})
+    models = sorted({as_text(m) for t in synthetic for m in _column(t, "model")})
     if any(len(t) for t in synthetic):
         lines.append(f"LLM inference on a model with {SYNTHETIC_LABEL} "
                      f"({', '.join(models) or 'unnamed'}): its tokens/s and overhead measure "
@@ -349,7 +317,7 @@ def caveats(tables: dict[str, pd.DataFrame | None]) -> list[str]:
         untested = overhead[_column(overhead, "overhead_ci95_low_pct").map(_num).map(
             lambda x: not math.isfinite(x))] if "overhead_ci95_low_pct" in overhead else []
         if len(untested):
-            lines.append(f"{_plural(len(untested), 'comparison')} without a 95% CI (fewer than "
+            lines.append(f"{plural(len(untested), 'comparison')} without a 95% CI (fewer than "
                          "two valid pairs or repeats on a side): "
                          f"{_named([row_label(r) for _, r in untested.iterrows()])}.")
         apart = sum(_int(v) for v in _column(overhead, "n_pairs_split"))
@@ -361,28 +329,28 @@ def caveats(tables: dict[str, pd.DataFrame | None]) -> list[str]:
 
     if _rows(significance) and "claims_not_bh_significant" in significance.columns:
         for _, row in significance.iterrows():
-            if _text(row.get("claims_not_bh_significant")):
-                lines.append(f"Many comparisons ({_text(row.get('family'))}): "
-                             f"{_text(row.get('claims_not_bh_significant'))} not significant "
+            if as_text(row.get("claims_not_bh_significant")):
+                lines.append(f"Many comparisons ({as_text(row.get('family'))}): "
+                             f"{as_text(row.get('claims_not_bh_significant'))} not significant "
                              "after Benjamini-Hochberg over the campaign (significance.csv).")
 
     if _rows(scaling) and "flag" in scaling.columns:
-        flagged = scaling[_column(scaling, "flag").map(_text) != ""]
+        flagged = scaling[_column(scaling, "flag").map(as_text) != ""]
         if len(flagged):
-            named = [f"{row_label(r)}: {_text(r['flag']).replace(';', ', ')}"
+            named = [f"{row_label(r)}: {as_text(r['flag']).replace(';', ', ')}"
                      for _, r in flagged.iterrows()]
             lines.append(f"Scaling rows flagged (high variance, a single repeat or "
                          f"superlinear): {_named(named)} (scaling.csv: flag).")
 
     if _rows(fits) and "status" in fits.columns:
-        for status, rows in fits[_column(fits, "status").map(_text) != "ok"].groupby(
+        for status, rows in fits[_column(fits, "status").map(as_text) != "ok"].groupby(
                 "status", sort=False):
             series = list(dict.fromkeys(
-                " ".join(_text(r.get(c)) for c in ("workload", "runtime")) for _, r in
+                " ".join(as_text(r.get(c)) for c in ("workload", "runtime")) for _, r in
                 rows.iterrows()))
             lines.append(f"Scaling laws {FIT_STATUS.get(status, status)} for "
-                         f"{_plural(len(series), 'series', 'series')} ({_named(series)}), e.g. "
-                         f"{_text(rows.iloc[0].get('model'))}: {_text(rows.iloc[0].get('reason'))} "
+                         f"{plural(len(series), 'series', 'series')} ({_named(series)}), e.g. "
+                         f"{as_text(rows.iloc[0].get('model'))}: {as_text(rows.iloc[0].get('reason'))} "
                          "(fits.csv: status, reason).")
 
     if _rows(runs) and "git_commit" in runs.columns:
@@ -393,8 +361,8 @@ def caveats(tables: dict[str, pd.DataFrame | None]) -> list[str]:
 
     if _rows(rules) and {"rule", "passed"} <= set(rules.columns):
         for _, row in rules[rules["passed"].astype(str) == "no"].iterrows():
-            lines.append(f"Benchmarking rule not met: {_text(row['rule'])} "
-                         f"({_text(row.get('evidence'))}; rules.csv).")
+            lines.append(f"Benchmarking rule not met: {as_text(row['rule'])} "
+                         f"({as_text(row.get('evidence'))}; rules.csv).")
     return lines
 
 
@@ -404,7 +372,7 @@ def _caveats(lines: list[str]) -> str:
                 'finished, no run was disturbed, every comparison has a verdict and every '
                 'benchmarking rule is met.</p>')
     return (f'<ul id="{CAVEATS_ID}" class="ss-caveats">'
-            + "".join(f"<li>{_esc(line)}</li>" for line in lines) + "</ul>")
+            + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>")
 
 
 # --- the campaign's facts ----------------------------------------------------------------------
@@ -412,7 +380,7 @@ def _caveats(lines: list[str]) -> str:
 def _facts(made: pd.DataFrame | None) -> str:
     if made is None or made.empty or not {"item", "value"} <= set(made.columns):
         return '<p class="ss-none">made.csv has no rows.</p>'
-    rows = "".join(f"<tr><th>{_esc(_text(r['item']))}</th><td>{_esc(_text(r['value']))}</td></tr>"
+    rows = "".join(f"<tr><th>{esc(as_text(r['item']))}</th><td>{esc(as_text(r['value']))}</td></tr>"
                    for _, r in made.iterrows())
     return (f'<table id="{FACTS_TABLE_ID}" class="ss-table ss-facts"><caption>What this report '
             'was made from (made.csv)</caption><tbody>' + rows + "</tbody></table>")
@@ -459,106 +427,3 @@ def front_page(tables: dict[str, pd.DataFrame | None]) -> str:
         + "<h2>How it scales</h2>" + _scaling_table(tables.get("scaling"))
         + "<h2>The campaign</h2>" + _facts(tables.get("made"))
         + "</div>\n")
-
-
-# --- every table as a table ------------------------------------------------------------------
-
-PAGE_STYLE = """
-body { font: 13px/1.35 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1e293b;
-  margin: 0.8em; background: #fff; }
-h1 { font-size: 1.1rem; margin: 0 0 0.3em; }
-p, ul { margin: 0 0 0.6em; color: #334155; }
-.common { columns: 3 22em; padding-left: 1.2em; }
-table { border-collapse: collapse; }
-th, td { border-bottom: 1px solid #e2e8f0; padding: 0.2em 0.7em 0.2em 0; text-align: left;
-  vertical-align: top; white-space: nowrap; }
-td.text { white-space: normal; min-width: 24em; max-width: 40em; }
-thead th { position: sticky; top: 0; background: #f1f5f9; border-bottom: 2px solid #94a3b8;
-  cursor: pointer; white-space: nowrap; user-select: none; }
-thead th[aria-sort="ascending"]::after { content: " \\25B2"; }
-thead th[aria-sort="descending"]::after { content: " \\25BC"; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-tbody tr:nth-child(even) { background: #f8fafc; }
-"""
-
-# Click a column's header to sort by it (again: the other way); numbers as numbers.
-SORT_SCRIPT = """
-document.querySelectorAll("table.sortable").forEach(function (table) {
-  var heads = table.tHead.rows[0].cells;
-  Array.prototype.forEach.call(heads, function (th, col) {
-    th.addEventListener("click", function () {
-      var up = th.getAttribute("aria-sort") !== "ascending";
-      Array.prototype.forEach.call(heads, function (h) { h.removeAttribute("aria-sort"); });
-      th.setAttribute("aria-sort", up ? "ascending" : "descending");
-      var rows = Array.prototype.slice.call(table.tBodies[0].rows);
-      function key(row) {
-        var cell = row.cells[col], v = cell.getAttribute("data-v");
-        return v === null ? cell.textContent : v;
-      }
-      var numeric = rows.every(function (r) { var k = key(r); return k === "" || !isNaN(k); });
-      rows.sort(function (a, b) {
-        var x = key(a), y = key(b), c;
-        if (numeric) {
-          if (x === "" || y === "") { c = (x === "") - (y === ""); return c; }
-          c = Number(x) - Number(y);
-        } else { c = x.localeCompare(y); }
-        return up ? c : -c;
-      });
-      rows.forEach(function (r) { table.tBodies[0].appendChild(r); });
-    });
-  });
-});
-"""
-
-
-def _cell(value) -> str:
-    """A table cell: numbers right-aligned, rounded to 4 significant digits for reading,
-    the full value in the tooltip and as the sort key."""
-    if _missing(value):
-        return "<td></td>"
-    if isinstance(value, (bool, np.bool_)):
-        return f"<td>{value}</td>"
-    if isinstance(value, (int, np.integer)):
-        return f'<td class="num" data-v="{value}">{value}</td>'
-    if isinstance(value, (float, np.floating)):
-        full = repr(float(value))
-        shown = f"{value:.4g}"
-        title = f' title="{full}"' if shown != full else ""
-        return f'<td class="num" data-v="{full}"{title}>{shown}</td>'
-    text = str(value)
-    wraps = ' class="text"' if len(text) > LONG_TEXT else ""
-    return f"<td{wraps}>{_esc(text)}</td>"
-
-
-def table_page(table: pd.DataFrame | None, file_name: str, title: str) -> str:
-    """``table`` (a summary CSV read back) as a standalone HTML page: a heading naming the
-    file, and a table whose columns sort on a click. With more than ``WIDE`` columns and
-    several rows, the columns holding one value in every row are listed once above it."""
-    head = f"<h1>{_esc(title)} <small>({_esc(file_name)})</small></h1>"
-    if table is None or len(table.columns) == 0:
-        body = f"<p>{_esc(file_name)} is empty (no columns, no rows).</p>"
-    else:
-        shown = table
-        common = []
-        if len(table.columns) > WIDE and len(table) > 1:
-            same = [c for c in table.columns if table[c].nunique(dropna=False) == 1]
-            common = [(c, table[c].iloc[0]) for c in same]
-            shown = table.drop(columns=same)
-        listed = ""
-        if common:
-            items = "".join(f"<li><b>{_esc(c)}</b>: {_esc(_text(v)) or '(empty)'}</li>"
-                            for c, v in common)
-            listed = (f"<p>The same in every row ({len(common)} of {len(table.columns)} "
-                      f"columns):</p><ul class=\"common\">{items}</ul>")
-        rows = "".join("<tr>" + "".join(_cell(v) for v in row) + "</tr>"
-                       for row in shown.itertuples(index=False, name=None))
-        count = f"<p>{_plural(len(table), 'row')}, {_plural(len(table.columns), 'column')}; " \
-                "click a column's header to sort by it.</p>"
-        body = (count + listed + '<table class="sortable"><thead><tr>'
-                + "".join(f"<th>{_esc(c)}</th>" for c in shown.columns)
-                + f"</tr></thead><tbody>{rows}</tbody></table>")
-        if table.empty:
-            body += "<p>No rows.</p>"
-    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{_esc(file_name)}</title><style>{PAGE_STYLE}</style></head>"
-            f"<body>{head}{body}<script>{SORT_SCRIPT}</script></body></html>\n")
