@@ -166,6 +166,24 @@ def payload_pids(marker: str, payload: str = "train_cnn.py") -> list[int]:
     return pids
 
 
+def fake_payload_launch(tmp_path: Path, source: str, point, *args: str, name: str = "fake.py"):
+    """A native one-process launch of a stand-in payload (``source``, written to
+    ``tmp_path/code/scripts/<name>``) for ``point``, called with ``--out <its point
+    directory>/payload.json`` and ``args``: for tests of the harness around a payload
+    (``scalesweep.run.harness.execute``). Returns (launch, the point directory)."""
+    from scalesweep.platform.launch import Launch
+
+    code = tmp_path / "code"
+    (code / "scripts").mkdir(parents=True, exist_ok=True)
+    (code / "scripts" / name).write_text(source)
+    out = tmp_path / "runs" / point.path
+    launch = Launch(runtime="native", launcher="local", nodes=1, ranks_per_node=1, threads=1,
+                    gpus_per_node=0, payload=f"scripts/{name}",
+                    args=("--out", str(out / "payload.json"), *args), code_root=str(code),
+                    data_dir=str(tmp_path), out_dir=str(out), host_python=sys.executable)
+    return launch, out
+
+
 def have(binary: str) -> bool:
     return shutil.which(binary) is not None
 
@@ -213,11 +231,6 @@ def pytest_collection_modifyitems(config, items):
             wrong.append(f"{item.nodeid}: marked {', '.join(sorted(extra))}, which "
                          f"contradicts its folder tests/{folder}/ (marker {LAYERS[folder]})")
         item.add_marker(LAYERS[folder])
-        # pytest-xdist (--dist loadgroup, tools/test.sh): a module's tests stay on one
-        # worker (they share its module fixtures), and the Slurm tests all on one (they
-        # share the session's Slurm cluster)
-        item.add_marker(pytest.mark.xdist_group("slurm" if folder == "slurm" else
-                                                Path(item.path).relative_to(TESTS).as_posix()))
     if wrong:
         raise pytest.UsageError("tests in the wrong layer (docs/testing.md):\n  "
                                 + "\n  ".join(wrong))
@@ -227,6 +240,27 @@ def pytest_collection_modifyitems(config, items):
     order = {layer: i for i, layer in enumerate(("slurm", "integration", "quality",
                                                  "workflow", "unit"))}
     items.sort(key=lambda item: order.get(_folder(item), len(order)))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's ``--dist loadfile`` (tools/test.sh), but every test of tests/slurm/ on
+    one worker: they share the session's Slurm cluster (``slurm_fixtures.slurm_cluster``,
+    which one worker starts and stops). A module's tests stay on one worker, as they share
+    its module fixtures; modules go out in collection order (``--no-loadscope-reorder``:
+    ``pytest_collection_modifyitems`` puts the longest layers first). Not xdist's
+    ``loadgroup`` with ``xdist_group`` marks: pytest-xdist 3.8.0 groups by a suffix it
+    writes to ``item._nodeid``, which pytest 9.2's nodes no longer read (``Node.nodeid``
+    is ``str(item._id)``), so every test went out alone."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LayerScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "tests/slurm/" if module.startswith("tests/slurm/") else module
+
+    return LayerScheduling(config, log)
 
 
 def _folder(item) -> str:

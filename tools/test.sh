@@ -6,8 +6,8 @@
 #
 # Without arguments, two pytest runs (the test layers: one folder each, docs/testing.md):
 #   1. tests/slurm, tests/integration, tests/workflow and tests/unit on pytest-xdist
-#      workers (--dist loadgroup: tests/conftest.py keeps a module's tests on one worker
-#      and every Slurm test on one, the Slurm tests first as they take longest);
+#      workers (--dist loadfile: a module's tests on one worker, and every Slurm test on
+#      one, tests/conftest.py's scheduler; the Slurm tests first as they take longest);
 #   2. then tests/quality alone: they compare timings or check that a quiet run is not
 #      flagged disturbed, so nothing may run beside them.
 # Why workers beside each other on 2 cores: a Slurm test mostly waits (the Slurm plugin
@@ -37,7 +37,7 @@ set +e
 # SIGTERM reaches this trap at once, which passes SIGINT to the run: pytest tears its
 # fixtures down (Snakemake cancels its Slurm jobs), then we exit.
 set -m
-"${PYTEST[@]}" -n "${TEST_WORKERS:-4}" --dist loadgroup --no-loadscope-reorder \
+"${PYTEST[@]}" -n "${TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder \
     tests/slurm tests/integration tests/workflow tests/unit &
 pid=$!
 trap 'kill -INT -- "-$pid" 2>/dev/null; wait "$pid"; exit 130' INT TERM

@@ -29,8 +29,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import (REPO, SNAKEMAKE, have, measured_by, payload_pids, run_files_digest,
-                      run_snakemake)
+from conftest import (REPO, SNAKEMAKE, fake_payload_launch, have, measured_by, payload_pids,
+                      run_files_digest, run_snakemake)
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not have("mpirun"), reason="mpirun not installed")]
@@ -373,22 +373,14 @@ def test_metrics_that_cannot_be_written_after_the_run_name_the_path(tmp_path, mo
     injected at the write: an error naming the file, never a traceback without a path."""
     import scalesweep.run.harness as harness
     import scalesweep.run.run_record as run_record
-    from scalesweep.platform.launch import Launch
     from scalesweep.record.pointdir import PointDirError
     from scalesweep.platform.site import load_site
     from scalesweep.plan.sweep import SweepPoint
 
-    code = tmp_path / "code"
-    (code / "scripts").mkdir(parents=True)
-    (code / "scripts" / "fake.py").write_text(
-        "import json, sys\njson.dump({'workload': 'fake', 'payload_wall_s': 0.01}, "
-        "open(sys.argv[sys.argv.index('--out') + 1], 'w'))\n")
     point = SweepPoint("cnn_ddp", "native", 1, 0, 1, 1, 1)
-    out = tmp_path / "runs" / point.path
-    launch = Launch(runtime="native", launcher="local", nodes=1, ranks_per_node=1, threads=1,
-                    gpus_per_node=0, payload="scripts/fake.py",
-                    args=("--out", str(out / "payload.json")), code_root=str(code),
-                    data_dir=str(tmp_path), out_dir=str(out), host_python=sys.executable)
+    launch, out = fake_payload_launch(
+        tmp_path, "import json, sys\njson.dump({'workload': 'fake', 'payload_wall_s': 0.01}, "
+        "open(sys.argv[sys.argv.index('--out') + 1], 'w'))\n", point)
 
     def full(path, record):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

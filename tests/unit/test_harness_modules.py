@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import REPO, tiny_config
+from conftest import REPO, fake_payload_launch, tiny_config
 from scalesweep.plan.config import validated
 from scalesweep.plan.sweep import SweepPoint
 from scalesweep.platform.launch import Launch
@@ -118,15 +118,8 @@ def test_metrics_record_the_runtime_provenance(tmp_path, monkeypatch):
 
     for var in [v for v in os.environ if v.startswith("SLURM_")]:
         monkeypatch.delenv(var)
-    code = tmp_path / "code"
-    (code / "scripts").mkdir(parents=True)
-    (code / "scripts" / "fake.py").write_text(FAKE_PAYLOAD)
     point = SweepPoint("cnn_ddp", "native", 1, 0, 1, 1, 1)
-    out = tmp_path / "runs" / point.path
-    launch = Launch(runtime="native", launcher="local", nodes=1, ranks_per_node=1, threads=1,
-                    gpus_per_node=0, payload="scripts/fake.py",
-                    args=("--out", str(out / "payload.json")), code_root=str(code),
-                    data_dir=str(tmp_path), out_dir=str(out), host_python=sys.executable)
+    launch, out = fake_payload_launch(tmp_path, FAKE_PAYLOAD, point)
     measurement = validated(tiny_config())["measurement"]
     rc = execute(point, launch, str(out / "metrics.json"), str(out / "run.log"),
                  measurement={**measurement, "sample_interval_s": 0.2}, site=load_site("local"))

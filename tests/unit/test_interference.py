@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, tiny_config
+from conftest import REPO, fake_payload_launch, tiny_config
 from scalesweep.measure.interference import (
     METHOD,
     TOKEN_VAR,
@@ -290,7 +290,6 @@ json.dump({"workload": "fake", "payload_wall_s": time.monotonic() - t}, open(out
 def test_execute_records_interference_allocation_and_order(tmp_path, monkeypatch):
     from scalesweep.plan.config import validated
     from scalesweep.run.harness import execute
-    from scalesweep.platform.launch import Launch
     from scalesweep.platform.site import load_site
     from scalesweep.plan.sweep import run_order, sweep_points
 
@@ -300,15 +299,7 @@ def test_execute_records_interference_allocation_and_order(tmp_path, monkeypatch
     config = validated(tiny_config())
     config["sweep"].update(runtimes=["native", "charliecloud"], ranks_per_node=[1], repeats=2)
     point = [p for p in sweep_points(config) if p.runtime == "charliecloud" and p.repeat == 2][0]
-    code = tmp_path / "code"
-    (code / "scripts").mkdir(parents=True)
-    (code / "scripts" / "fake.py").write_text(FAKE_PAYLOAD)
-    out = tmp_path / "runs" / point.path
-    launch = Launch(runtime="native", launcher="local", nodes=1, ranks_per_node=1, threads=1,
-                    gpus_per_node=0, payload="scripts/fake.py",
-                    args=("--out", str(out / "payload.json"), "--seconds", "3"),
-                    code_root=str(code), data_dir=str(tmp_path), out_dir=str(out),
-                    host_python=sys.executable)
+    launch, out = fake_payload_launch(tmp_path, FAKE_PAYLOAD, point, "--seconds", "3")
     hog = subprocess.Popen(HOG)
     try:
         rc = execute(point, launch, str(out / "metrics.json"), str(out / "run.log"),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, tiny_config
+from conftest import REPO, fake_payload_launch, tiny_config
 from scalesweep.measure.interference import TOKEN_VAR, Monitor, new_token
 from scalesweep.measure.gpumem import AmdSysfs, GpuSource, open_gpu_source
 from scalesweep.measure.memtimeline import (
@@ -418,7 +418,6 @@ json.dump({"workload": "fake", "payload_wall_s": time.monotonic() - t}, open(out
 def test_execute_writes_the_memory_timeline(tmp_path, monkeypatch):
     from scalesweep.plan.config import validated
     from scalesweep.run.harness import execute
-    from scalesweep.platform.launch import Launch
     from scalesweep.platform.site import load_site
     from scalesweep.plan.sweep import run_order, sweep_points
 
@@ -427,14 +426,7 @@ def test_execute_writes_the_memory_timeline(tmp_path, monkeypatch):
     monkeypatch.setenv("SCALESWEEP_GIT_COMMIT", "0" * 40)
     config = validated(tiny_config())
     point = sweep_points(config)[0]
-    code = tmp_path / "code"
-    (code / "scripts").mkdir(parents=True)
-    (code / "scripts" / "fake_mem.py").write_text(FAKE_PAYLOAD)
-    out = tmp_path / "runs" / point.path
-    launch = Launch(runtime="native", launcher="local", nodes=1, ranks_per_node=1, threads=1,
-                    gpus_per_node=0, payload="scripts/fake_mem.py",
-                    args=("--out", str(out / "payload.json")), code_root=str(code),
-                    data_dir=str(tmp_path), out_dir=str(out), host_python=sys.executable)
+    launch, out = fake_payload_launch(tmp_path, FAKE_PAYLOAD, point, name="fake_mem.py")
     measurement = {**config["measurement"], "sample_interval_s": 0.1}
     rc = execute(point, launch, str(out / "metrics.json"), str(out / "run.log"),
                  measurement=measurement, site=load_site("local"), order=run_order(point, config))
