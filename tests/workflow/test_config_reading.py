@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from conftest import REPO, config_text, run_snakemake, tiny_config, write_site
-from scalesweep.plan.config import (
+from scalesweep.plan.config import ConfigError
+from scalesweep.plan.config_read import (
     WORKFLOW_CONFIGFILE,
-    ConfigError,
     config_sources,
     effective_config,
     load_config,
