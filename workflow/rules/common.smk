@@ -50,7 +50,8 @@ envvars:
     "PATH",
 
 
-schema_typed(config)  # --config values re-typed by the schema (scalesweep.plan.config_read)
+# --config values re-typed by the schema (scalesweep.plan.config_read)
+schema_typed(config)
 try:  # the one validation: Snakemake's validate() with the schema's defaults, the site
     check_config(
         config
