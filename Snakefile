@@ -38,20 +38,28 @@ onerror:
     )
 
 
-rule all:
-    default_target: True
+rule summary:
+    # `snakemake summary`: every requested measurement and the summary tables
+    # (results/summary/), without the figures and report tables `all` adds to them
+    # (`scalesweep rerun --tables-only`)
     input:
         # every requested measurement, so that a missing one is measured again even when
         # the summary is up to date (common.smk: requested_metrics)
         requested_metrics,
         rules.aggregate.output,
+        expand(rules.container_startup.output, runtime=container_runtimes()),
+        image_manifests(),
+
+
+rule all:
+    default_target: True
+    input:
+        rules.summary.input,
         rules.plot_scaling.output,
         # the LLM figure where the sweep has an LLM workload (it would be empty elsewhere)
         rules.plot_llm.output if report_workloads("llm") else [],
         rules.fits.output,
         expand(rules.plot_fit.output, zip, **fit_series()),
-        expand(rules.container_startup.output, runtime=container_runtimes()),
-        image_manifests(),
         rules.report_run_tables.output,
         rules.report_tables.output,
         rules.report_points.output,

@@ -48,7 +48,7 @@ def test_sigkill_mid_run_fails_one_point_and_rerun_redoes_only_it(campaign):
         daemon=True,
     )
     watcher.start()
-    first = run_snakemake(wd, "--profile", PROFILE, check=False)
+    first = run_snakemake(wd, "--profile", PROFILE, "summary", check=False)
     watcher.join(timeout=5)
     assert killed, "the watcher never saw the target point training"
     assert first.returncode != 0
@@ -114,7 +114,7 @@ def test_corrupted_dataset_stops_before_any_point_runs(campaign):
     run_snakemake(wd, "--profile", PROFILE, "--until", "stage_dataset")
     victim = sorted((wd / "resources/datasets/tiny/a").iterdir())[0]
     victim.write_bytes(b"not a png")
-    proc = run_snakemake(wd, "--profile", PROFILE, check=False)
+    proc = run_snakemake(wd, "--profile", PROFILE, "summary", check=False)
     assert proc.returncode != 0
     log = (wd / "logs/datasets/tiny.verify.log").read_text()
     assert "checksum mismatch" in log and victim.name in log

@@ -291,7 +291,7 @@ def test_a_second_invocation_while_one_runs_is_refused_by_the_lock(wd):
             assert time.monotonic() < deadline, "the first run never started the point"
             time.sleep(0.1)
         assert list((wd / ".snakemake" / "locks").glob("*.lock"))
-        second = run_snakemake(wd, "--profile", PROFILE, check=False)
+        second = run_snakemake(wd, "--profile", PROFILE, "summary", check=False)
         out, _ = first.communicate(timeout=600)
     finally:
         if first.poll() is None:
@@ -410,7 +410,7 @@ def test_shell_metacharacters_in_a_workload_name_stop_snakemake_naming_the_key(w
     config["workloads"]["x;touch PWNED"] = config["workloads"]["cnn_ddp"]
     (wd / "config" / "config.yaml").write_text(yaml.safe_dump(config))
     before = digests(wd, None)
-    proc = run_snakemake(wd, "--profile", PROFILE, check=False)
+    proc = run_snakemake(wd, "--profile", PROFILE, "summary", check=False)
     err = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "config key workloads" in err and "x;touch PWNED" in err, err[-3000:]
@@ -458,7 +458,7 @@ def test_bad_metrics_fail_their_points_in_the_summary_and_rerun_failed_redoes_th
     two.write_text(json.dumps(record))
     before = digests(wd, None)
 
-    proc = run_snakemake(wd, "--profile", PROFILE, check=False)
+    proc = run_snakemake(wd, "--profile", PROFILE, "summary", check=False)
     out = proc.stdout + proc.stderr
     assert "Traceback" not in out, out[-4000:]
     assert run_point_jobs(wd) == []  # nothing measured: the files exist
@@ -474,8 +474,8 @@ def test_bad_metrics_fail_their_points_in_the_summary_and_rerun_failed_redoes_th
 
     logs_before = logs(wd)
     env = dict(os.environ, USER=os.environ.get("USER", "root"))
-    rerun = subprocess.run([SCALESWEEP, "rerun", "--failed", "-d", str(wd), "--profile", PROFILE],
-                           capture_output=True, text=True, timeout=900, env=env)
+    rerun = subprocess.run([SCALESWEEP, "rerun", "--failed", "--tables-only", "-d", str(wd),
+                            "--profile", PROFILE], capture_output=True, text=True, timeout=900, env=env)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-6000:]
     assert run_point_jobs(wd, logs_before) == sorted([ONE, TWO])
     for point in (ONE, TWO):
@@ -528,7 +528,7 @@ def test_a_malformed_llm_field_fails_its_point_keeps_the_summary_and_rerun_redoe
     assert "Also measured" not in dry.stdout
 
     logs_before = logs(wd)
-    proc = run_snakemake(wd, "--profile", PROFILE)  # the summary, with the new workload
+    proc = run_snakemake(wd, "--profile", PROFILE, "summary")  # the summary, with the new workload
     assert run_point_jobs(wd, logs_before) == [] and "Traceback" not in proc.stdout + proc.stderr
     assert "done, with 1 failed" in proc.stdout + proc.stderr
     assert f"warning: {message.replace(str(wd) + '/', '')}; left out of the summary" in \
@@ -612,7 +612,7 @@ def test_a_failed_llm_server_start_names_the_cause_from_its_log(wd):
     before = digests(wd, None)
     summaries = {p.name for p in (wd / "results" / "summary").iterdir()}
 
-    proc = run_snakemake(wd, "--profile", PROFILE, check=False)
+    proc = run_snakemake(wd, "--profile", PROFILE, "summary", check=False)
     point = "llm/native/n1-g0-r1-t1/rep1/native"
     assert proc.returncode != 0 and run_point_jobs(wd) == [point], proc.stderr[-4000:]
     reason = json.loads((wd / "results/runs" / point / "failure.json").read_text())["reason"]

@@ -81,7 +81,7 @@ def test_deleted_point_and_deleted_metrics_are_measured_again_by_snakemake(copy)
     (copy / "results" / "runs" / R1 / "metrics.json").unlink()
     status = scalesweep(copy, "status")
     assert "2 missing" in status.stdout and "scalesweep rerun --missing" in status.stdout
-    proc = run_snakemake(copy, "--profile", PROFILE)
+    proc = run_snakemake(copy, "--profile", PROFILE, "summary")
     assert measured_by(proc.stdout + proc.stderr) == sorted([R1, R2])
     assert run_files_digest(copy, skip=[R1, R2]) == before
     for point in (R1, R2):
@@ -99,7 +99,7 @@ def test_deleted_point_is_measured_again_by_rerun_missing(copy):
     shutil.rmtree(target)
     status = scalesweep(copy, "status")
     assert "1 missing" in status.stdout and "scalesweep rerun --missing" in status.stdout
-    proc = scalesweep(copy, "rerun", "--missing", "--profile", PROFILE)
+    proc = scalesweep(copy, "rerun", "--missing", "--tables-only", "--profile", PROFILE)
     assert "Measuring 1 point(s) again" in proc.stdout and "Also measured" not in proc.stdout
     assert measured_by(proc.stdout + proc.stderr) == [R2]
     assert run_files_digest(copy, skip=[R2]) == before
@@ -116,7 +116,7 @@ def test_deleted_point_is_measured_again_by_rerun_missing(copy):
 def test_rerun_where_keeps_the_earlier_run_and_the_summary_uses_the_new_one(copy):
     old = (copy / "results" / "runs" / R1 / "metrics.json").read_bytes()
     before = run_files_digest(copy, skip=[R1])
-    proc = scalesweep(copy, "rerun", "--where", "ranks=1", "--profile", PROFILE)
+    proc = scalesweep(copy, "rerun", "--where", "ranks=1", "--tables-only", "--profile", PROFILE)
     assert "Measuring 1 point(s) again" in proc.stdout and R1 in proc.stdout
     assert measured_by(proc.stdout + proc.stderr) == [R1]
     assert run_files_digest(copy, skip=[R1]) == before
@@ -145,7 +145,7 @@ def test_rerun_disturbed_and_dry_run(copy):
     dry = scalesweep(copy, "rerun", "--disturbed", "-n")
     assert R2 in dry.stdout and R1 not in dry.stdout
     assert run_files_digest(copy) == before and not (copy / "results/runs" / R2 / "history").exists()
-    proc = scalesweep(copy, "rerun", "--disturbed", "--profile", PROFILE)
+    proc = scalesweep(copy, "rerun", "--disturbed", "--tables-only", "--profile", PROFILE)
     assert measured_by(proc.stdout + proc.stderr) == [R2]
     assert (copy / "results/runs" / R2 / "history").is_dir()
     assert "0 disturbed" in scalesweep(copy, "status").stdout
@@ -219,7 +219,7 @@ def test_deleted_repeat_of_an_adaptive_series_is_measured_again(campaign):
     assert "scalesweep rerun --missing --profile" in status
     dry = scalesweep(workdir, "rerun", "--missing", "-n", "--profile", PROFILE).stdout
     assert all(f"  {p}  (missing" in dry for p in redo) and "Also measured" not in dry, dry
-    proc = run_snakemake(workdir, "--profile", PROFILE)
+    proc = run_snakemake(workdir, "--profile", PROFILE, "summary")
     assert measured_by(proc.stdout + proc.stderr) == redo
     assert run_files_digest(workdir, skip=redo) == before
     assert len(runs_csv(workdir)) == 6

@@ -1,6 +1,8 @@
 """`scalesweep status` on disturbed runs: listed, left out, and how they get replaced."""
 
+import re
 import shlex
+import subprocess
 
 import yaml
 from snakemake.cli import parse_args, parse_config
@@ -116,3 +118,24 @@ def test_rerun_refuses_a_config_for_snakemake_alone(tmp_path, capsys):
         assert main(["rerun", "--disturbed", "-n", "-d", str(wd), "--", *extra]) == 2
         err = capsys.readouterr().err
         assert f"{extra[0]} after --: give --config and --configfile to scalesweep rerun" in err
+
+
+def test_rerun_tables_only_plans_the_points_and_the_summary_but_no_figure(tmp_path, capsys):
+    """--tables-only: the points' metrics files beside the target `summary` (not `all`);
+    Snakemake's plan of that command (its dry run, before rerun moves the old run aside)
+    aggregates and makes no figure or report table."""
+    wd = _campaign(tmp_path, adaptive=False, measured=3)
+    assert main(["rerun", "--disturbed", "-n", "--tables-only", "-d", str(wd), "--", "--cores", "1"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("$ "))
+    argv = shlex.split(line[2:])
+    assert "summary" in argv and "all" not in argv, line
+    plan = subprocess.run([*argv, "--dry-run"], capture_output=True, text=True, cwd=wd)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    rules = set(re.findall(r"^(?:local)?rule (\w+):", plan.stdout, re.M))
+    assert {"aggregate", "summary"} <= rules, rules
+    assert not {r for r in rules if r.startswith(("report_", "plot_"))}, rules
+    # without it, the same rerun's plan makes the report too
+    assert main(["rerun", "--disturbed", "-n", "-d", str(wd), "--", "--cores", "1"]) == 0
+    argv = shlex.split(next(x for x in capsys.readouterr().out.splitlines() if x.startswith("$ "))[2:])
+    assert "all" in argv and "summary" not in argv

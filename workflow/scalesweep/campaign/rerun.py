@@ -12,7 +12,8 @@ points, moves each one's earlier files (metrics.json, failure.json, run.log, ...
 ``<point>/history/<UTC stamp>/`` (never deleted, never overwritten: the summary falls
 back on the newest valid one there if the new run cannot be read), then runs Snakemake
 with the same profile and config arguments, naming the points' metrics files as targets
-next to the workflow's default target, so the summary and the report follow.
+next to the workflow's default target, so the summary and the report follow (with
+``--tables-only``, next to ``summary``: the summary tables alone).
 """
 
 from __future__ import annotations
@@ -120,12 +121,13 @@ def move_aside(point_dir: Path, stamp: str) -> Path | None:
 
 def snakemake_command(args, targets: list[str]) -> list[str]:
     """The Snakemake command the rerun runs: this checkout's Snakefile, the campaign
-    directory, the user's profile and config arguments, the default target and the
-    points' metrics files."""
+    directory, the user's profile and config arguments, the default target (``summary``
+    with ``--tables-only``) and the points' metrics files."""
     exe = Path(sys.executable).with_name("snakemake")
     # the targets first: after --config/--configfile (nargs +) they would be read as more
     # config items or files
-    cmd = [str(exe) if exe.exists() else "snakemake", "-s", str(REPO / "Snakefile"), "all", *targets]
+    cmd = [str(exe) if exe.exists() else "snakemake", "-s", str(REPO / "Snakefile"),
+           "summary" if args.tables_only else "all", *targets]
     if Path(args.directory).resolve() != Path.cwd().resolve():
         cmd += ["--directory", str(args.directory)]
     cmd += user_args(args.profile, args.configfile, args.config)
@@ -338,6 +340,9 @@ def add_parser(sub) -> None:
                    help=f"only points with these values (axes: {', '.join(AXES)})")
     p.add_argument("-n", "--dry-run", action="store_true",
                    help="print what would be measured again and the command; change nothing")
+    p.add_argument("--tables-only", action="store_true",
+                   help="then update the summary tables only (target `summary`), not the "
+                        "figures and report tables (the next plain `snakemake` makes them)")
     p.add_argument("--directory", "-d", default=".", help="campaign directory (default: .)")
     p.add_argument("--profile", default="", help="Snakemake profile, e.g. profiles/local-slurm")
     # action extend: a repeated --config or --configfile adds up (Snakemake gets them all
