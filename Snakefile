@@ -54,6 +54,7 @@ rule all:
         image_manifests(),
         rules.report_run_tables.output,
         rules.report_tables.output,
+        rules.report_decomposition.output,
         rules.report_points.output,
         rules.report_startup_table.output,
         expand(rules.report_startup.output, runtime=container_runtimes()),
