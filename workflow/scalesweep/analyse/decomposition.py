@@ -67,9 +67,9 @@ def _recorded(runs: pd.DataFrame, column: str) -> dict:
     if column not in runs.columns:
         return {}
     values = pd.to_numeric(runs[column], errors="coerce")
-    model = runs["model"] if "model" in runs.columns else pd.Series(None, index=runs.index)
+    model = runs["model"] if "model" in runs.columns else [None] * len(runs)
     keys = zip(runs["workload"], runs["arm"], *(runs[g] for g in GEOMETRY),
-               model.where(model.notna(), None), runs["runtime"])
+               [m if isinstance(m, str) else None for m in model], runs["runtime"])
     out: dict = {}
     for key, ok in zip(keys, np.isfinite(values.to_numpy(float))):
         out[key] = out.get(key, 0) + int(ok)
