@@ -35,7 +35,9 @@ def record_in_subprocess(**env) -> dict:
 def test_a_process_records_its_libc_python_env_and_binding():
     launched = time.time()
     got = record_in_subprocess(OMP_NUM_THREADS="3", MALLOC_ARENA_MAX="2",
-                               HOME_OF_NOTHING="x", **{LAUNCH_T_VAR: repr(launched)})
+                               HOME_OF_NOTHING="x", OMPI_MCA_btl="self,vader",
+                               OMPI_MCA_orte_hnp_uri="1.0;tcp://10.0.0.1:1",
+                               **{LAUNCH_T_VAR: repr(launched)})
     stack = got["stack"]
     libc = [lib for lib in stack["libraries"] if lib["kind"] == "libc"]
     assert libc, [lib["name"] for lib in stack["libraries"]]
@@ -46,7 +48,8 @@ def test_a_process_records_its_libc_python_env_and_binding():
     assert stack["interpreter"]["executable"] == got["exe"]
     env = stack["env"]
     assert env["OMP_NUM_THREADS"] == "3" and env["MALLOC_ARENA_MAX"] == "2"
-    assert "HOME_OF_NOTHING" not in env and "PYTHONPATH" not in env
+    assert env["OMPI_MCA_btl"] == "self,vader"  # a setting, not the launch's own address
+    assert not {"HOME_OF_NOTHING", "PYTHONPATH", "OMPI_MCA_orte_hnp_uri"} & set(env)
     assert stack["cpu_affinity"] == cpu_list(os.sched_getaffinity(0))
     marks = got["startup"]
     assert marks["launch"] == pytest.approx(launched, abs=1e-3)

@@ -59,7 +59,11 @@ BEHAVIOUR_ENV = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "GOTO_", "BLIS_",
                  "LD_BIND_NOW", "PYTHON", "TORCH_", "PYTORCH_", "GLOO_", "NCCL_", "OMPI_MCA_",
                  "UCX_", "FI_", "MPICH_", "I_MPI_", "CUDA_VISIBLE_DEVICES",
                  "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "LLAMA_", "GGML_")
-RUN_SPECIFIC_ENV = {"PYTHONPATH"}  # points at the repository: its path differs by design
+# what a launcher sets for one launch (its job id, rank, addresses, session directory) and
+# PYTHONPATH (the repository's path, different by design in and out of an image): never
+# the same twice, so never compared
+RUN_SPECIFIC_ENV = ("PYTHONPATH", "OMPI_MCA_orte_", "OMPI_MCA_ess", "OMPI_MCA_pmix",
+                    "OMPI_MCA_initial_wdir", "OMPI_MCA_shmem_RUNTIME_QUERY_hint")
 
 # kind of a library by its file name (the first that matches)
 LIBRARY_KINDS = (
@@ -164,7 +168,7 @@ def behaviour_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     names, sorted."""
     environ = os.environ if environ is None else environ
     return {k: environ[k] for k in sorted(environ)
-            if k.startswith(BEHAVIOUR_ENV) and k not in RUN_SPECIFIC_ENV}
+            if k.startswith(BEHAVIOUR_ENV) and not k.startswith(RUN_SPECIFIC_ENV)}
 
 
 def _environ_of(pid: str) -> dict[str, str] | None:
