@@ -27,6 +27,7 @@ import pandas as pd
 
 from scalesweep.plan.sweep import REFERENCE
 from scalesweep.record.geometry import AXES as GEOMETRY
+from scalesweep.record.stack import RUN_SPECIFIC_ENV
 
 MODE_COL = "container_mode"
 KEYS = ["workload", "arm", *GEOMETRY, "runtime", MODE_COL]
@@ -73,7 +74,8 @@ def stack_items(metrics: dict) -> dict[str, tuple[str, str]]:
             items[f"{module} {key}"] = ("build", str(value))
     items.update(_library_items(first, ""))
     for name, value in (first.get("env") or {}).items():
-        items[f"env {name}"] = ("environment", str(value))
+        if not name.startswith(RUN_SPECIFIC_ENV):  # a launch's own (records of before)
+            items[f"env {name}"] = ("environment", str(value))
     for rank in ranks:
         label = f"rank {rank.get('rank')}"
         items[f"{label} CPU binding"] = ("cpu binding", str(rank["stack"].get("cpu_affinity")))
@@ -83,7 +85,8 @@ def stack_items(metrics: dict) -> dict[str, tuple[str, str]]:
     if isinstance(server, dict):
         items.update(_library_items(server, "server "))
         for name, value in (server.get("env") or {}).items():
-            items[f"server env {name}"] = ("environment", str(value))
+            if not name.startswith(RUN_SPECIFIC_ENV):
+                items[f"server env {name}"] = ("environment", str(value))
         items["server CPU binding"] = ("cpu binding", str(server.get("cpu_affinity")))
     return items
 
