@@ -99,7 +99,7 @@ def decomposition_table(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFr
         table = overhead_summary(data.assign(time_s=values), config,
                                  log if i == 0 else None)
         recorded = _recorded(data, component.column)
-        for _, row in table.iterrows():
+        for position, (_, row) in enumerate(table.iterrows()):
             where = (row["workload"], row["arm"], *(row[g] for g in GEOMETRY),
                      row["model"] if isinstance(row["model"], str) else None)
             native_n = recorded.get((*where, REFERENCE), 0)
@@ -108,7 +108,8 @@ def decomposition_table(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFr
             out = {**{k: row.get(k) for k in KEYS}, "runtime": runtime, MODE_COL: mode,
                    "component": component.key, "component_label": component.label,
                    "column": component.column, "unit": unit(component.column),
-                   "shared_cores": row.get("shared_cores"), "note": row.get("note", "")}
+                   "shared_cores": row.get("shared_cores"), "note": row.get("note", ""),
+                   "_order": (position, i)}
             out.update({k: row.get(k) for k in VERDICT_FIELDS})
             if not native_n or not container_n:
                 out.update(measured=False, verdict=NOT_MEASURED,
@@ -124,11 +125,6 @@ def decomposition_table(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFr
                        difference_ci95_low=native * low / 100 if np.isfinite(low) else np.nan,
                        difference_ci95_high=native * high / 100 if np.isfinite(high) else np.nan)
             rows.append(out)
-    table = pd.DataFrame(rows, columns=COLUMNS)
-    order = {c.key: k for k, c in enumerate(COMPONENTS)}
-    return table.sort_values(
-        [*[k for k in KEYS if k != MODE_COL], MODE_COL],
-        key=lambda s: s.astype(str), kind="stable").assign(
-        _o=lambda t: t["component"].map(order)).sort_values(
-        [*KEYS[:-2], "runtime", MODE_COL, "_o"], key=lambda s: s.astype(str)
-        if s.name != "_o" else s, kind="stable").drop(columns="_o").reset_index(drop=True)
+    # the overhead table's order of comparisons, each with its components in their order
+    rows.sort(key=lambda r: r.pop("_order"))
+    return pd.DataFrame(rows, columns=COLUMNS)
