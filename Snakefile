@@ -62,6 +62,7 @@ rule all:
         expand(rules.plot_fit.output, zip, **fit_series()),
         rules.report_run_tables.output,
         rules.report_tables.output,
+        rules.report_decomposition.output,
         rules.report_points.output,
         rules.report_startup_table.output,
         expand(rules.report_startup.output, runtime=container_runtimes()),

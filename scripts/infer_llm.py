@@ -46,6 +46,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Mapping
 
+T_SCRIPT = time.time()  # the start-up of this process: its first statement (record.stack)
 _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE.parent / "workflow"))
 sys.path.insert(0, str(_HERE))
@@ -53,6 +54,7 @@ from llm_engines import (  # noqa: E402
     APIS, DEFAULT_CTX, ENGINES, Engine, PointError, Setup, engine_class, server_exit_error,
 )
 from scalesweep.record.metrics import container_env, host_info, now_iso, peak_rss_mb, write_metrics  # noqa: E402
+from scalesweep.record.stack import process_stack, startup_record  # noqa: E402
 
 VENDORS = ("amd", "nvidia", "none")
 HIDE_ALL = "-1"  # an invalid device id: Ollama's documented way to force CPU
@@ -408,6 +410,7 @@ def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> type[E
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
+    t_imports, t_ready = time.time(), None
     engine_cls = _check_args(ap, args)
     # one server per node (srun --ntasks-per-node=1): each task writes its own files
     rank = next((os.environ[v] for v in ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
@@ -477,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
             sampler = MemorySampler(engine.pid)
             sampler.start()
         startup_s = engine.wait_ready()
+        t_ready = time.time()  # the first unit of work (warm-up requests) starts
         if startup_s is not None:
             record["startup_s"] = startup_s
         record["engine"].update(engine.provenance())
@@ -513,6 +517,13 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
         if sampler is not None:
             record["memory"] = sampler.stop()
+        # what the client (and its server, while it still runs) ran on; when it started
+        record["per_rank"] = [{"rank": int(rank) if rank.isdigit() else rank,
+                               "host": socket.gethostname(),
+                               "startup": startup_record(T_SCRIPT, t_imports, t_ready),
+                               "stack": process_stack()}]
+        if engine is not None and engine.pid and engine.pid != os.getpid():
+            record["server_stack"] = process_stack(engine.pid)
         if engine is not None:
             returncode = engine.stop()
             if returncode is not None:

@@ -32,10 +32,12 @@ import sys
 import time
 from pathlib import Path
 
+T_SCRIPT = time.time()  # this rank's start-up: the script's first statement (record.stack)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
 from scalesweep.record.dataset import IMAGE_ERRORS  # noqa: E402
 from scalesweep.record.metrics import container_env, git_commit, host_info, now_iso, peak_rss_mb, write_metrics  # noqa: E402
+from scalesweep.record.stack import process_stack, startup_record  # noqa: E402
 
 MIN_IMAGE_SIZE = 64  # six 2x poolings (build_model); the workflow checks datasets.<name>.image_size
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
@@ -383,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
     from torch import nn
 
+    t_imports = time.time()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
@@ -465,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     data_wait_s: list[float] = []  # per epoch, this rank's seconds getting its batches
     epoch_loss: list[float] = []
     epoch_acc: list[float] = []
+    t_first_step = time.time()
     for epoch in range(args.epochs):
         # weak scaling: each rank its own order of the whole set
         g = torch.Generator().manual_seed(args.seed + epoch + (1000 * rank if replicated else 0))
@@ -536,6 +540,9 @@ def main(argv: list[str] | None = None) -> int:
         "pid": os.getpid(),
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "threads": torch.get_num_threads(),
+        # what this rank ran on, and when it started (scalesweep.record.stack)
+        "startup": startup_record(T_SCRIPT, t_imports, t_first_step),
+        "stack": process_stack(),
     }
     if comm is not None:
         per_rank["mpi"] = mpi_info(MPI)

@@ -44,7 +44,8 @@ def campaign_dir(tmp_path_factory):
     # what the tests read (the points and image manifests are their inputs; aggregate
     # writes overhead.csv beside runs.csv), not the report's plots and tables
     run_snakemake(wd, "--profile", str(REPO / "profiles" / "local"), "results/summary/runs.csv",
-                  "results/startup/charliecloud.json", timeout=1800)
+                  "results/startup/charliecloud.json", "results/summary/decomposition.csv",
+                  timeout=1800)
     return wd
 
 
@@ -180,3 +181,90 @@ def test_the_readmes_analysis_commands_give_the_campaigns_own_answers(campaign_d
     # the CLI prints percentages to 2 decimals (analysis_cli.PERCENT_DECIMALS)
     assert scaling["efficiency_pct"].tolist() == want["efficiency_pct"].round(2).tolist()
     cli("fit", summary / "runs.csv")
+
+
+def _libraries(stack, kind):
+    return [lib for lib in stack["libraries"] if lib["kind"] == kind]
+
+
+def test_every_rank_recorded_its_stack_and_start_up(campaign_dir):
+    """Natively and inside the image each rank recorded its start-up marks (the harness's
+    launch to its first step), the libraries it loaded, its interpreter and its CPU
+    binding (scalesweep.record.stack)."""
+    paths = sorted((campaign_dir / "results/runs").glob("**/metrics.json"))
+    assert paths
+    for path in paths:
+        m = read_metrics(path)
+        ranks = m["per_rank"]
+        assert len(ranks) == (m["point"]["ranks"] if m["payload"] == "cnn" else 1), path
+        for rank in ranks:
+            marks = rank["startup"]
+            assert None not in marks.values(), (path, marks)
+            assert marks["launch"] <= marks["script"] <= marks["imports"] <= marks["first_step"]
+            stack = rank["stack"]
+            libc = _libraries(stack, "libc")
+            assert libc and libc[0]["version"], (path, stack["libraries"])
+            assert stack["interpreter"]["version"] and stack["cpu_affinity"]
+        first = ranks[0]["stack"]
+        inside = m["point"]["runtime"] != "native"
+        assert first["interpreter"]["prefix"].startswith("/opt/venv") == inside, path
+        if m["payload"] == "cnn":
+            torch = _libraries(first, "torch")
+            assert torch and all(lib["version"] == m["versions"]["torch"] for lib in torch)
+            assert first["builds"]["torch"]["blas"]
+        else:  # the llama.cpp server's own libraries
+            assert _libraries(m["server_stack"], "llama.cpp"), path
+        if m.get("parallel") == "mpi":
+            mpi = [lib["path"] for lib in _libraries(first, "mpi") if lib["name"].startswith("libmpi")]
+            assert mpi and mpi[0] == m["mpi"]["ranks"][0]["library"], (mpi, m["mpi"])
+    runs = pd.read_csv(campaign_dir / "results/summary/runs.csv")
+    assert (runs["startup_first_step_s"] > runs["startup_launch_s"]).all()
+    assert (runs["startup_launch_s"] > 0).all() and (runs["node_used_peak_mb"] > 0).all()
+    cnn = runs["payload"] == "cnn"
+    assert (runs.loc[cnn, "data_read_s"] > 0).all() and runs.loc[~cnn, "data_read_s"].isna().all()
+
+
+def test_decomposition_and_differences_tables(campaign_dir):
+    summary = campaign_dir / "results/summary"
+    overhead = pd.read_csv(summary / "overhead.csv")
+    table = pd.read_csv(summary / "decomposition.csv")
+    from scalesweep.analyse.components import COMPONENTS
+
+    keys = ["workload", "arm", "nodes", "gpus", "ranks", "threads", "runtime"]
+    assert len(table) == len(overhead) * len(COMPONENTS)
+    compute = table[table["component"] == "compute"].merge(overhead, on=keys,
+                                                           suffixes=("", "_overhead"))
+    assert len(compute) == len(overhead)
+    assert (compute["verdict_text"] == compute["verdict_text_overhead"]).all()
+    measured = table.set_index(["workload", "runtime", "ranks", "component"])["measured"]
+    assert not measured[("llm", "charliecloud", 1, "data")]  # an LLM reads no training set
+    assert not measured[("cnn_ddp", "charliecloud", 2, "mpi")]  # DDP over gloo: no MPI
+    assert measured[("cnn_mpi", "charliecloud-hostmpi", 2, "mpi")]
+    for component in ("startup", "startup_launch", "data", "memory_node"):
+        assert measured[("cnn_ddp", "charliecloud", 2, component)], component
+    # a measured component whose pair was left out (its machine's speed differed) has no
+    # number, as the overhead row has none; the others: container - native
+    startup = table[(table["component"] == "startup") & table["measured"] & (table["n"] > 0)]
+    assert len(startup) and (startup["native"] > 0).all()
+    assert startup["difference"].to_numpy() == pytest.approx(
+        (startup["container"] - startup["native"]).to_numpy(), rel=1e-6)
+    assert set(table.loc[~table["measured"], "verdict"]) == {"not measured"}
+    assert (table["n_disturbed"] == 0).all()
+    assert (campaign_dir / "results/plots/decomposition.png").stat().st_size > 10_000
+
+    diff = pd.read_csv(summary / "differences.csv", dtype={"native": str, "container": str})
+    assert set(diff["runtime"]) == {"charliecloud", "charliecloud-hostmpi"}
+    assert (diff["n_identical"] > 0).all()
+
+    def python(runtime):
+        m = read_metrics(campaign_dir / f"results/runs/cnn_ddp/charliecloud/n1-g0-r1-t1/rep1/{runtime}/metrics.json")
+        return m["per_rank"][0]["stack"]["interpreter"]["version"]
+
+    ddp = diff[(diff["workload"] == "cnn_ddp") & (diff["ranks"] == 1)].set_index("item")
+    if python("native") != python("charliecloud"):
+        assert ddp.loc["python version", ["native", "container"]].tolist() == [
+            python("native"), python("charliecloud")]
+    else:
+        assert "python version" not in ddp.index
+    hostmpi = diff[(diff["runtime"] == "charliecloud-hostmpi")].set_index("item")
+    assert "/opt/host-mpi/lib" in hostmpi.loc["env LD_LIBRARY_PATH", "container"]

@@ -159,6 +159,14 @@ def test_made_up_engine_runs_through_the_driver(echo_engine, tmp_path):
     assert rec["prompt_tokens_total"] == 3 + 2 + 3 + 2
     assert rec["memory"]["server_peak_rss_mb"] > 0  # the engine's pid (this process) was sampled
     assert "server_pid" not in rec and "server_returncode" not in rec
+    # what the client ran on and when it started (scalesweep.record.stack); its engine
+    # ran in this process: no server stack of its own
+    (rank,) = rec["per_rank"]
+    marks = rank["startup"]
+    assert marks["script"] <= marks["imports"] <= marks["first_step"]
+    assert any(lib["kind"] == "libc" for lib in rank["stack"]["libraries"])
+    assert rank["stack"]["interpreter"]["executable"] == sys.executable
+    assert "server_stack" not in rec
     assert [r["index"] for r in rec["requests"]] == [0, 1, 2, 3]
     assert all("text" not in r and "t_pieces" not in r for r in rec["requests"])
     assert [json.loads(line)["text"] for line in outputs.read_text().splitlines()] == [

@@ -970,6 +970,18 @@ REPORT_TABLES = {
     ),
     "mpi": ("mpi_table.rst", "Tables", None, {"table": "MPI library and Allreduce"}),
     "data_path": ("data_path.rst", "Tables", None, {"table": "data path"}),
+    "decomposition": (
+        "decomposition.rst",
+        "Tables",
+        None,
+        {"table": "where the container's cost goes"},
+    ),
+    "differences": (
+        "differences.rst",
+        "Tables",
+        None,
+        {"table": "what differs between native and container"},
+    ),
     "llm_concurrency": (
         "llm_concurrency.rst",
         "Tables",

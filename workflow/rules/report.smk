@@ -40,6 +40,29 @@ rule report_tables:
         "../scripts/report_tables.py"
 
 
+rule report_decomposition:
+    input:
+        runs=rules.aggregate.output.runs,
+        metrics=aggregate_metrics,
+    output:
+        decomposition=report_table("decomposition"),
+        differences=report_table("differences"),
+        figure=report(
+            "results/plots/decomposition.png",
+            caption="../report/decomposition_figure.rst",
+            category="Container overhead",
+            subcategory="where the cost goes",
+            labels={"item": "figure: the overhead by component, 95% CI"},
+        ),
+    log:
+        "logs/report/decomposition.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    script:
+        "../scripts/report_decomposition.py"
+
+
 rule report_points:
     input:
         points=rules.aggregate.output.points,

@@ -15,6 +15,7 @@ from scalesweep.campaign.usage import UsageError
 # module name -> sub-commands it registers (imported lazily so `--help` stays fast)
 COMMANDS = [
     "scalesweep.campaign.analysis_cli",
+    "scalesweep.campaign.decomposition_cli",
     "scalesweep.campaign.status",
     "scalesweep.campaign.rerun",
     "scalesweep.campaign.archive",

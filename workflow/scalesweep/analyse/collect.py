@@ -10,6 +10,7 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from scalesweep.analyse.components import COMPONENT_COLUMNS, component_columns
 from scalesweep.measure.probe import summary as probe_summary
 from scalesweep.plan.kinds import SweepError, kind_of
 from scalesweep.plan.kinds.cnn import steady_epoch_time  # noqa: F401  (re-exported)
@@ -33,7 +34,7 @@ RUN_COLUMNS = [
     "exclusive", "shared_cores", "order_position",
     "probe_gflops", "probe_gbps", "probe_change_pct", "within_run_cv_pct",
     "hosts", "launcher", "image_digest", "slurm_job_id", "git_commit", "torch", "start", "end",
-    "path",
+    "path", *COMPONENT_COLUMNS,
 ]
 SHARED_CORES_NOTE = "shared cores: scaling and overhead figures are not physical"
 
@@ -96,6 +97,8 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
     )
     # the columns of the workload's kind (scalesweep.plan.kinds: its ``row``)
     row.update(kind.row(metrics))
+    # the parts of the run the decomposition compares (scalesweep.analyse.components)
+    row.update(component_columns(metrics))
     return row
 
 

@@ -31,6 +31,12 @@ The rank's number is the first of ``RANK``, ``OMPI_COMM_WORLD_RANK``, ``PMIX_RAN
 ``PMI_RANK``, ``SLURM_PROCID`` in its environment; a lone rank without one is ``"0"``,
 several are ``"pid<N>"``.
 
+**The node's memory** (``node_used_mb``): with every sample, the memory in use on the
+harness's node, ``MemTotal - MemAvailable`` of ``/proc/meminfo``: what the ranks' trees
+miss and a container mode may cost (an image unpacked into tmpfs, a FUSE daemon serving a
+SquashFS image, the runtime's own processes), and whatever else the node holds (read it as
+a difference between paired runs, never alone).
+
 **One node.** The monitor runs in the harness, so the ranks of other nodes of a
 multi-node point are not sampled (``nodes_sampled`` 1 of ``nodes``, said in ``note``);
 each rank's own peak (``per_rank[].peak_rss_mb`` from the payload, ``ru_maxrss``) covers
@@ -128,6 +134,22 @@ def rank_from_environ(pid: int, proc: str = "/proc") -> str | None:
         if value:
             return value
     return None
+
+
+def node_used_mb(proc: str = "/proc") -> float | None:
+    """Memory in use on this node, MiB: MemTotal - MemAvailable (None where unreadable)."""
+    fields = {}
+    try:
+        with open(f"{proc}/meminfo") as fh:
+            for line in fh:
+                name, _, rest = line.partition(":")
+                if name in ("MemTotal", "MemAvailable"):
+                    fields[name] = int(rest.split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    if len(fields) < 2:
+        return None
+    return round((fields["MemTotal"] - fields["MemAvailable"]) / 1024, 1)
 
 
 def rss_mb(pid: int, proc: str = "/proc") -> float | None:
@@ -288,6 +310,7 @@ class MemoryTimeline:
             values[label] = round(total, 1)
             per_rank.append(total)
         values["_total"] = round(sum(per_rank), 1) if per_rank else None
+        values["_node"] = node_used_mb(self.proc)
         if self.gpu_device:
             values["_gpu"] = self._gpu_sample(now)
         self.bins.add(round(t_s, 3), values)
@@ -344,6 +367,7 @@ class MemoryTimeline:
         t, series, width = self.bins.result()
         total = series.pop("_total", [None] * len(t))
         gpu = series.pop("_gpu", None)
+        node = series.pop("_node", None)
         labels = sorted(series, key=lambda s: (not s.isdigit(), int(s) if s.isdigit() else 0, s))
         if len(labels) == 1 and labels[0].startswith("pid") and "-" not in labels[0]:
             series = {"0": series[labels[0]]}  # a lone rank without a rank variable
@@ -372,6 +396,8 @@ class MemoryTimeline:
             "total_rss_mb": total,
             "note": note,
         }
+        if node is not None and any(v is not None for v in node):
+            out["node_used_mb"] = node
         if self.gpu_device:
             out["gpu"] = {"device": self.gpu_device, "source": self._gpu_name,
                           "devices": len(self._gpu_peaks),

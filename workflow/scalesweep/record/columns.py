@@ -79,6 +79,13 @@ COLUMNS: dict[str, Column] = {c.name: c for c in [
     Column("probe_gbps", MEASUREMENT, "GB/s", rate=True),
     Column("probe_change_pct", MEASUREMENT, "%"),
     Column("within_run_cv_pct", MEASUREMENT, "%"),  # LLM: CV of the requests' decode rates
+    # the parts of a run the decomposition compares (scalesweep.analyse.components)
+    Column("startup_first_step_s", MEASUREMENT, "s"),
+    Column("startup_launch_s", MEASUREMENT, "s"),
+    Column("startup_imports_s", MEASUREMENT, "s"),
+    Column("data_read_s", MEASUREMENT, "s"),
+    Column("ranks_rss_peak_mb", MEASUREMENT, "MiB"),
+    Column("node_used_peak_mb", MEASUREMENT, "MiB"),
     # provenance: where, when and how a run was made, and what happened around it
     *_prov("block_start", "block_end", "mpi_library", "mpi_library_version", "mpi_origin",
            "disturbed", "disturbed_reason", "exclusive", "shared_cores", "order_position",

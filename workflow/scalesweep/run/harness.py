@@ -58,6 +58,7 @@ from scalesweep.record.pointdir import (
     owner_record,
     writable_problem,
 )
+from scalesweep.record.stack import LAUNCH_T_VAR
 from scalesweep.run.guard import dies_with_harness
 from scalesweep.run.payload_process import (
     _run_llm_servers_and_client,
@@ -226,6 +227,8 @@ def _execute(point, launch, metrics_path: Path, log_path, *, token, image_manife
         probe = InterferenceProbe(launch, env, out_dir, token, measurement, log_path,
                                   memory=memory)
         probe.start()
+        # the ranks' start-up is timed from here (scalesweep.record.stack.startup_record)
+        env[LAUNCH_T_VAR] = repr(time.time())
         try:
             if is_multinode_llm(launch):
                 servers, client = llm_multinode_launches(launch)
