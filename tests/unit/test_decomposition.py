@@ -44,7 +44,7 @@ def runs_with(ratios: dict[str, float], *, runtime="charliecloud", mode=None, ra
                    "start": (start + pd.Timedelta(seconds=50 * when)).isoformat(),
                    "end": (start + pd.Timedelta(seconds=50 * when + 40)).isoformat()}
             if mode is not None:
-                row["container_mode"] = m
+                row["mode"] = m
             for col, value in base.items():
                 if col in drop:
                     continue
@@ -140,14 +140,14 @@ def test_modes_are_compared_apart_and_runtimes_without_modes_are_one():
         arm="charliecloud-squashfs",
         block_id=lambda d: d["block_id"].str.replace("charliecloud/", "charliecloud-squashfs/"))
     table = decomposition_table(pd.concat([directory, squash], ignore_index=True), CONFIG)
-    assert set(table["container_mode"]) == {"dir", "squashfs"}
+    assert set(table["mode"]) == {"dir", "squashfs"}
     assert set(table["runtime"]) == {"charliecloud"}
-    assert row(table, "startup_launch", container_mode="dir")["overhead_pct"] == \
+    assert row(table, "startup_launch", mode="dir")["overhead_pct"] == \
         pytest.approx(50.0, abs=1e-6)
-    assert row(table, "startup_launch", container_mode="squashfs")["overhead_pct"] == \
+    assert row(table, "startup_launch", mode="squashfs")["overhead_pct"] == \
         pytest.approx(200.0, abs=1e-6)
     plain = decomposition_table(runs_with({}), CONFIG)
-    assert set(plain["container_mode"].fillna("")) == {""}
+    assert set(plain["mode"].fillna("")) == {""}
 
 
 def test_start_up_is_per_rank_count():

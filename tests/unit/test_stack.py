@@ -165,8 +165,8 @@ def test_nothing_differs_and_not_recorded_are_said():
 def test_each_comparison_and_mode_apart():
     records = [run("native", stack()), run("charliecloud", stack(python="3.11.2")),
                run("native", stack(), arm="podman"),
-               run("podman", stack(), arm="podman", container_mode="overlay")]
+               run("podman", stack(), arm="podman", mode="overlay")]
     table = differences_table(records)
-    assert set(zip(table["runtime"], table["container_mode"])) == {
+    assert set(zip(table["runtime"], table["mode"])) == {
         ("charliecloud", ""), ("podman", "overlay")}
     assert table.set_index("runtime").loc["charliecloud", "item"] == "python version"

@@ -19,9 +19,9 @@ A component the runs of a comparison did not record (a campaign measured before 
 recorded, an LLM that reads no training set, a CNN that calls no MPI) is a row with
 ``measured`` false and the verdict text "not measured: ...", never a number.
 
-Container modes: where runs.csv has a ``container_mode`` column, each mode of a runtime
+Container modes: where runs.csv has a ``mode`` column, each mode of a runtime
 is its own comparison (the column is kept on every row); without one, each runtime is one
-mode (``container_mode`` empty).
+mode (``mode`` empty).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from scalesweep.plan.sweep import REFERENCE
 from scalesweep.record.columns import unit
 from scalesweep.record.geometry import AXES as GEOMETRY
 
-MODE_COL = "container_mode"
+MODE_COL = "mode"
 KEYS = ["workload", "model", "model_label", "arm", *GEOMETRY, "runtime", MODE_COL]
 VERDICT_FIELDS = ["pairing", "n", "n_disturbed", "n_pairs_split", "n_pairs_machine_differs",
                   "overhead_pct", "overhead_ci95_low_pct", "overhead_ci95_high_pct",

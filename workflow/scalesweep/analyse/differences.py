@@ -25,11 +25,11 @@ from collections.abc import Iterable
 
 import pandas as pd
 
+from scalesweep.analyse.decomposition import MODE_COL
 from scalesweep.plan.sweep import REFERENCE
 from scalesweep.record.geometry import AXES as GEOMETRY
 from scalesweep.record.stack import RUN_SPECIFIC_ENV
 
-MODE_COL = "container_mode"
 KEYS = ["workload", "arm", *GEOMETRY, "runtime", MODE_COL]
 COLUMNS = [*KEYS, "category", "item", "native", "container", "n_native_runs",
            "n_container_runs", "n_identical", "n_different", "note"]

@@ -25,7 +25,7 @@ PANEL_COLUMNS = 4
 
 
 def _label(row) -> str:
-    mode = row.get("container_mode")
+    mode = row.get("mode")
     name = f"{row['runtime']}/{mode}" if isinstance(mode, str) and mode else str(row["runtime"])
     return f"{name}\n{int(row['nodes'])}n x {int(row['ranks'])}r"
 
