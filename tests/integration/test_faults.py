@@ -291,7 +291,7 @@ def test_a_second_invocation_while_one_runs_is_refused_by_the_lock(wd):
             assert time.monotonic() < deadline, "the first run never started the point"
             time.sleep(0.1)
         assert list((wd / ".snakemake" / "locks").glob("*.lock"))
-        second = run_snakemake(wd, "--profile", PROFILE, "summary", check=False)
+        second = run_snakemake(wd, "--profile", PROFILE, check=False)
         out, _ = first.communicate(timeout=600)
     finally:
         if first.poll() is None:
