@@ -17,14 +17,19 @@ import argparse
 import datetime as _dt
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
-from scalesweep.images.process import BuildError, log
+from scalesweep.images.process import BuildError
 from scalesweep.platform import runtimes
 from scalesweep.record.metrics import write_json_atomic
 
 COMMAND = "load-image"
+
+
+def log(msg: str) -> None:
+    print(f"scalesweep {COMMAND}: {msg}", file=sys.stderr, flush=True)
 
 
 def _run(cmd: list[str], stdin_cmd: list[str] | None = None) -> str:
