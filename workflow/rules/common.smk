@@ -316,7 +316,9 @@ LOADS = loaded_images(config, POINTS)
 def loads_made(field):
     """A wildcard constraint of rule load_image: the images (``field`` image) or runtime
     tokens (``runtime``) of the load records the points wait for."""
-    values = sorted({spec.name if field == "image" else rt for spec, rt in LOADS.values()})
+    values = sorted(
+        {spec.name if field == "image" else rt for spec, rt in LOADS.values()}
+    )
     return "|".join(re.escape(v) for v in values) if values else "(?!)"
 
 
