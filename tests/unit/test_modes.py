@@ -217,3 +217,12 @@ def test_runs_csv_mode_column_declared_once_and_derived_for_older_runs():
     assert run_row(cnn_metrics("charliecloud+squashfs", mode="squashfs"), "p", "cnn")["mode"] == "squashfs"
     assert run_row(cnn_metrics("charliecloud"), "p", "cnn")["mode"] == "dir"  # a run before modes
     assert run_row(cnn_metrics("native"), "p", "cnn")["mode"] is None
+
+
+def test_the_provenance_table_names_each_runs_mode():
+    from scalesweep.report.run_tables import provenance_table
+
+    table = provenance_table([("a", cnn_metrics("podman+vfs", mode="vfs")), ("b", cnn_metrics("charliecloud")),
+                              ("c", cnn_metrics("native"))])
+    assert dict(zip(table["runtime"], table["mode"])) == {"podman+vfs": "vfs", "charliecloud": "dir",
+                                                          "native": None}
