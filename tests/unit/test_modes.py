@@ -4,6 +4,8 @@ runtime's class, which modes a site offers in its site file, and the mode of eve
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from conftest import tiny_config, write_site
@@ -23,6 +25,7 @@ from scalesweep.platform.site import load_site
 from scalesweep.record import columns
 
 STANDARD = [("/repo", "/mnt/code"), ("/data", "/mnt/data"), ("/out", "/mnt/out")]
+RUN = hashlib.sha256(b"/var/tmp/scalesweep-podman").hexdigest()[:12]  # local's storage_root
 
 
 def prefix(token: str, **facts) -> list[str]:
@@ -110,12 +113,13 @@ def test_podman_site_options_and_storage_per_mode():
         network = [o for o in site.run_options if o.startswith("--network")]
         assert cmd == [
             "podman", "--runtime=runc", "--cgroup-manager=cgroupfs", f"--storage-driver={mode}",
-            f"--root=/var/tmp/scalesweep-podman/{mode}", f"--runroot=/var/tmp/scalesweep-podman/{mode}/run",
+            f"--root=/var/tmp/scalesweep-podman/{mode}", f"--runroot=/tmp/scalesweep-podman-{RUN}/{mode}",
             "run", "--rm", "--pull=never", "--env-host", "--security-opt=label=disable",
             *network, "--ulimit=nofile=1024:1024", "--ulimit=nproc=1024:1024",
             "--volume", "/repo:/mnt/code", "--volume", "/data:/mnt/data", "--volume", "/out:/mnt/out",
             "--workdir", "/mnt/code", ref]
         assert "--userns=keep-id" not in cmd  # refused for root: the site replaces the defaults
+        assert len(cmd[5].partition("=")[2]) <= 50  # podman refuses a longer runroot
         load = rt.storage_load(site, image, "dir", "sha256:ab")
         assert load.reference == ref and load.stdin == ["tar", "-C", image, "-c", "."]
         assert load.command == [*cmd[:6], "import", "--change",

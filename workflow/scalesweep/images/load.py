@@ -46,10 +46,10 @@ def _run(cmd: list[str], stdin_cmd: list[str] | None = None) -> str:
         finally:
             feeder.stdout.close()
             feeder_rc = feeder.wait()
+    if proc.returncode != 0:  # first: a reader that stopped early kills its feeder (SIGPIPE)
+        raise BuildError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-800:]}")
     if feeder_rc != 0:
         raise BuildError(f"{' '.join(stdin_cmd)} failed ({feeder_rc})")
-    if proc.returncode != 0:
-        raise BuildError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-800:]}")
     return proc.stdout
 
 

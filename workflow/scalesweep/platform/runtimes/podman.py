@@ -10,13 +10,21 @@ from typing import Mapping
 from scalesweep.platform.runtimes.base import BuildSteps, DockerfileBuild, Runtime, StorageLoad, register
 
 
+# where the volatile state (--runroot) of a storage under a site's storage_root lives:
+# short (podman 4.3: "the specified runroot is longer than 50 characters"), writable by
+# any user, cleared at boot as state that must not outlive the machine's boot should be
+RUNROOT = "/tmp/scalesweep-podman"
+
+
 @register
 class Podman(Runtime):
     """Podman (podman(1), podman-run(1), podman-build(1), podman-import(1), docs.podman.io):
 
       --storage-driver=D       the storage driver (the mode: overlay or vfs)
       --root=DIR --runroot=DIR where its storage lives (the site's ``storage_root``: one
-                               directory per driver, a storage holds one driver's layers)
+                               directory per driver, a storage holds one driver's layers),
+                               and its volatile state (podman refuses a runroot of over 50
+                               characters: /tmp/scalesweep-podman-<12 hex of the root>/<driver>)
       SITE'S GLOBAL OPTIONS    before ``run`` (``runtimes.podman.global_options``, e.g.
                                --runtime=runc --cgroup-manager=cgroupfs)
       run --rm                 remove the container when it exits
@@ -84,7 +92,8 @@ class Podman(Runtime):
         opts = [f"--storage-driver={mode}"]
         if site.storage_root:
             root = site.storage_root.rstrip("/")
-            opts += [f"--root={root}/{mode}", f"--runroot={root}/{mode}/run"]
+            run = hashlib.sha256(root.encode()).hexdigest()[:12]
+            opts += [f"--root={root}/{mode}", f"--runroot={RUNROOT}-{run}/{mode}"]
         return opts
 
     def global_args(self, site) -> list[str]:
