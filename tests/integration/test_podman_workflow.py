@@ -66,7 +66,7 @@ def test_podman_points_ran_in_the_imported_image(campaign_dir):
         for option in ("--runtime=runc", "--cgroup-manager=cgroupfs", "--ulimit=nofile=1024:1024"):
             assert option in m["command"]
         native = read_metrics(campaign_dir / f"results/runs/cnn_ddp/podman/n1-g0-r{ranks}-t1/rep1/native/metrics.json")
-        assert native["mode"] is None and "podman" not in native["command"]
+        assert native["mode"] is None and " run --rm" not in native["command"]
 
 
 def test_squashfs_points_ran_from_the_squashfs_file(campaign_dir):
