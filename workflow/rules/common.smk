@@ -314,7 +314,7 @@ LOADS = loaded_images(config, POINTS)
 
 
 def loads_made(field):
-    """A wildcard constraint of rule load_image: the images (``field`` image) or runtime
+    """A wildcard constraint of load_image (the rule): the images (``field`` image) or runtime
     tokens (``runtime``) of the load records the points wait for."""
     values = sorted(
         {spec.name if field == "image" else rt for spec, rt in LOADS.values()}
