@@ -21,7 +21,7 @@ from scalesweep.platform.runtimes import (
     UnknownMode,
     runtime,
 )
-from scalesweep.platform.site import load_site
+from scalesweep.platform.site import SiteError, load_site
 from scalesweep.record import columns
 
 STANDARD = [("/repo", "/mnt/code"), ("/data", "/mnt/data"), ("/out", "/mnt/out")]
@@ -161,9 +161,11 @@ def test_site_offers_modes_and_refuses_others(tmp_path):
     with pytest.raises(ModeNotOffered, match="'apptainer\\+userns': mode 'userns' is not offered by site 'frontier'"):
         runtime("apptainer+userns").check_offered(frontier)
     bad = write_site(tmp_path, "badmode", runtimes={"podman": {"bin": "podman", "modes": ["btrfs"]}})
-    with pytest.raises(UnknownMode, match="runtimes.podman.modes: 'btrfs' is not a mode of runtime podman "
-                                          "\\(its modes: overlay, vfs\\)"):
-        runtime("podman").check_offered(load_site(bad))
+    with pytest.raises(SiteError, match="runtimes.podman.modes: 'btrfs' is not a mode of runtime podman "
+                                        "\\(its modes: overlay, vfs\\)"):
+        load_site(bad)
+    with pytest.raises(UnknownMode, match="runtimes.podman.modes: 'btrfs' is not a mode of runtime podman"):
+        runtime("podman").check_offered({"name": "raw", "runtimes": {"podman": {"modes": ["btrfs"]}}})
 
 
 def with_runtimes(tokens: list[str], site: str = "local") -> dict:
