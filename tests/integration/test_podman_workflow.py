@@ -65,6 +65,9 @@ def test_podman_points_ran_in_the_imported_image(campaign_dir):
         assert load["reference"] in m["command"] and "/mnt/code/scripts/train_cnn.py" in m["command"]
         for option in ("--runtime=runc", "--cgroup-manager=cgroupfs", "--ulimit=nofile=1024:1024"):
             assert option in m["command"]
+        # the container's processes (children of conmon, not of the harness) are the
+        # run's own CPU, not "outside" use that would flag every podman run disturbed
+        assert m["interference"]["nodes"][0]["own_cpu_s"] >= 0.5 * m["train_s"], m["interference"]
         native = read_metrics(campaign_dir / f"results/runs/cnn_ddp/podman/n1-g0-r{ranks}-t1/rep1/native/metrics.json")
         assert native["mode"] is None and " run --rm" not in native["command"]
 
