@@ -18,7 +18,8 @@ APT_PACKAGES=(
   python3-venv          # the .venv
   charliecloud          # ch-run / ch-image: the container runtime of the embedded default
   debootstrap           # offline Debian root filesystem for the image
-  squashfs-tools squashfuse
+  squashfs-tools squashfuse # SquashFS images: mode charliecloud+squashfs (ch-run mounts them)
+  podman                # the podman runtime (config/modes.yaml, the Podman integration tests)
   openmpi-bin           # mpirun: one process per rank outside Slurm
   dataset-fashion-mnist # the embedded default's real images, offline
   git

@@ -3,8 +3,9 @@
 Unit tests pin the exact builder command lines (the runtime classes of
 ``scalesweep.platform.runtimes`` give them, and the steps of each build, as pure functions;
 ``scalesweep.images.build`` runs them)
-and the cache-key rules; stand-in binaries drive the Apptainer, SingularityCE and Podman
-flows. The ``container`` test builds the real Charliecloud image through
+and the cache-key rules; stand-in binaries drive the Apptainer and SingularityCE flows (Podman
+runs for real: tests/integration/test_podman_workflow.py). The ``container`` test builds
+the real Charliecloud image through
 ``scalesweep build-image`` with the shared cache ``~/.cache/scalesweep`` (minutes the
 first time on a machine, seconds after) and runs it with ``ch-run``.
 """
@@ -34,7 +35,7 @@ REQUIREMENTS = REPO / "envs" / "payload-requirements.txt"
 APPTAINER_DIR = REPO / "containers" / "apptainer"
 DEFS = sorted(APPTAINER_DIR.glob("*.def"))
 FRONTIER_ARGS = load_site("frontier")["build_args"]  # the site file's build_args
-APPTAINER, CHARLIECLOUD, PODMAN = runtime("apptainer"), runtime("charliecloud"), runtime("podman")
+APPTAINER, CHARLIECLOUD = runtime("apptainer"), runtime("charliecloud")
 
 
 # ----------------------------------------------------------------- command lines
@@ -293,61 +294,6 @@ def test_sif_flow_with_a_stand_in_binary(tmp_path, builder):
     third = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert third.returncode == 0, third.stderr
     assert json.loads((tmp_path / "img/m.json").read_text())["cache_key"] != m1["cache_key"]
-
-
-FAKE_PODMAN = """#!/bin/sh
-# stand-in for rootless podman: records its argv; save writes a directory, pull prints an id
-echo "$@" >> "$FAKE_PODMAN_LOG"
-case "$1" in
-  --version) echo "podman version 4.9.3" ;;
-  import|build|tag) ;;
-  save) for last; do :; done; prev=""; for a; do [ "$prev" = "-o" ] && mkdir -p "$a" \
-          && echo '{"schemaVersion": 2}' > "$a/manifest.json"; prev="$a"; done ;;
-  run) case "$*" in *dpkg-query*) printf 'python3\t3.11.2-1\n' ;; *pip*) echo "torch==2.13.0+cpu" ;; esac ;;
-  pull) echo "0123456789abcdef" ;;
-  *) echo "fake podman: $1 not supported" >&2; exit 1 ;;
-esac
-"""
-
-
-def test_podman_flow_with_a_stand_in_binary(tmp_path, monkeypatch):
-    """The podman builder: import the offline base, build with the wheelhouse bound,
-    save a directory, then load the placed copy under the name the runtime runs."""
-    fakebin = tmp_path / "bin"
-    fakebin.mkdir()
-    (fakebin / "podman").write_text(FAKE_PODMAN)
-    (fakebin / "podman").chmod(0o755)
-    argv_log = tmp_path / "argv.log"
-    monkeypatch.setenv("FAKE_PODMAN_LOG", str(argv_log))
-    tarball = tmp_path / "base.tar"
-    monkeypatch.setattr(build, "make_base_tarball", lambda *a: (tarball, {"suite": "bookworm"}))
-    monkeypatch.setattr(build, "mirror_release", lambda mirror: {"date": "today"})
-    wh = wheelhouse.Wheelhouse(tmp_path / "wh", {}, "k", True)
-    podman = str(fakebin / "podman")
-    job = build.Build(PODMAN, DOCKERFILE, {"podman": podman}, tmp_path / "cache", tmp_path / "log",
-                     "ab" * 32, {}, suite="bookworm", mirror=rootfs.Mirror("http://m/debian", "bookworm"),
-                     sde=1747699200, wheelhouse=wh)
-    entry = tmp_path / "entry"
-    entry.mkdir()
-    facts = build.cold_dockerfile(job, entry)
-    lines = [line.split() for line in argv_log.read_text().splitlines()]
-    tag = "localhost/scalesweep-build:" + "ab" * 8
-    assert lines[0] == ["import", str(tarball), "localhost/scalesweep-debian:bookworm"]
-    assert lines[1] == ["build", "--pull=never", "--volume", f"{tmp_path / 'wh'}:/wheelhouse",
-                        "--build-arg", "SOURCE_DATE_EPOCH=1747699200", "-t", tag,
-                        "-f", str(DOCKERFILE), str(DOCKERFILE.parent)]
-    assert lines[2] == ["save", "--format", "oci-dir", "-o", str(entry / "image"), tag]
-    assert lines[3][:4] == ["run", "--rm", "--pull=never", "--network=none"] and lines[3][4] == tag
-    assert facts["packages"]["pip"] == {"torch": "2.13.0+cpu"}
-    assert facts["content_digest"].startswith("sha256:") and facts["build_tag"] == tag
-
-    out = tmp_path / "resources/images/default"
-    cache.place_image(entry / "image", out)
-    ref = build.load_into_storage(PODMAN, out, {"podman": podman})
-    assert ref == PODMAN.storage_reference(str(out.resolve()))
-    lines = [line.split() for line in argv_log.read_text().splitlines()]
-    assert lines[-2] == ["pull", "--quiet", f"dir:{out}"]
-    assert lines[-1] == ["tag", "0123456789abcdef", ref]
 
 
 # --------------------------------------------------------------- recipe lint

@@ -149,6 +149,28 @@ def test_reap_correction_on_a_fake_proc(tmp_path):
     assert rec["busy_cpu_s"] == round(100 / tick, 3) and rec["samples"] == 3
 
 
+def test_a_container_process_reaped_outside_the_tree_counts_by_its_own_entry(tmp_path):
+    """Podman: the container's process (the token, from --env-host) is a child of conmon,
+    which Podman starts with an environment of its own (no token) and which the harness
+    (a subreaper, the rusage root) reaps only after the window. The process's CPU, gone
+    with it into conmon's children time, is the run's own: its entry counts (before this,
+    every podman run was flagged disturbed, its payload's CPU counted as outside)."""
+    proc, token, root = tmp_path / "proc", new_token(), os.getpid()
+    conmon, payload = root + 100000, root + 100001
+    env = {TOKEN_VAR: token}
+    born = 1000 * os.sysconf("SC_CLK_TCK") + 5
+    _fake_proc(proc, 0, {root: (1, 0, 0, 1, env)})
+    monitor = Monitor(token, 3600, proc=str(proc), rusage_root=True).start()
+    _fake_proc(proc, 60, {root: (1, 0, 0, 1, env), conmon: (root, 1, 0, born, {}),
+                          payload: (conmon, 50, 0, born, env)})
+    with monitor._lock:
+        monitor._sample()
+    _fake_proc(proc, 100, {root: (1, 0, 0, 1, env), conmon: (root, 1, 80, born, {})})  # reaped by conmon
+    rec = monitor.stop()
+    tick = os.sysconf("SC_CLK_TCK")
+    assert 50 / tick <= rec["own_cpu_s"] <= 50 / tick + 0.5, rec  # its last sample, + the harness's own
+
+
 # ---------------------------------------------------------------------- real hog, real run
 
 

@@ -50,7 +50,9 @@ def test_registry_names_in_report_order():
     assert set(runtimes.names()) == {"native", "native-aa", "charliecloud", "charliecloud-hostmpi", "apptainer",
                                      "apptainer-hostmpi", "singularity", "singularity-hostmpi", "podman"}
     assert runtimes.native_names() == ("native", "native-aa")
-    assert sweep.RUNTIMES == runtimes.names() and sweep.NATIVE_RUNTIMES == runtimes.native_names()
+    # the sweep's runtimes are the tokens: each runtime (its default mode), then its modes
+    assert sweep.RUNTIMES == runtimes.tokens() and sweep.NATIVE_RUNTIMES == runtimes.native_names()
+    assert [t for t in sweep.RUNTIMES if "+" not in t] == list(runtimes.names())
     assert sweep.CONTAINER_RUNTIMES == runtimes.container_names()
     assert sweep.is_native("native-aa") and not sweep.is_native("podman") and not sweep.is_native("nope")
     assert runtimes.builders() == ("charliecloud", "apptainer", "singularity", "podman")
@@ -207,12 +209,15 @@ def test_sif_build_and_inspect_commands(name):
 
 
 def test_podman_rootless_run():
+    """A site that states no run options gets the rootless defaults; the storage driver
+    is the mode's (overlay, the default)."""
     image = "/campaign/resources/images/default"
     cmd = prefix("podman", image=image, device="cuda", binds=("/lus/a:/data",), env=(("OMP_PROC_BIND", "close"),))
     ref = runtime("podman").storage_reference(image)
     assert cmd == [
-        "podman", "run", "--rm", "--userns=keep-id", "--pull=never", "--network=host", "--ipc=host",
-        "--env-host", "--security-opt=label=disable", "--device=nvidia.com/gpu=all",
+        "podman", "--storage-driver=overlay", "run", "--rm", "--pull=never", "--env-host",
+        "--security-opt=label=disable", "--userns=keep-id", "--network=host", "--ipc=host",
+        "--device=nvidia.com/gpu=all",
         "--volume", f"{CODE}:/mnt/code", "--volume", f"{DATA}:/mnt/data", "--volume", f"{OUT}:/mnt/out",
         "--volume", "/lus/a:/data", "--env", "OMP_PROC_BIND=close", "--workdir", "/mnt/code", ref,
     ]
@@ -324,10 +329,10 @@ def test_runtime_not_offered_by_the_site_is_refused():
     local = load_site("local")
     assert runtime("charliecloud").site_facts(local, "/img").bin == "ch-run"
     with pytest.raises(RuntimeNotOffered, match="runtime 'apptainer' is not offered by site 'local'.*"
-                                               "offers: native, charliecloud"):
+                                               "offers: native, charliecloud, podman"):
         runtime("apptainer").site_facts(local)
-    with pytest.raises(RuntimeNotOffered, match="runtimes.podman"):
-        runtime("podman").site_entry(local)
+    with pytest.raises(RuntimeNotOffered, match="runtimes.singularity"):
+        runtime("singularity").site_entry(local)
 
 
 def campaign(site_name: str, runtimes_: list[str], **workload_sweep) -> dict:
@@ -356,7 +361,8 @@ def test_provenance_and_version():
     record = runtime("apptainer-hostmpi").provenance(s)
     assert record == {"runtime": "apptainer-hostmpi", "native": False, "bin": "apptainer",
                       "version_command": ["apptainer", "--version"],
-                      "modules": ["cray-mpich-abi", "rocm/6.2.4"], "host_mpi": True, "gpu_flags": ["--rocm"]}
+                      "modules": ["cray-mpich-abi", "rocm/6.2.4"], "host_mpi": True, "gpu_flags": ["--rocm"],
+                      "mode": "setuid", "mode_description": runtime("apptainer").modes["setuid"]}
 
     def run(argv, **kw):
         out = {"apptainer": ("apptainer version 1.3.4\n", ""), "ch-run": ("", "0.31\n")}[Path(argv[0]).name]

@@ -86,3 +86,45 @@ def test_weak_scaling_workloads_get_weak_efficiency_and_say_so():
     assert table.loc[("weak", 2), "efficiency_pct"] == pytest.approx(100.0)
     assert table.loc[("cnn_ddp", 2), "scaling"] == "strong"
     assert table.loc[("cnn_ddp", 2), "efficiency_pct"] == pytest.approx(50.0)
+
+
+def test_modes_config_compares_each_mode_with_native_in_its_own_arm():
+    config, points = points_of("modes.yaml")
+    assert {p.workload for p in points} == {"cnn_ddp"}
+    tokens = ("charliecloud", "charliecloud+squashfs", "podman")
+    assert {(p.arm, p.runtime, p.ranks) for p in points} == {
+        (arm, rt, r) for arm in tokens for rt in ("native", arm) for r in (1, 2)}
+    assert "cnn_ddp/charliecloud/n1-g0-r1-t1/rep1/charliecloud" in {p.path for p in points}
+
+
+def _dry_run(tmp_path, *args):
+    import subprocess
+
+    (tmp_path / "config").mkdir()
+    for name in ("config.yaml", "modes.yaml"):
+        (tmp_path / "config" / name).write_text((REPO / "config" / name).read_text())
+    return subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+                           "--configfile", "config/modes.yaml", "-n", "--cores", "1", *args],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+
+def test_the_modes_config_plans_one_build_its_squashfs_and_podmans_import(tmp_path):
+    proc = _dry_run(tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    planned = re.findall(r"^(?:local)?rule (\w+):", proc.stdout, re.M)
+    assert planned.count("build_image") == planned.count("build_image_squashfs") == 1
+    assert planned.count("load_image") == 1 and "resources/images/default.podman.load.json" in proc.stdout
+    # 2 rank counts x 3 arms x 2 runs x 3 repeats
+    assert planned.count("run_point") == 2 * 3 * 2 * 3
+
+
+@pytest.mark.parametrize("runtimes, message", [
+    ("[native, charliecloud+sqfs]", "runtime 'charliecloud' has no mode 'sqfs'.*its modes: dir, squashfs"),
+    ("[native, charliecloud:squashfs]", "charliecloud:squashfs"),
+    ("[native, podman+overlay]", "'overlay' is the default mode of runtime podman: write 'podman'"),
+])
+def test_a_bad_mode_is_refused_by_a_dry_run_naming_it(tmp_path, runtimes, message):
+    proc = _dry_run(tmp_path, "--config", f"sweep={{runtimes: {runtimes}}}")
+    assert proc.returncode != 0
+    assert re.search(message, proc.stdout + proc.stderr), (proc.stdout + proc.stderr)[-2000:]
+    assert "rule run_point" not in proc.stdout

@@ -29,7 +29,12 @@ from scalesweep.plan.config import ConfigError, check_config  # noqa: E402
 
 from scalesweep.plan.config_read import schema_typed
 from scalesweep.record.metrics import write_json_atomic  # noqa: E402
-from scalesweep.plan.imageset import runtime_image, used_images  # noqa: E402
+from scalesweep.plan.imageset import (  # noqa: E402
+    load_record,
+    loaded_images,
+    runtime_image,
+    used_images,
+)
 from scalesweep.plan.kinds import kind_of  # noqa: E402
 from scalesweep.plan.payloads import point_inputs  # noqa: E402
 from scalesweep.platform.site import site_of  # noqa: E402
@@ -307,6 +312,25 @@ def inject_args(wildcards):
     )
 
 
+# Images copied into a runtime's own storage, per mode (Podman: rule load_image)
+LOADS = loaded_images(config, POINTS)
+
+
+def loads_made(field):
+    """A wildcard constraint of load_image (the rule): the images (``field`` image) or runtime
+    tokens (``runtime``) of the load records the points wait for."""
+    values = sorted(
+        {spec.name if field == "image" else rt for spec, rt in LOADS.values()}
+    )
+    return "|".join(re.escape(v) for v in values) if values else "(?!)"
+
+
+def load_inputs(wildcards):
+    """The placed image a load copies, and its manifest (the digest it is keyed by)."""
+    spec = image_of(wildcards)
+    return {"image": spec.path, "manifest": spec.manifest}
+
+
 def startup_image(wildcards):
     """The image a runtime's start-up is timed in: the first point's of it in the whole
     sweep (not the selection: the result is kept for the campaign)."""
@@ -314,7 +338,12 @@ def startup_image(wildcards):
 
 
 def startup_inputs(wildcards):
-    return {"manifest": ancient(startup_image(wildcards).manifest)}
+    image = startup_image(wildcards)
+    inputs = {"manifest": ancient(image.manifest)}
+    loaded = load_record(image, wildcards.runtime)
+    if loaded:
+        inputs["load"] = ancient(loaded)
+    return inputs
 
 
 def image_manifests():

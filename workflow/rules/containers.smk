@@ -4,7 +4,7 @@
 
 
 # One image from its recipe (scalesweep.images.build: cached by content), into what the builder
-# writes: a directory (charliecloud dir, podman oci-dir); build_image_sif and
+# writes: a directory (charliecloud dir, podman oci-dir, apptainer sandbox); build_image_sif and
 # build_image_squashfs below write one file.
 rule build_image:
     input:
@@ -15,7 +15,7 @@ rule build_image:
     log:
         "logs/images/{image}.build.log",
     wildcard_constraints:
-        image=images_made_by("build", "dir", "oci-dir"),
+        image=images_made_by("build", "dir", "oci-dir", "sandbox"),
     localrule: True  # sites build on login nodes (Frontier: apptainer build --fakeroot)
     conda:
         "../../envs/scalesweep.yaml"
@@ -127,6 +127,35 @@ rule inject_host_mpi:
         "PYTHONPATH={params.lib:q} python -m scalesweep inject-host-mpi {params.libs}"
         " --image {input.image:q} --base-manifest {input.manifest:q}"
         " --out {output.image:q} --manifest {output.manifest:q} > {log:q} 2>&1"
+
+
+# A placed image copied into the own storage of a runtime that runs images from there
+# (Podman), in the storage of the runtime token's mode (podman: overlay, podman+vfs: vfs),
+# with the site's options (runtimes.podman: global_options, storage_root): a directory
+# image's tar imported offline (`tar -C IMAGE -c . | podman import - REF`), a saved one
+# pulled from dir:. Keyed by the image's content digest (a label of the stored image):
+# nothing is copied when the storage holds it already.
+rule load_image:
+    input:
+        unpack(load_inputs),
+    output:
+        "resources/images/{image}.{runtime}.load.json",
+    log:
+        "logs/images/{image}.{runtime}.load.log",
+    wildcard_constraints:
+        image=loads_made("image"),
+        runtime=loads_made("runtime"),
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    params:
+        lib=f"{workflow.basedir}/workflow",
+        site=config["site"],
+    shell:
+        "PYTHONPATH={params.lib:q} python -m scalesweep load-image"
+        " --runtime {wildcards.runtime:q} --image {input.image:q}"
+        " --manifest {input.manifest:q} --site {params.site:q} --out {output:q}"
+        " > {log:q} 2>&1"
 
 
 rule container_startup:

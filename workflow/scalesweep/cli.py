@@ -24,13 +24,15 @@ COMMANDS = [
     "scalesweep.campaign.fits_cli",
     "scalesweep.campaign.overlaps",
     "scalesweep.images.cli",
+    "scalesweep.images.load",
     "scalesweep.platform.hostmpi",
 ]
 # Sub-commands whose module is imported alone (standard library only): the workflow's
 # rules run them in whatever environment they have, without the analysis stack.
 STANDALONE = {"build-image": "scalesweep.images.cli",
               "describe-image": "scalesweep.images.cli",
-              "inject-host-mpi": "scalesweep.platform.hostmpi"}
+              "inject-host-mpi": "scalesweep.platform.hostmpi",
+              "load-image": "scalesweep.images.load"}
 
 
 def build_parser(modules: list[str] | None = None) -> argparse.ArgumentParser:

@@ -16,12 +16,13 @@ from scalesweep.plan.kinds import SweepError, kind_of
 from scalesweep.plan.kinds.cnn import steady_epoch_time  # noqa: F401  (re-exported)
 from scalesweep.plan.kinds.llm import SYNTHETIC_LABEL, model_label  # noqa: F401  (re-exported)
 from scalesweep.plan.sweep import BLOCK_DIR, HISTORY_DIR, SweepPoint
+from scalesweep.platform.runtimes import mode_of as run_mode
 from scalesweep.record.geometry import AXES as GEOMETRY
 from scalesweep.record.metrics import MetricsError, field_problem, read_metrics
 from scalesweep.record.pointdir import FAILURE_JSON, METRICS_JSON
 
 RUN_COLUMNS = [
-    "workload", "payload", "runtime", *GEOMETRY, "repeat",
+    "workload", "payload", "runtime", "mode", *GEOMETRY, "repeat",
     "arm", "block_id", "block_start", "block_end", "count", "world_size", "time_s", "epoch_time_first_s", "train_s", "images_per_epoch",
     "images_per_s", "final_loss", "final_accuracy", "test_accuracy", "test_loss",
     "parallel", "mpi_library", "mpi_library_version", "mpi_origin", "allreduce_s",
@@ -65,6 +66,8 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
         payload=payload_kind,
         count=kind.scaling_count(point),
         world_size=point.world_size,
+        # recorded by the run; a run from before modes ran its runtime's default mode
+        mode=metrics.get("mode") or run_mode(point.runtime),
         launcher=metrics.get("launcher"),
         peak_rss_mb=metrics.get("peak_rss_mb"),
         harness_wall_s=metrics.get("harness_wall_s"),

@@ -402,7 +402,7 @@ def build_image(
         man["reference"] = reference  # the name the runtime starts it by (podman run)
     if packed_cached is not None:
         man["squashfs_cached"] = packed_cached
-    if fmt in rt.packed_formats:
+    if fmt in rt.packed_formats and out.is_file():
         man["file_sha256"] = sha256_file(out)
     write_json_atomic(manifest, man)
     return man

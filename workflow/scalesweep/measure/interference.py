@@ -271,9 +271,15 @@ class Monitor:
             root_ticks = round((self._ru1 - self._ru0) * self.tick)
             # the root and its descendants that are gone (reaped inside the tree, so in
             # the root's RUSAGE_CHILDREN or in a live descendant's children time) are
-            # left to those; live descendants still count by their own entries
+            # left to those; live descendants still count by their own entries. A gone
+            # descendant whose parent does not carry the token was reaped outside the
+            # tree: Podman's conmon (started with an environment of its own, reparented
+            # to the harness, a subreaper) reaps the container's processes and is reaped
+            # by the harness only after the window, so they count by their own entries
+            own = {pid for pid, _start in tracked} | {root}
             tracked = {k: t for k, t in tracked.items()
-                       if k[0] != root and not (t.gone_at is not None and self._descends(k[0], root))}
+                       if k[0] != root and not (t.gone_at is not None and t.ppid in own
+                                                and self._descends(k[0], root))}
         by_pid = {pid: t for (pid, _start), t in tracked.items()}
         reaped: dict[int, int] = {}
         for t in tracked.values():

@@ -215,7 +215,7 @@ def offered_runtimes(config: dict) -> None:
         wanted += [rt for rt in workload_runtimes(config, name) if rt not in wanted]
     for name in wanted:
         rt = runtime(name)
-        rt.site_entry(site)
+        rt.check_offered(site)  # the runtime, and its mode (runtimes.<name>.modes)
         if rt.host_mpi:  # a host-MPI mode needs the host's MPI named in the site file
             try:
                 rt.container_env(rt.site_facts(site))

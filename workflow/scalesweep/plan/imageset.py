@@ -8,7 +8,8 @@ runs and whose manifest it records). Standard library plus :mod:`scalesweep.plat
 
 Paths, relative to the campaign directory:
 
-* ``resources/images/<name>``       a directory image (charliecloud ``dir``, podman ``oci-dir``)
+* ``resources/images/<name>``       a directory image (charliecloud ``dir``, podman ``oci-dir``,
+  an Apptainer ``sandbox``)
 * ``resources/images/<name>.sqfs``  a Charliecloud SquashFS image
 * ``resources/images/<name>.sif``   an Apptainer/SingularityCE image (built or pulled)
 * ``resources/images/<name>.manifest.json``  every image's provenance (also for an image
@@ -27,7 +28,7 @@ from scalesweep.platform import runtimes
 IMAGES_DIR = "resources/images"
 # registry references `apptainer pull` / `singularity pull` accept (apptainer-pull(1))
 PULL_SCHEMES = ("docker://", "oras://", "library://", "https://", "shub://")
-SUFFIX = {"dir": "", "oci-dir": "", "squashfs": ".sqfs", "sif": ".sif"}
+SUFFIX = {"dir": "", "oci-dir": "", "sandbox": "", "squashfs": ".sqfs", "sif": ".sif"}
 RECIPE_SUFFIX = {"definition": ".def"}  # a recipe kind's file name ending (else: any but .def)
 HOST_MPI_SUFFIX = "+hostmpi"  # the copy of an image with the host's MPI libraries injected
 
@@ -103,15 +104,17 @@ def workload_image_names(config: dict, workload: str) -> list[str]:
 
 
 def workload_image(config: dict, workload: str, runtime: str) -> ImageSpec:
-    """The image the points of ``workload`` in container ``runtime`` run."""
+    """The image the points of ``workload`` in container ``runtime`` (a runtime token: its
+    mode decides the formats, ``Runtime.mode_formats``) run."""
     rt = runtimes.runtime(runtime)
+    formats = rt.mode_formats()
     specs = [image_spec(config, n) for n in workload_image_names(config, workload)]
     for spec in specs:
-        if spec.format in rt.image_formats:
+        if spec.format in formats:
             return host_mpi_image(config, spec, rt)
     have = ", ".join(f"{s.name!r} ({s.format})" for s in specs)
     raise ImageConfigError(
-        f"{_image_key(config, workload)}: runtime {runtime} runs {'/'.join(rt.image_formats)} "
+        f"{_image_key(config, workload)}: runtime {runtime} runs {'/'.join(formats)} "
         f"images, and the workload's images are {have}: name one of that format for it")
 
 
@@ -136,6 +139,28 @@ def host_mpi_image(config: dict, spec: ImageSpec, rt) -> ImageSpec:
             f"into directory images; this one is {spec.format}: use a dir image for {rt.name}")
     return replace(spec, name=spec.name + HOST_MPI_SUFFIX, base=spec.name, prebuilt="",
                    recipe="", requirements="", inject_libs=tuple(libs))
+
+
+def load_record(spec: ImageSpec, runtime: str) -> str | None:
+    """For a runtime that runs images from its own storage (Podman): the record of the
+    image's copy in the storage of the runtime token's mode (rule load_image), which its
+    points wait for; None for a runtime that runs the image where it lies."""
+    if not runtimes.runtime(runtime).loads_images:
+        return None
+    return f"{IMAGES_DIR}/{spec.name}.{runtime}.load.json"
+
+
+def loaded_images(config: dict, points: Iterable) -> dict[str, tuple[ImageSpec, str]]:
+    """The load records the container points among ``points`` wait for: record ->
+    (the image, the runtime token)."""
+    out: dict[str, tuple[ImageSpec, str]] = {}
+    for p in points:
+        if not runtimes.is_native(p.runtime):
+            spec = workload_image(config, p.workload, p.runtime)
+            record = load_record(spec, p.runtime)
+            if record:
+                out.setdefault(record, (spec, p.runtime))
+    return out
 
 
 def _image_key(config: dict, workload: str) -> str:

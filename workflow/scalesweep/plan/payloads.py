@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scalesweep.plan.imageset import workload_image
+from scalesweep.plan.imageset import load_record, workload_image
 from scalesweep.plan.kinds import Invocation, kind_of
 from scalesweep.plan.kinds.cnn import cnn_parallel, node_local_dir  # noqa: F401  (re-exported)
 from scalesweep.plan.kinds.llm import GPU_VENDOR, concurrency_levels  # noqa: F401  (re-exported)
@@ -35,6 +35,9 @@ def point_inputs(workload: str, runtime: str, config: dict) -> dict[str, str]:
         # it exists (image_manifest_of).
         if image.how != "local":
             inputs["image_manifest"] = image.manifest
+        loaded = load_record(image, runtime)  # a runtime that runs it from its storage
+        if loaded:
+            inputs["image_load"] = loaded
     return inputs
 
 

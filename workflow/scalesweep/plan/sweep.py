@@ -18,8 +18,11 @@ from scalesweep.record.geometry import AXES as GEOMETRY_AXES
 from scalesweep.record.geometry import CONFIG_AXES, CONSTRAINTS, SEGMENT, Geometry, segment_regex
 
 # The runtimes are classes (scalesweep.platform.runtimes), registered by name; native-aa is the
-# A/A calibration (measurement.aa_calibration), a second, identical native runtime.
-RUNTIMES = _runtimes.names()
+# A/A calibration (measurement.aa_calibration), a second, identical native runtime. A
+# campaign names a runtime by its token: the plain name (its default mode) or
+# <name>+<mode> (charliecloud+squashfs): a point's runtime, arm and path segment, so runs
+# of different modes are never paired or pooled.
+RUNTIMES = _runtimes.tokens()
 NATIVE_RUNTIMES = _runtimes.native_names()
 CONTAINER_RUNTIMES = _runtimes.container_names()
 AXES = ("runtimes", *CONFIG_AXES.values(), "repeats")
@@ -177,6 +180,10 @@ def _workload_points(config: dict, name: str) -> Iterable[SweepPoint]:
     runtimes = workload_runtimes(config, name)
     for rt in runtimes:
         if rt not in RUNTIMES:
+            try:  # names the runtime's modes where the mode is the bad part
+                _runtimes.runtime(rt)
+            except _runtimes.LaunchError as exc:
+                raise SweepError(f"workload {name}: {exc}") from None
             raise SweepError(f"workload {name}: unknown runtime {rt!r}; known: {', '.join(RUNTIMES)}")
     repeats = int(axes.get("repeats", 1))
     if repeats < 1:

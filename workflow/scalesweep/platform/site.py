@@ -105,6 +105,15 @@ def load_site(name: str, base: str | Path | None = None) -> dict[str, Any]:
         raise SiteError(f"site {name!r} ({site_file(name, base)}) does not validate: site key "
                         f"runtimes.{unknown[0]}: not a runtime of scalesweep.platform.runtimes (known: "
                         f"{', '.join(site_keys())})")
+    from scalesweep.platform.runtimes import runtime  # its modes: the class's
+
+    for key, entry in data["runtimes"].items():
+        modes = runtime(key).modes
+        for mode in entry.get("modes") or ():
+            if mode not in modes:
+                raise SiteError(f"site {name!r} ({site_file(name, base)}) does not validate: site key "
+                                f"runtimes.{key}.modes: {mode!r} is not a mode of runtime {key} "
+                                f"(its modes: {', '.join(modes) or 'none'})")
     return data
 
 

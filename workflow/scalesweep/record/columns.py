@@ -45,6 +45,9 @@ COLUMNS: dict[str, Column] = {c.name: c for c in [
     Column("repeat", IDENTITY), Column("block_id", IDENTITY),
     # a function of the point (they never group, and never vary within a row)
     Column("count", DERIVED), Column("world_size", DERIVED),
+    # the container runtime's mode (dir, squashfs, setuid, userns, sandbox, overlay, vfs;
+    # empty for native): a function of the runtime token, which keeps modes apart
+    Column("mode", DERIVED),
     # measurements
     Column("time_s", MEASUREMENT, "s"),
     Column("epoch_time_first_s", MEASUREMENT, "s"),

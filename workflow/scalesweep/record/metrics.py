@@ -91,6 +91,8 @@ RUN_FIELDS = (
     *(Field(f"point.{axis}", "count", required=True)
       for axis in (*GEOMETRY_AXES, "repeat")),
     Field("point.arm", "text"),
+    # the container runtime's mode (charliecloud: dir, squashfs; ...); null for native
+    Field("mode", "text"),
     Field("launcher", "text"),
     Field("hosts", "texts"),
     Field("peak_rss_mb", "number", "MiB"),

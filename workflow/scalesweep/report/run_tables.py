@@ -12,6 +12,7 @@ import pandas as pd
 from scalesweep.analyse.collect import disturbance
 from scalesweep.plan.kinds import kinds
 from scalesweep.plan.sweep import SweepPoint, scaling_count
+from scalesweep.platform.runtimes import mode_of
 from scalesweep.record.geometry import AXES
 from scalesweep.report.style import _empty
 
@@ -25,7 +26,7 @@ STARTUP_COLUMNS = [
     "native_min_s", "container_min_s", "image_digest", "start",
 ]
 PROVENANCE_COLUMNS = [
-    *POINT_COLUMNS, "hosts", "host_platform", "launcher", "slurm_job_id", "image_digest",
+    *POINT_COLUMNS, "mode", "hosts", "host_platform", "launcher", "slurm_job_id", "image_digest",
     "image", "image_source", "image_builder", "runtime_version", "python", "torch", "engine", "engine_version", "model", "model_sha256",
     "dataset", "parallel", "mpi_origin", "mpi_library", "mpi_library_version", "git_commit",
     "start", "end", "disturbed", "disturbed_reason", "exclusive",
@@ -93,6 +94,8 @@ def provenance_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
         allocation = m.get("allocation") or {}
         rows.append({
             **{c: m["point"].get(c) for c in POINT_COLUMNS},
+            # how the container runtime ran the image (a run from before modes: its default)
+            "mode": m.get("mode") or mode_of(m["point"].get("runtime", "")),
             "hosts": ";".join(m.get("hosts") or []),
             "host_platform": host.get("platform"),
             "launcher": m.get("launcher"),

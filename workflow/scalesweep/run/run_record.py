@@ -83,6 +83,8 @@ def _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_
     record.update(
         point=point.as_dict(),
         runtime=point.runtime,
+        # the way the container runtime ran the image (scalesweep.platform.runtimes modes)
+        mode=launch.site.mode or None,
         workload=point.workload,
         payload=payload.get("workload"),
         launcher=launch.launcher,

@@ -19,8 +19,20 @@ class Apptainer(Runtime):
       --bind SRC:DST[,...]     bind mounts (comma-separated)
       --pwd DIR                initial working directory in the container
       APPTAINERENV_NAME=VALUE  in the host environment: NAME=VALUE inside (not expanded)
+      -u, --userns             "run container in a new user namespace" (apptainer
+                               exec --help; cmd/internal/cli/action_flags.go): no set-uid
+                               starter, the SIF's SquashFS mounted with squashfuse
+      build -s, --sandbox      "build image as sandbox format (chroot directory
+                               structure)": `build --sandbox DIR IMAGE.sif` unpacks a SIF
 
-    The host environment passes through by default (like ch-run)."""
+    The host environment passes through by default (like ch-run).
+
+    Its modes (which one a site offers: ``runtimes.<name>.modes``): ``setuid``, a SIF
+    through the starter as installed, no option (set-uid root where the apptainer-suid
+    component is installed: the kernel mounts the SIF; the default, as run before modes
+    existed); ``userns``, a SIF with ``--userns``, unprivileged (squashfuse mounts it,
+    apptainer/apptainer#665: hours instead of minutes for one job); ``sandbox``, a sandbox
+    directory unpacked from the SIF (nothing mounted at start)."""
 
     name = "apptainer"
     order = 3
@@ -35,16 +47,27 @@ class Apptainer(Runtime):
     )
     default_gpu_flags = {"cuda": ("--nv",), "rocm": ("--rocm",)}
     recipe_kind = "definition"
-    image_formats = ("sif",)
+    image_formats = ("sif", "sandbox")
     image_file = "image.sif"
     digest_note = "sha256 of the SIF file (SIF builds are not bit-reproducible)"
+    packed_formats = {"sandbox": "image.sandbox"}  # the SIF unpacked (a directory)
+    modes = {
+        "setuid": "SIF through the starter as installed (set-uid root with apptainer-suid)",
+        "userns": "SIF in an unprivileged user namespace (--userns), mounted with squashfuse",
+        "sandbox": "sandbox directory unpacked from the SIF (nothing mounted at start)",
+    }
+    mode_options = {"setuid": (), "userns": ("--userns",), "sandbox": ()}
+
+    def mode_formats(self):
+        return ("sandbox",) if self.run_mode == "sandbox" else ("sif",)
 
     @property
     def build_tools(self) -> tuple[str, ...]:  # type: ignore[override]
         return (self.default_bin, "cp")
 
     def exec_prefix(self, site, binds, workdir):
-        cmd = [self.executable(site), "exec", *self.gpu_flags(site)]
+        cmd = [self.executable(site), "exec", *self.mode_options[self.run_mode],
+               *self.gpu_flags(site)]
         cmd += ["--bind", ",".join(f"{src}:{dst}" for src, dst in binds)]
         return cmd + ["--pwd", workdir, self.image_reference(site.image)]
 
@@ -79,6 +102,15 @@ class Apptainer(Runtime):
             for k, v in build_args.items():
                 cmd += ["--build-arg", f"{k}={v}"]
         return cmd + [str(out_sif), str(recipe)]
+
+    def pack_command(self, fmt, src, dest, source_date_epoch, tools):
+        """The built SIF unpacked into a sandbox directory (``build --sandbox DEST SIF``)."""
+        if fmt != "sandbox":
+            return super().pack_command(fmt, src, dest, source_date_epoch, tools)
+        return self.sandbox_command(src, dest, tools.get(self.default_bin, self.default_bin))
+
+    def sandbox_command(self, sif: str, dest: str, bin: str = "") -> list[str]:
+        return [bin or self.default_bin, "build", "--sandbox", str(dest), str(sif)]
 
     def pull_command(self, out_sif: str, uri: str, bin: str = "") -> list[str]:
         """``pull --force OUT.sif URI`` (oras://, docker://, library://, https://): a

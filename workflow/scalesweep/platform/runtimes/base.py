@@ -9,7 +9,14 @@ platforms, ``reframe/core/containers.py``). A runtime knows
 * how it wraps a command: the argv in front of it (:meth:`Runtime.exec_prefix`), its
   binds, the variables it sets inside the container, the host environment it needs
   (Apptainer's ``APPTAINERENV_``, SingularityCE's ``SINGULARITYENV_``), its GPU options,
-* what it records as provenance (the version command of its executable),
+* its modes (:attr:`Runtime.modes`): the ways it runs the same image (Charliecloud: an
+  unpacked directory or a SquashFS file; Apptainer: the set-uid starter, a user
+  namespace, a sandbox directory; Podman: its storage driver), each with its command
+  line in the class. A campaign names a mode by a runtime token ``<name>+<mode>``
+  (``charliecloud+squashfs``); the plain name is the default mode (the first), so the
+  points and paths of campaigns without modes stay as they were. A site offers modes in
+  ``runtimes.<site_key>.modes`` (the default mode alone where it names none),
+* what it records as provenance (the version command of its executable, the mode),
 * how its image is built: the checks before a build (:meth:`Runtime.build_preflight`),
   the steps of a build from the offline Debian base (:meth:`Runtime.dockerfile_steps`) or
   of a definition file (``build_command``), the formats it packs an image into
@@ -54,6 +61,26 @@ class RuntimeNotOffered(LaunchError):
     """A runtime the campaign's site does not describe (no ``runtimes.<name>`` entry)."""
 
 
+class UnknownMode(UnknownRuntime):
+    """A runtime token whose mode its runtime does not have (``charliecloud+nope``)."""
+
+
+class ModeNotOffered(RuntimeNotOffered):
+    """A mode the campaign's site does not offer (not in ``runtimes.<name>.modes``)."""
+
+
+# A runtime token: "<runtime>" (its default mode) or "<runtime>+<mode>". Not ":" (the
+# token is a path segment of a point, and point directories are bound SRC:DST).
+MODE_SEP = "+"
+
+
+def split_token(token: str) -> tuple[str, str]:
+    """``charliecloud+squashfs`` -> ``("charliecloud", "squashfs")``; a plain name ->
+    ``(name, "")`` (its default mode)."""
+    name, _, mode = str(token).partition(MODE_SEP)
+    return name, mode
+
+
 @dataclass(frozen=True)
 class RuntimeSite:
     """One runtime's facts on one site (a site file's ``runtimes.<name>`` entry), plus the
@@ -73,6 +100,13 @@ class RuntimeSite:
     host_mpi_preload: str = ""  # e.g. cray-mpich's GPU transport layer libmpi_gtl_hsa.so.0
     host_mpi_binds: tuple[str, ...] = ()
     host_mpi_env: tuple[tuple[str, str], ...] = ()
+    mode: str = ""  # the mode run ("" = the runtime's default mode)
+    # options of the runtime's own command before its subcommand (podman: --runtime,
+    # --cgroup-manager), and in place of the class's defaults of its run command (None:
+    # the class's); where its storage lives (podman --root): site facts
+    global_options: tuple[str, ...] = ()
+    run_options: tuple[str, ...] | None = None
+    storage_root: str = ""
 
 
 def parse_binds(specs: Sequence[str]) -> list[Bind]:
@@ -124,6 +158,21 @@ class BuildSteps:
     facts: dict[str, Any] = field(default_factory=dict)  # into the build's manifest
 
 
+@dataclass(frozen=True)
+class StorageLoad:
+    """How a placed image enters a runtime's own storage in one mode (rule load_image):
+    ``check`` prints the content digest the stored ``reference`` carries (fails where it
+    is not there: then it is loaded); ``command`` loads it, fed the output of ``stdin``
+    where given; with ``tag`` the last word ``command`` prints (an image ID) is tagged
+    ``reference`` by ``tag + [ID, reference]``."""
+
+    reference: str
+    check: list[str]
+    command: list[str]
+    stdin: list[str] | None = None
+    tag: list[str] | None = None
+
+
 class Runtime:
     """The interface of a runtime. Subclasses set the class attributes and override the
     methods whose default does not fit; :func:`register` makes one known by its name."""
@@ -155,6 +204,74 @@ class Runtime:
     metadata_file: ClassVar[str | None] = None
     # place in lists of runtimes (the report's colour order); a new one comes after
     order: ClassVar[int] = 100
+    # runs images from its own storage (Podman): rule load_image copies each image there,
+    # per mode (storage_load)
+    loads_images: ClassVar[bool] = False
+    # the ways this runtime runs the same image: mode -> what it is (one line); the first
+    # is the default, run under the plain name (no modes: one, unnamed)
+    modes: ClassVar[Mapping[str, str]] = {}
+    # this instance's mode ("" = the default): runtime(token) gives one per mode
+    mode: str = ""
+
+    # --- modes -----------------------------------------------------------------------
+
+    @property
+    def default_mode(self) -> str:
+        return next(iter(self.modes), "")
+
+    @property
+    def run_mode(self) -> str:
+        """The mode this instance runs (its own, else the default; "" without modes)."""
+        return self.mode or self.default_mode
+
+    @property
+    def token(self) -> str:
+        """How a campaign names this runtime in this mode (the plain name: the default)."""
+        if not self.mode or self.mode == self.default_mode:
+            return self.name
+        return f"{self.name}{MODE_SEP}{self.mode}"
+
+    def with_mode(self, mode: str) -> "Runtime":
+        """This runtime in ``mode`` (refused, naming the modes it has, if it has none such;
+        its default mode is spelled by the plain name alone)."""
+        if not mode:
+            return self
+        if mode not in self.modes:
+            have = ", ".join(self.modes) if self.modes else "none"
+            raise UnknownMode(f"runtime {self.name!r} has no mode {mode!r} "
+                              f"(in {self.name}{MODE_SEP}{mode}; its modes: {have})")
+        if mode == self.default_mode:
+            raise UnknownMode(f"{self.name}{MODE_SEP}{mode}: {mode!r} is the default mode of "
+                              f"runtime {self.name}: write {self.name!r}")
+        moded = type(self)()
+        moded.mode = mode
+        return moded
+
+    def mode_formats(self) -> tuple[str, ...]:
+        """The image formats this runtime runs in its mode (the workload's first image of
+        one of them is run): by default every format it has."""
+        return self.image_formats
+
+    def offered_modes(self, site: Mapping[str, Any]) -> tuple[str, ...]:
+        """The modes the site offers (``runtimes.<site_key>.modes``; the default mode
+        alone where it names none)."""
+        entry = self.site_entry(site)
+        return tuple(entry.get("modes") or ((self.default_mode,) if self.modes else ()))
+
+    def check_offered(self, site: Mapping[str, Any]) -> None:
+        """Refuse a runtime or mode the site does not offer, naming the bad value."""
+        entry = self.site_entry(site)
+        for mode in entry.get("modes") or ():
+            if mode not in self.modes:
+                raise UnknownMode(
+                    f"site {site.get('name', '?')!r}: runtimes.{self.site_key}.modes: "
+                    f"{mode!r} is not a mode of runtime {self.name} "
+                    f"(its modes: {', '.join(self.modes) or 'none'})")
+        if self.modes and self.run_mode not in self.offered_modes(site):
+            raise ModeNotOffered(
+                f"runtime {self.token!r}: mode {self.run_mode!r} is not offered by site "
+                f"{site.get('name', '?')!r} (its file's runtimes.{self.site_key}.modes: "
+                f"{', '.join(self.offered_modes(site))})")
 
     # --- site facts ------------------------------------------------------------------
 
@@ -190,6 +307,11 @@ class Runtime:
             host_mpi_preload=mpi.get("preload") or "",
             host_mpi_binds=tuple(mpi.get("binds") or ()),
             host_mpi_env=tuple(sorted((mpi.get("env") or {}).items())),
+            mode=self.run_mode,
+            global_options=tuple(entry.get("global_options") or ()),
+            run_options=(tuple(entry["run_options"]) if entry.get("run_options") is not None
+                         else None),
+            storage_root=entry.get("storage_root") or "",
         )
 
     # --- wrapping a command ----------------------------------------------------------
@@ -296,6 +418,14 @@ class Runtime:
         """The built tree ``src`` packed into ``fmt`` at ``dest`` (:attr:`packed_formats`)."""
         raise NotImplementedError(f"runtime {self.name} packs no {fmt}")
 
+    def storage_load(self, site: RuntimeSite, image: str, fmt: str,
+                     digest: str = "") -> StorageLoad | None:
+        """For a runtime that runs images from its own storage: how the image placed at
+        ``image`` (absolute, of format ``fmt``, content digest ``digest``) enters the
+        storage of this runtime's mode on this site (rule load_image, once per image and
+        mode). None: the image runs where it lies (no rule)."""
+        return None
+
     def load_steps(self, image: str, tools: Mapping[str, str]) -> tuple[str, list[str]] | None:
         """For a runtime that runs images from its own storage: the name it runs the
         image placed at ``image`` (absolute) by, and the command that copies it there
@@ -322,7 +452,8 @@ class Runtime:
         if not self.native:
             record.update(bin=self.executable(site), version_command=self.version_command(site.bin),
                           modules=list(site.modules), host_mpi=self.host_mpi,
-                          gpu_flags=self.gpu_flags(site))
+                          gpu_flags=self.gpu_flags(site), mode=self.run_mode or None,
+                          mode_description=self.modes.get(self.run_mode))
         return record
 
 
@@ -342,14 +473,27 @@ def register(cls: type[Runtime]) -> type[Runtime]:
 
 def unregister(name: str) -> None:
     _REGISTRY.pop(name, None)
+    for token in [t for t in _MODED if split_token(t)[0] == name]:
+        del _MODED[token]
+
+
+_MODED: dict[str, Runtime] = {}
 
 
 def runtime(name: str) -> Runtime:
-    """The registered runtime ``name``; refused with the names that are known."""
+    """The registered runtime ``name``, a runtime token (``<name>+<mode>``: that runtime in
+    that mode); refused with the names that are known, or the modes the runtime has."""
+    base, mode = split_token(name)
     try:
-        return _REGISTRY[name]
+        rt = _REGISTRY[base]
     except KeyError:
         raise UnknownRuntime(f"unknown runtime {name!r}; known: {', '.join(names())}") from None
+    if not mode:
+        return rt
+    moded = _MODED.get(name)
+    if moded is None or type(moded) is not type(rt):
+        moded = _MODED[name] = rt.with_mode(mode)
+    return moded
 
 
 def _ordered() -> list[tuple[str, Runtime]]:
@@ -362,16 +506,32 @@ def names() -> tuple[str, ...]:
     return tuple(n for n, _ in _ordered())
 
 
+def tokens() -> tuple[str, ...]:
+    """Every runtime token: each runtime by ``order``, then its other modes."""
+    return tuple(token for n, rt in _ordered()
+                 for token in (n, *(f"{n}{MODE_SEP}{m}" for m in list(rt.modes)[1:])))
+
+
+def mode_of(token: str) -> str | None:
+    """The mode a runtime token runs (its runtime's default for a plain name); None for a
+    runtime without modes (native) or an unknown token."""
+    try:
+        return runtime(token).run_mode or None
+    except LaunchError:
+        return None
+
+
 def native_names() -> tuple[str, ...]:
     return tuple(n for n, rt in _ordered() if rt.native)
 
 
 def container_names() -> tuple[str, ...]:
-    return tuple(n for n, rt in _ordered() if not rt.native)
+    """Every container runtime token (each runtime's modes included)."""
+    return tuple(t for t in tokens() if not _REGISTRY[split_token(t)[0]].native)
 
 
 def is_native(name: str) -> bool:
-    rt = _REGISTRY.get(name)
+    rt = _REGISTRY.get(split_token(name)[0])
     return rt is not None and rt.native
 
 

@@ -21,6 +21,10 @@ CH_RUN_MOUNT_POINTS = ("bin", "dev", "etc", "mnt", "proc", "usr", *(f"mnt/{i}" f
 #   IMAGE -- CMD ARGS     the image (directory or SquashFS), then the command
 # ch-run passes the host environment through (like Apptainer), so MASTER_ADDR, the rank
 # variables of mpirun/srun and OMP_NUM_THREADS reach the payload unchanged.
+# Its modes: IMAGE is a directory (mode dir: ch-run pivots into the unpacked tree) or a
+# SquashFS file (mode squashfs: ch-run mounts it itself with squashfuse, a FUSE daemon per
+# container start, and unmounts it when the command exits; needs /dev/fuse). The command
+# line is the same; the mode decides which image (format) it is given.
 
 
 @register
@@ -40,6 +44,14 @@ class Charliecloud(Runtime):
     internal_tools = ("python_for_ch_image",)
     packed_formats = {"squashfs": "image.sqfs"}
     metadata_file = "ch/metadata.json"  # ch-image's record of the build ("created" per step)
+    modes = {
+        "dir": "directory image: the unpacked tree, ch-run pivots into it",
+        "squashfs": "SquashFS file mounted by ch-run with squashfuse (FUSE), per container",
+    }
+
+    def mode_formats(self):
+        """dir runs directory images, squashfs SquashFS files (the mode is the format)."""
+        return (self.run_mode,)
 
     def exec_prefix(self, site, binds, workdir):
         cmd = [self.executable(site), *self.gpu_flags(site)]

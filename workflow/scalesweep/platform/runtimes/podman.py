@@ -1,4 +1,5 @@
-"""Rootless Podman: images in the user's local storage, built from the offline Debian base."""
+"""Podman: images in its local storage (rootless by default), built from the offline Debian
+base or imported from another builder's directory image (a Charliecloud build)."""
 
 from __future__ import annotations
 
@@ -6,24 +7,38 @@ import hashlib
 import re
 from typing import Mapping
 
-from scalesweep.platform.runtimes.base import BuildSteps, DockerfileBuild, Runtime, register
+from scalesweep.platform.runtimes.base import BuildSteps, DockerfileBuild, Runtime, StorageLoad, register
+
+
+# where the volatile state (--runroot) of a storage under a site's storage_root lives:
+# short (podman 4.3: "the specified runroot is longer than 50 characters"), writable by
+# any user, cleared at boot as state that must not outlive the machine's boot should be
+RUNROOT = "/tmp/scalesweep-podman"
 
 
 @register
 class Podman(Runtime):
-    """Rootless Podman (podman-run(1), podman-build(1), docs.podman.io):
+    """Podman (podman(1), podman-run(1), podman-build(1), podman-import(1), docs.podman.io):
 
+      --storage-driver=D       the storage driver (the mode: overlay or vfs)
+      --root=DIR --runroot=DIR where its storage lives (the site's ``storage_root``: one
+                               directory per driver, a storage holds one driver's layers),
+                               and its volatile state (podman refuses a runroot of over 50
+                               characters: /tmp/scalesweep-podman-<12 hex of the root>/<driver>)
+      SITE'S GLOBAL OPTIONS    before ``run`` (``runtimes.podman.global_options``, e.g.
+                               --runtime=runc --cgroup-manager=cgroupfs)
       run --rm                 remove the container when it exits
-      --userns=keep-id         the user's UID:GID inside too (rootless only: refused for
-                               root), so files written to the bound output dir are theirs
       --pull=never             never contact a registry: the image is in local storage
-      --network=host, --ipc=host  the host's network and /dev/shm: ranks in separate
-                               containers rendezvous (MASTER_ADDR) and share memory as
-                               natively
       --env-host               the host environment inside (ch-run and Apptainer pass it
                                too): the rank variables of mpirun/srun, MASTER_ADDR, ...
       --security-opt=label=disable  no SELinux label separation: the bound repository
                                and data stay readable without relabelling host files
+      ROOTLESS DEFAULTS        where the site states no ``run_options`` (replaced by them):
+        --userns=keep-id       the user's UID:GID inside too (rootless only: refused for
+                               root), so files written to the bound output dir are theirs
+        --network=host, --ipc=host  the host's network and /dev/shm: ranks in separate
+                               containers rendezvous (MASTER_ADDR) and share memory as
+                               natively
       --device=nvidia.com/gpu=all   the GPUs through CDI (NVIDIA Container Toolkit's
                                generated spec); AMD: /dev/kfd and /dev/dri, with the
                                user's groups kept (--group-add=keep-groups)
@@ -31,8 +46,13 @@ class Podman(Runtime):
       --env NAME=VALUE         variables inside (win over --env-host)
       --workdir DIR            initial working directory
 
-    The image is a reference in the user's local storage; the image build tags what it
-    places at a path with :meth:`storage_reference` of that path."""
+    The image is a reference in local storage, :meth:`storage_reference` of the path the
+    image is placed at: rule load_image copies it there (``podman import`` of a directory
+    image's tar, ``podman pull dir:`` of a saved one), in the storage of the point's mode.
+
+    Its modes are its storage drivers: ``overlay`` (layers mounted with overlayfs, the
+    default) and ``vfs`` (every layer a full copy, nothing mounted: what works where
+    overlay does not)."""
 
     name = "podman"
     order = 8
@@ -49,8 +69,36 @@ class Podman(Runtime):
     build_tools = ("podman", "debootstrap", "unshare", "tar", "cp")
     digest_note = ("tree digest of the saved image directory (its layer tarballs "
                    "keep build-time mtimes: not reproducible between builds)")
-    run_options = ("--rm", "--userns=keep-id", "--pull=never", "--network=host", "--ipc=host",
-                   "--env-host", "--security-opt=label=disable")
+    run_options = ("--rm", "--pull=never", "--env-host", "--security-opt=label=disable")
+    # rootless defaults: what a site that states no run_options gets
+    default_run_options = ("--userns=keep-id", "--network=host", "--ipc=host")
+    modes = {
+        "overlay": "storage driver overlay: image layers mounted with overlayfs",
+        "vfs": "storage driver vfs: every layer a full copy, nothing mounted",
+    }
+    loads_images = True
+    # the label an imported image carries: the content digest of what was imported
+    DIGEST_LABEL = "org.scalesweep.content-digest"
+
+    def mode_formats(self):
+        """Its own saved images (oci-dir) and other builders' directory images (dir),
+        each copied into the mode's storage by rule load_image."""
+        return ("oci-dir", "dir")
+
+    def storage_options(self, site) -> list[str]:
+        """``--storage-driver`` (the mode), and ``--root``/``--runroot`` under the site's
+        ``storage_root`` (one per driver)."""
+        mode = site.mode or self.run_mode
+        opts = [f"--storage-driver={mode}"]
+        if site.storage_root:
+            root = site.storage_root.rstrip("/")
+            run = hashlib.sha256(root.encode()).hexdigest()[:12]
+            opts += [f"--root={root}/{mode}", f"--runroot={RUNROOT}-{run}/{mode}"]
+        return opts
+
+    def global_args(self, site) -> list[str]:
+        """``podman`` and its options before the subcommand: the site's, then storage."""
+        return [self.executable(site), *site.global_options, *self.storage_options(site)]
 
     @staticmethod
     def storage_reference(path: str) -> str:
@@ -65,7 +113,8 @@ class Podman(Runtime):
         return self.storage_reference(image) if image.startswith("/") else image
 
     def exec_prefix(self, site, binds, workdir):
-        cmd = [self.executable(site), "run", *self.run_options, *self.gpu_flags(site)]
+        extra = self.default_run_options if site.run_options is None else site.run_options
+        cmd = [*self.global_args(site), "run", *self.run_options, *extra, *self.gpu_flags(site)]
         for src, dst in binds:
             cmd += ["--volume", f"{src}:{dst}"]
         for k, v in self.container_env(site):
@@ -105,6 +154,39 @@ class Podman(Runtime):
 
     def tag_command(self, image_id: str, ref: str, bin: str = "") -> list[str]:
         return [bin or self.default_bin, "tag", image_id, ref]
+
+    # --- copying an image into the mode's storage (rule load_image) ------------------
+
+    @staticmethod
+    def tar_command(image_dir: str) -> list[str]:
+        """A directory image as a tar stream (podman import's input)."""
+        return ["tar", "-C", str(image_dir), "-c", "."]
+
+    def import_dir_command(self, site, ref: str, digest: str = "") -> list[str]:
+        """``import`` of a root filesystem tar on stdin as ``ref`` (offline), labelled with
+        the content digest of what it imports (:attr:`DIGEST_LABEL`)."""
+        change = ["--change", f"LABEL {self.DIGEST_LABEL}={digest}"] if digest else []
+        return [*self.global_args(site), "import", *change, "-", ref]
+
+    def pull_dir_command(self, site, image_dir: str) -> list[str]:
+        """A saved image directory (oci-dir) into the storage (prints the image ID)."""
+        return [*self.global_args(site), "pull", "--quiet", f"dir:{image_dir}"]
+
+    def storage_load(self, site, image, fmt, digest=""):
+        """A directory image (another builder's, e.g. Charliecloud's): its tar imported,
+        labelled with its digest; a saved one (oci-dir): pulled from ``dir:`` and tagged."""
+        ref = self.storage_reference(image)
+        check = self.digest_label_command(site, ref)
+        if fmt == "oci-dir":
+            return StorageLoad(ref, check, self.pull_dir_command(site, image),
+                               tag=[*self.global_args(site), "tag"])
+        return StorageLoad(ref, check, self.import_dir_command(site, ref, digest),
+                           stdin=self.tar_command(image))
+
+    def digest_label_command(self, site, ref: str) -> list[str]:
+        """The :attr:`DIGEST_LABEL` of ``ref`` in the storage (fails if it is not there)."""
+        return [*self.global_args(site), "image", "inspect", "--format",
+                f'{{{{index .Labels "{self.DIGEST_LABEL}"}}}}', ref]
 
     # --- its image build -------------------------------------------------------------
 
