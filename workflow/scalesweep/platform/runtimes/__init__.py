@@ -1,5 +1,6 @@
 """One class per container runtime (and native), one module per runtime family, behind
-one interface (:mod:`scalesweep.platform.runtimes.base`: the interface, the registry).
+one interface (:mod:`scalesweep.platform.runtimes.base`), known by name
+(:mod:`scalesweep.platform.runtimes.registry`).
 
 Every module of this package is imported here, so a runtime added as a new module
 (``platform/runtimes/<name>.py`` with a ``@register``-ed class) is known without editing
@@ -30,18 +31,20 @@ from scalesweep.platform.runtimes.base import (  # noqa: F401  (the package's AP
     StorageLoad,
     UnknownMode,
     UnknownRuntime,
+    parse_binds,
+    split_token,
+)
+from scalesweep.platform.runtimes.registry import (  # noqa: F401  (the package's API)
     builders,
     container_names,
     is_native,
     mode_of,
     names,
     native_names,
-    parse_binds,
     register,
     runtime,
     runtime_version,
     site_keys,
-    split_token,
     tokens,
     unregister,
 )

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from scalesweep.platform.runtimes.base import Runtime, register
+from scalesweep.platform.runtimes.base import Runtime
+from scalesweep.platform.runtimes.registry import register
 
 
 @register

@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 from typing import Mapping, Sequence
 
-from scalesweep.platform.runtimes.base import BuildSteps, DockerfileBuild, Preflight, Runtime, register
+from scalesweep.platform.runtimes.base import BuildSteps, DockerfileBuild, Preflight, Runtime
+from scalesweep.platform.runtimes.registry import register
 
 # Paths ch-run needs in an image (ch-convert's mount_points_ensure): a SquashFS lacking
 # them cannot be mounted read-only with its binds.

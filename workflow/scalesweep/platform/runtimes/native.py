@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from scalesweep.platform.runtimes.base import Runtime, register
+from scalesweep.platform.runtimes.base import Runtime
+from scalesweep.platform.runtimes.registry import register
 
 
 @register

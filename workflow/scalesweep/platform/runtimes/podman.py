@@ -7,7 +7,8 @@ import hashlib
 import re
 from typing import Mapping
 
-from scalesweep.platform.runtimes.base import BuildSteps, DockerfileBuild, Runtime, StorageLoad, register
+from scalesweep.platform.runtimes.base import BuildSteps, DockerfileBuild, Runtime, StorageLoad
+from scalesweep.platform.runtimes.registry import register
 
 
 # where the volatile state (--runroot) of a storage under a site's storage_root lives:
