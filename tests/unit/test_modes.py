@@ -67,8 +67,12 @@ def test_a_bad_token_is_refused_naming_the_value(token, message):
 
 
 def test_charliecloud_modes_run_their_own_format_with_the_same_command_line():
-    assert runtime("charliecloud").mode_formats() == ("dir",)
+    # the plain name runs either format, as before modes (its mode: the image's)
+    assert runtime("charliecloud").mode_formats() == ("dir", "squashfs")
     assert runtime("charliecloud+squashfs").mode_formats() == ("squashfs",)
+    local = load_site("local")
+    assert runtime("charliecloud").site_facts(local, "/i/x.sqfs").mode == "squashfs"
+    assert runtime("charliecloud").site_facts(local, "/i/default").mode == "dir"
     assert prefix("charliecloud+squashfs", image="/c/resources/images/squashfs.sqfs") == [
         "ch-run", "--bind=/repo:/mnt/code", "--bind=/data:/mnt/data", "--bind=/out:/mnt/out",
         "--cd=/mnt/code", "/c/resources/images/squashfs.sqfs", "--"]

@@ -247,6 +247,11 @@ class Runtime:
         moded.mode = mode
         return moded
 
+    def image_mode(self, image: str) -> str:
+        """The mode a run of ``image`` is in (its token's; a runtime whose plain name runs
+        several formats says which one the image is)."""
+        return self.run_mode
+
     def mode_formats(self) -> tuple[str, ...]:
         """The image formats this runtime runs in its mode (the workload's first image of
         one of them is run): by default every format it has."""
@@ -307,7 +312,7 @@ class Runtime:
             host_mpi_preload=mpi.get("preload") or "",
             host_mpi_binds=tuple(mpi.get("binds") or ()),
             host_mpi_env=tuple(sorted((mpi.get("env") or {}).items())),
-            mode=self.run_mode,
+            mode=self.image_mode(image),
             global_options=tuple(entry.get("global_options") or ()),
             run_options=(tuple(entry["run_options"]) if entry.get("run_options") is not None
                          else None),

@@ -51,8 +51,16 @@ class Charliecloud(Runtime):
     }
 
     def mode_formats(self):
-        """dir runs directory images, squashfs SquashFS files (the mode is the format)."""
-        return (self.run_mode,)
+        """charliecloud+squashfs runs SquashFS files; the plain name (the default) runs
+        either format, as before modes existed (a workload whose only image is a
+        SquashFS file), its mode then the image's (:meth:`image_mode`)."""
+        return (self.mode,) if self.mode else self.image_formats
+
+    def image_mode(self, image):
+        """ch-run mounts a file image as SquashFS: a .sqfs image is run in mode squashfs."""
+        if not self.mode and image.endswith((".sqfs", ".squashfs", ".sqsh")):
+            return "squashfs"
+        return self.run_mode
 
     def exec_prefix(self, site, binds, workdir):
         cmd = [self.executable(site), *self.gpu_flags(site)]
