@@ -218,9 +218,8 @@ def pytest_collection_modifyitems(config, items):
     slurm/, ``quiet`` outside quality/, ...), stops the collection."""
     wrong = []
     for item in items:
-        try:
-            folder = Path(item.path).resolve().relative_to(TESTS).parts[0]
-        except ValueError:  # a test given from elsewhere (not under tests/): no layer
+        folder = _folder(item)
+        if not folder:  # a test given from elsewhere (not under tests/): no layer
             continue
         if folder not in LAYERS:
             wrong.append(f"{item.nodeid}: not in a layer folder ({', '.join(LAYERS)})")
@@ -264,6 +263,7 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def _folder(item) -> str:
+    """The folder under tests/ that holds ``item`` ("" for a test from elsewhere)."""
     try:
         return Path(item.path).resolve().relative_to(TESTS).parts[0]
     except ValueError:
