@@ -58,6 +58,8 @@ rule all:
         rules.plot_scaling.output,
         # the LLM figure where the sweep has an LLM workload (it would be empty elsewhere)
         rules.plot_llm.output if report_workloads("llm") else [],
+        # LLM serving under load: where an LLM workload measures load levels
+        rules.report_load.output if load_targets() is not None else [],
         rules.fits.output,
         expand(rules.plot_fit.output, zip, **fit_series()),
         rules.report_run_tables.output,

@@ -53,6 +53,8 @@ sys.path.insert(0, str(_HERE))
 from llm_engines import (  # noqa: E402
     APIS, DEFAULT_CTX, ENGINES, Engine, PointError, Setup, engine_class, server_exit_error,
 )
+from llm_load import run_load  # noqa: E402
+from scalesweep.record.load import ARRIVAL_SHAPES, target_of  # noqa: E402
 from scalesweep.record.metrics import container_env, host_info, now_iso, peak_rss_mb, write_metrics  # noqa: E402
 from scalesweep.record.stack import process_stack, startup_record  # noqa: E402
 
@@ -335,6 +337,38 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--concurrency-levels", default="",
                     help="comma-separated levels, the first = --concurrency: after the timed "
                          "run, the prompt set again at each further level (concurrency_levels)")
+    ap.add_argument("--request-rates", default="",
+                    help="comma-separated open-loop request rates (requests/s): after the closed-loop "
+                         "levels, requests sent at arrival times of --arrival (scripts/llm_load.py)")
+    ap.add_argument("--arrival", choices=ARRIVAL_SHAPES, default="poisson",
+                    help="open-loop inter-arrival times: poisson, gamma (--burstiness) or constant")
+    ap.add_argument("--burstiness", type=float, default=1.0,
+                    help="gamma arrivals' shape (vLLM's burstiness: 1 = Poisson, < 1 burstier)")
+    ap.add_argument("--arrival-seed", type=int, default=0, help="seed of the arrival times")
+    ap.add_argument("--load-requests", type=int, default=0,
+                    help="requests per open-loop or offline level (default: the prompt set's)")
+    ap.add_argument("--max-in-flight", type=int, default=0,
+                    help="open loop: requests outstanding at most (0 = no cap)")
+    ap.add_argument("--input-words", default=None,
+                    help="open-loop and offline levels: generated prompts of LO:HI words (seeded by "
+                         "--arrival-seed) instead of the prompt set")
+    ap.add_argument("--output-tokens", default=None,
+                    help="open-loop and offline levels: each generated request's max_tokens drawn "
+                         "from LO:HI (at most --max-tokens)")
+    ap.add_argument("--offline", action="store_true",
+                    help="also an offline level: every request at once, throughput only")
+    ap.add_argument("--target", default=None,
+                    help="latency target: an MLPerf preset name, or ttft_s=X,tpot_s=Y[,percentile=Q]")
+    ap.add_argument("--max-rate-steps", type=int, default=0,
+                    help="with --target and --request-rates: bisection steps for the highest rate "
+                         "within the target")
+    ap.add_argument("--max-rate-tolerance", type=float, default=0.05,
+                    help="stop the bisection when the bracket is this narrow (requests/s)")
+    ap.add_argument("--client-placement", choices=("with_server", "host"), default="with_server",
+                    help="where this client runs (recorded; the harness starts a containerised "
+                         "server apart from a host client: load.client)")
+    ap.add_argument("--requests-out", default=None,
+                    help="every request of every level, JSON lines (scripts/llm_load.py)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed requests per server before timing")
     ap.add_argument("--gpus", type=int, default=0, help="visible GPUs (0 = CPU only)")
     ap.add_argument("--gpu-vendor", choices=VENDORS, default="none")
@@ -385,8 +419,31 @@ def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> type[E
     if levels and (levels[0] != args.concurrency or min(levels) < 1):
         ap.error(f"--concurrency-levels {args.concurrency_levels!r}: levels >= 1, the first "
                  f"= --concurrency ({args.concurrency})")
-    if args.warmup < 0 or args.gpus < 0 or args.num_requests < 0:
-        ap.error("--warmup, --gpus and --num-requests must be >= 0")
+    if min(args.warmup, args.gpus, args.num_requests, args.load_requests, args.max_in_flight,
+           args.max_rate_steps) < 0:
+        ap.error("--warmup, --gpus, --num-requests, --load-requests, --max-in-flight and "
+                 "--max-rate-steps must be >= 0")
+    try:
+        rates = [float(x) for x in args.request_rates.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--request-rates must be comma-separated numbers, got {args.request_rates!r}")
+    if any(not (r > 0 and math.isfinite(r)) for r in rates):
+        ap.error(f"--request-rates {args.request_rates!r}: every rate must be a positive number")
+    if not (args.burstiness > 0 and math.isfinite(args.burstiness)):
+        ap.error(f"--burstiness must be a positive number, got {args.burstiness}")
+    for name in ("input_words", "output_tokens"):
+        text = getattr(args, name)
+        if text is None:
+            continue
+        lo, _, hi = text.partition(":")
+        if not (lo.isdigit() and (hi or lo).isdigit() and 1 <= int(lo) <= int(hi or lo)):
+            ap.error(f"--{name.replace('_', '-')} {text!r}: expected LO:HI, 1 <= LO <= HI")
+    if args.output_tokens and int(args.output_tokens.partition(":")[2] or args.output_tokens) > args.max_tokens:
+        ap.error(f"--output-tokens {args.output_tokens!r} exceeds --max-tokens {args.max_tokens}")
+    try:
+        args.target_spec = target_of(parse_target(args.target)) if args.target else None
+    except ValueError as exc:
+        ap.error(f"--target {args.target!r}: {exc}")
     if not args.serve_only and not args.prompts:
         ap.error("--prompts is required (unless --serve-only)")
     if args.serve_only and args.servers:
@@ -405,6 +462,20 @@ def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> type[E
     if problem:
         ap.error(problem)
     return cls
+
+
+def parse_target(text: str) -> str | dict[str, float]:
+    """``--target``: a preset name, or ``ttft_s=X,tpot_s=Y[,percentile=Q]``."""
+    if "=" not in text:
+        return text
+    spec: dict[str, float] = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        try:
+            spec[key.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"{part!r} is not key=number") from None
+    return spec
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -616,15 +687,17 @@ def _run_client(args: argparse.Namespace, record: dict[str, Any], engine: Engine
         if evals:  # Ollama's own decode rate (tokens / s), as `ollama run --verbose` prints
             agg["eval_rate_tokens_per_s"] = summarize([c / (d / 1e9) for c, d in evals])
         record["engine_timings"] = agg
-    levels = [int(x) for x in args.concurrency_levels.split(",") if x.strip()]
-    if len(levels) > 1:  # the axis: every further level, the same prompts, the same server
-        record["concurrency_levels"] = [level_summary(args.concurrency, results, wall)]
-        for level in levels[1:]:
-            more, s0, s1 = run_prompts(engine, prompts, level)
-            record["concurrency_levels"].append(level_summary(level, more, s1 - s0))
-        failed = sum(x["n_failed"] for x in record["concurrency_levels"][1:])
-        if failed:
-            raise PointError(f"{failed} requests failed at the further concurrency levels")
+    # the load levels: the closed-loop levels (this run the first), then the open-loop
+    # rates, offline and the highest rate within the target (scripts/llm_load.py)
+    load = run_load(args, engine, prompts, record, (results, t_start, t_end), args.target_spec,
+                    lambda text: print(f"infer_llm: {text}", file=sys.stderr, flush=True))
+    closed = [(lv, raw) for lv, raw in zip(load.levels, load.records) if lv["shape"] == "closed"]
+    if len(closed) > 1:  # the concurrency axis: every level, the same prompts, the same server
+        record["concurrency_levels"] = [level_summary(lv["concurrency"], recs, s1 - s0)
+                                        for lv, (recs, s0, s1) in closed]
+    failed = sum(lv["n_failed"] for lv in load.levels[1:])
+    if failed:
+        raise PointError(f"{failed} requests failed at the further load levels")
     record["requests"] = [
         {
             k: (round(v - t_start, 6) if k in ("t_send", "t_first", "t_end") and v is not None else v)

@@ -652,6 +652,10 @@ class Engine:
     def generate(self, prompt: dict[str, Any], index: int = 0) -> dict[str, Any]:
         raise NotImplementedError
 
+    def count_tokens(self, prompt: dict[str, Any]) -> int | None:
+        """A prompt's input tokens where requests do not report them (None: unknown)."""
+        return None
+
     def stop(self) -> int | None:
         return None
 
@@ -733,7 +737,9 @@ class HttpEngine(Engine):
 
     def generate(self, prompt: dict[str, Any], index: int = 0) -> dict[str, Any]:
         a = self.args
-        body = request_body(a.api, self.model_name, prompt, a.max_tokens, a.seed, self.setup.threads)
+        # a request may carry its own output length (generated lengths: scripts/llm_load.py)
+        body = request_body(a.api, self.model_name, prompt, prompt.get("max_tokens") or a.max_tokens,
+                            a.seed, self.setup.threads)
         return stream_request(self.bases[index % len(self.bases)], a.api, body, a.request_timeout)
 
     def poll(self) -> int | None:
@@ -771,6 +777,13 @@ class LlamaCppEngine(HttpEngine):
 
     def provenance(self) -> dict[str, Any]:
         return {"name": self.name, "version": dist_version("llama_cpp_python")}
+
+    def count_tokens(self, prompt: dict[str, Any]) -> int | None:
+        """The prompt text's tokens by the server's own tokenizer (``/extras/tokenize/count``;
+        without a chat template's: llama-cpp-python streams no usage)."""
+        status, body = http_json(self.bases[0], "POST", "/extras/tokenize/count",
+                                 {"input": prompt["prompt"], "model": self.model_name})
+        return int(body["count"]) if status == 200 and isinstance(body, dict) and "count" in body else None
 
 
 @register
@@ -870,7 +883,7 @@ class TorchEngine(Engine):
             n, finish, error = 0, None, None
             try:
                 ids = self._prompt_ids(prompt)
-                tokens = self.model.generate(ids, self.args.max_tokens)
+                tokens = self.model.generate(ids, prompt.get("max_tokens") or self.args.max_tokens)
                 while not self.cancel.is_set():
                     try:
                         _, text = next(tokens)

@@ -21,6 +21,8 @@ def test_two_node_llm_point_serves_from_both_nodes(slurm_cluster, campaign, tmp_
     cfg = tiny_config(site=site)
     cfg["workloads"] = {"llm": {"payload": "llm", "model": "tiny_llama", "max_tokens": 8,
                                 "warmup": 1, "num_requests": 8, "max_runtime_min": 5,
+                                # and an open-loop level across both servers, through Slurm
+                                "load": {"rates": [4], "requests": 8, "seed": 3},
                                 "sweep": {"nodes": [2], "gpus_per_node": [0], "baseline": None}}}
     cfg["models"] = {"tiny_llama": {"source": "synthetic", "seed": 2}}
     wd = campaign(cfg)
@@ -43,3 +45,10 @@ def test_two_node_llm_point_serves_from_both_nodes(slurm_cluster, campaign, tmp_
         srv = json.loads((point / "servers" / f"server-{i}.json").read_text())
         assert srv["status"] == "ok" and srv["served_s"] > 0
     assert m["slurm"]["job_id"]
+    # the open loop from the client on the first node, spread over both nodes' servers
+    closed, opened = m["load_levels"]
+    assert closed["shape"] == "closed" and opened["shape"] == "poisson" and opened["rate"] == 4
+    assert opened["n"] == opened["n_ok"] == 8 and opened["ttft"]["p50"]["estimate"] > 0
+    sent = [json.loads(line) for line in (point / "requests.jsonl").read_text().splitlines()]
+    assert {r["server"] for r in sent if r["level"] == 1} == set(servers)
+    assert m["client"]["placement"] == "with_server" and "a server on every node" in m["client"]["where"]

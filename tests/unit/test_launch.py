@@ -135,6 +135,30 @@ def test_multinode_llm_is_one_server_per_node_and_one_client():
     assert c[c.index("--out") + 1] == f"{OUT}/payload.json"
 
 
+def test_host_client_runs_the_server_in_the_container_and_the_client_natively():
+    """load.client: host on a one-node container point: the server (--serve-only) inside
+    the runtime, the client a native process beside it; with_server (or native) splits
+    nothing."""
+    from dataclasses import replace as dc_replace
+
+    from scalesweep.run.pointlaunch import is_host_client_llm, llm_server_client_launches
+
+    args = ("--engine", "llamacpp", "--model", f"{DATA}/model.gguf", "--prompts", "/repo/p.txt",
+            "--out", f"{OUT}/payload.json", "--outputs", f"{OUT}/outputs.jsonl",
+            "--server-log", f"{OUT}/server.log", "--client-placement", "host")
+    llm = dc_replace(make("charliecloud", "local", image="/img/default"), payload="scripts/infer_llm.py",
+                     args=args)
+    assert is_host_client_llm(llm)
+    servers, client = llm_server_client_launches(llm)
+    s, c = launch_command(servers), launch_command(client)
+    assert s[0] == "ch-run" and "--serve-only" in s and "/mnt/out/servers/ready-{rank}" in s
+    assert c[0] == "/venv/bin/python" and "ch-run" not in " ".join(c) and "--serve-only" not in c
+    assert c[c.index("--client-placement") + 1] == "host"
+    assert not is_host_client_llm(dc_replace(llm, runtime="native"))
+    assert not is_host_client_llm(dc_replace(llm, args=args[:-2]))
+    assert not is_host_client_llm(dc_replace(llm, args=args[:-1] + ("with_server",)))
+
+
 def test_multinode_llm_without_slurm_is_refused():
     from dataclasses import replace as dc_replace
 

@@ -30,6 +30,13 @@ def record(payload: str) -> dict:
         data["concurrency_levels"] = [{"concurrency": c, "wall_s": 2.0, "tokens_per_s": 250.0,
                                        "requests_per_s": 4.0, "ttft_s": data["ttft_s"],
                                        "latency_s": data["latency_s"]} for c in (1, 2)]
+        # and load levels (scripts/llm_load.py), with the highest rate within the target
+        data["load_levels"] = [
+            {"shape": "closed", "rate": None, "concurrency": 1, "output_tokens_per_s": 210.0,
+             "requests_per_s": 6.5, "goodput_rps": 6.5},
+            {"shape": "poisson", "rate": 2.0, "concurrency": None, "output_tokens_per_s": 80.0,
+             "requests_per_s": 2.0, "goodput_rps": 2.0}]
+        data["max_rate"] = {"max_rate_rps": 7.07, "missed_rps": 8.41, "bound": "bisection"}
     return data
 
 

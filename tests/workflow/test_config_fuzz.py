@@ -227,3 +227,25 @@ def test_a_dataset_source_is_checked_only_where_staging_will_read_it(tmp_path):
                      tmp_path / "nowhere")
     cfg["site"] = "local-slurm"  # staging is a Slurm job there: the path is the cluster's
     check_config(copy.deepcopy(cfg), tmp_path / "nowhere")
+
+
+def test_bad_load_settings_are_named_before_any_job():
+    """workloads.<name>.load: an unknown target preset, a reversed range, output lengths
+    past max_tokens, prompts that cannot fit the context, a bad rate."""
+    model = {"source": "synthetic", "seed": 0}
+    ok = dict(max_tokens=16, load={"rates": [1, 2], "target": "llama2-70b", "max_rate_steps": 2,
+                                   "input_words": [4, 8], "output_tokens": [4, 16]})
+    check_config(llm_config(model, **ok))
+    bad = [
+        ({"target": "llama2-700b"}, "workloads.llm.load.target: 'llama2-700b'"),
+        ({"output_tokens": [8, 4]}, "workloads.llm.load.output_tokens: [8, 4] is not [low, high]"),
+        ({"output_tokens": [4, 32]}, "workloads.llm.load.output_tokens: [4, 32] goes past the workload's max_tokens 16"),
+        ({"input_words": [1, 10**5]}, "workloads.llm.load.input_words: prompts of up to 100000 words"),
+        ({"rates": [0]}, "rates"),
+        ({"target": {"ttft_s": 1}}, "target"),
+        ({"arrival": "uniform"}, "arrival"),
+    ]
+    for change, message in bad:
+        with pytest.raises(ConfigError) as err:
+            check_config(llm_config(model, **{**ok, "load": {**ok["load"], **change}}))
+        assert message in str(err.value), (change, str(err.value))

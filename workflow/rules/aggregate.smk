@@ -10,6 +10,9 @@ rule aggregate:
         scaling=report_table("scaling"),
         llm=report_table("llm"),
         overhead=report_table("overhead"),
+        # LLM serving under load (scalesweep.analyse.load): empty without load levels
+        load=report_table("llm_load"),
+        load_overhead=report_table("llm_load_overhead"),
         points="results/summary/points.csv",
         # the settings the verdicts rest on (scalesweep.analyse.summary.campaign_record)
         campaign="results/summary/campaign.json",

@@ -933,6 +933,15 @@ localrules:
 from scalesweep.plan.sweep import RUNTIMES  # noqa: E402
 
 
+def load_targets():
+    """Each swept LLM workload's latency target (scalesweep.record.load.target_of: None
+    where it names none), or None where no LLM workload is swept (no load figures)."""
+    from scalesweep.analyse.load import workload_targets
+
+    names = report_workloads("llm")
+    return workload_targets(config, names) if names else None
+
+
 def report_workloads(payload=None):
     """The sweep's workloads; only those of this workload kind (scalesweep.plan.kinds) if
     given."""
@@ -1016,6 +1025,18 @@ REPORT_TABLES = {
         "Tables",
         None,
         {"table": "LLM concurrency levels"},
+    ),
+    "llm_load": (
+        "llm_load.rst",
+        "LLM serving under load",
+        "tables",
+        {"item": "table: latency percentiles, throughput and goodput per load level"},
+    ),
+    "llm_load_overhead": (
+        "llm_load_overhead.rst",
+        "LLM serving under load",
+        "tables",
+        {"item": "table: the container's effect at each load level"},
     ),
     "drift": (
         "drift_table.rst",

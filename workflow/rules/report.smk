@@ -63,6 +63,45 @@ rule report_decomposition:
         "../scripts/report_decomposition.py"
 
 
+rule report_load:
+    input:
+        load=rules.aggregate.output.load,
+        runs=rules.aggregate.output.runs,
+        metrics=aggregate_metrics,
+    output:
+        latency=report(
+            "results/plots/load/latency_throughput.png",
+            caption="../report/load_latency.rst",
+            category="LLM serving under load",
+            subcategory="figures",
+            labels={"item": "figure: latency vs throughput, Pareto front"},
+        ),
+        goodput=report(
+            "results/plots/load/goodput.png",
+            caption="../report/load_goodput.rst",
+            category="LLM serving under load",
+            subcategory="figures",
+            labels={"item": "figure: goodput vs request rate"},
+        ),
+        distributions=report(
+            "results/plots/load/distributions.png",
+            caption="../report/load_distributions.rst",
+            category="LLM serving under load",
+            subcategory="figures",
+            labels={"item": "figure: TTFT and TPOT distributions"},
+        ),
+    log:
+        "logs/report/load.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    params:
+        # each LLM workload's latency target (a changed target draws the figures again)
+        targets=load_targets(),
+    script:
+        "../scripts/report_load.py"
+
+
 rule report_points:
     input:
         points=rules.aggregate.output.points,

@@ -16,6 +16,7 @@ from scalesweep.campaign.usage import UsageError
 COMMANDS = [
     "scalesweep.campaign.analysis_cli",
     "scalesweep.campaign.decomposition_cli",
+    "scalesweep.campaign.load_cli",
     "scalesweep.campaign.status",
     "scalesweep.campaign.rerun",
     "scalesweep.campaign.archive",

@@ -1,4 +1,5 @@
-"""Snakemake glue: metrics files -> runs.csv, scaling.csv, llm.csv, overhead.csv, points.csv.
+"""Snakemake glue: metrics files -> runs.csv, scaling.csv, llm.csv, overhead.csv,
+llm_load.csv, llm_load_overhead.csv, points.csv.
 
 Disturbed runs (interference above the thresholds during their measurement) stay in
 runs.csv, marked, and are left out of every statistic; each table row counts them
@@ -12,8 +13,10 @@ sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # noqa: F821
 
 from scalesweep.analyse.collect import collect_runs, point_states, runs_points  # noqa: E402
+from scalesweep.analyse.load import load_runs, load_summary, load_verdicts  # noqa: E402
 from scalesweep.analyse.summary import (  # noqa: E402
     campaign_record,
+    campaign_settings,
     llm_summary,
     overhead_summary,
     scaling_summary,
@@ -54,6 +57,11 @@ llm_summary(runs).to_csv(sm.output.llm, index=False, float_format="%.10g")
 # q values (Benjamini-Hochberg) beside the p values: many comparisons in one campaign
 add_q_values(overhead_summary(runs, cfg, log)).to_csv(
     sm.output.overhead, index=False, float_format="%.10g")
+# LLM serving under load: each load level over the runs, and the container's effect at each
+levels = load_runs(runs)
+load_summary(levels).to_csv(sm.output.load, index=False, float_format="%.10g")
+load_verdicts(levels, campaign_settings(cfg)).to_csv(sm.output.load_overhead, index=False,
+                                                     float_format="%.10g")
 # what the verdicts above rest on, beside runs.csv: `scalesweep overhead|scaling|fit` on
 # this runs.csv read it and give the same answers
 write_json_atomic(sm.output.campaign, campaign_record(cfg, runs))

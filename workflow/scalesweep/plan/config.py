@@ -253,6 +253,23 @@ def check_payload_bounds(config: dict, directory: str | Path = ".") -> None:
                                   f"(scripts/train_cnn.py): set image_size to {least} or more")
         if not kind.engine_served:
             continue
+        load = wl.get("load") or {}
+        for name in ("input_words", "output_tokens"):
+            span = load.get(name)
+            if span and span[0] > span[1]:
+                raise ConfigError(f"{key}.load.{name}: {span} is not [low, high] with low <= high")
+        if load.get("output_tokens") and load["output_tokens"][1] > wl["max_tokens"]:
+            raise ConfigError(f"{key}.load.output_tokens: {load['output_tokens']} goes past the "
+                              f"workload's max_tokens {wl['max_tokens']}: raise max_tokens (it is "
+                              "checked against the model's context) or lower the range")
+        target = load.get("target")
+        if target is not None:
+            from scalesweep.record.load import target_of
+
+            try:
+                target_of(target)
+            except ValueError as exc:
+                raise ConfigError(f"{key}.load.target: {target!r}: {exc}") from None
         model_ctx, source = model_context((config.get("models") or {}).get(wl.get("model"), {}) or {},
                                           directory)
         engine = llm_engines().engine_class(wl["engine"])
@@ -269,6 +286,12 @@ def check_payload_bounds(config: dict, directory: str | Path = ".") -> None:
                               f"{wl.get('model')!r} ({'; '.join(why for _, why in limits)}), which each "
                               f"request's prompt shares (a request stops there, with fewer tokens): "
                               f"set max_tokens below {bound}")
+        words = (wl.get("load") or {}).get("input_words")
+        if bound is not None and words and words[1] + wl["max_tokens"] >= bound:
+            raise ConfigError(f"{key}.load.input_words: prompts of up to {words[1]} words (a token "
+                              f"or more each) and {wl['max_tokens']} output tokens do not fit the "
+                              f"context ({'; '.join(why for _, why in limits)}): lower them below "
+                              f"{bound} together")
 
 
 def check_engines(config: dict) -> None:

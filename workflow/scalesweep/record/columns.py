@@ -65,6 +65,9 @@ COLUMNS: dict[str, Column] = {c.name: c for c in [
     Column("data_load_s", MEASUREMENT, "s"),
     Column("staging_s", MEASUREMENT, "s"),
     Column("concurrency_levels", MEASUREMENT, "JSON per level"),
+    Column("load_levels", MEASUREMENT, "JSON per level"),  # scalesweep.plan.kinds.llm.compact_level
+    Column("max_rate_rps", MEASUREMENT, "requests/s"),  # the highest rate within the target
+    Column("max_rate_missed_rps", MEASUREMENT, "requests/s"),  # the lowest rate above it that missed
     Column("peak_rss_mb", MEASUREMENT, "MiB"),  # as metrics.FIELDS
     Column("harness_wall_s", MEASUREMENT, "s"),
     Column("harness_overhead_s", MEASUREMENT, "s"),
@@ -94,6 +97,8 @@ COLUMNS: dict[str, Column] = {c.name: c for c in [
            "disturbed", "disturbed_reason", "exclusive", "shared_cores", "order_position",
            "hosts", "launcher", "image", "image_source", "image_digest", "slurm_job_id",
            "git_commit", "torch", "start", "end", "path",
+           # how max_rate_rps was found: bisection, "at least" (every rate met the target), none
+           "max_rate_bound",
            # the LLM engine follows from the workload (workloads.<name>.engine)
            "engine"),
 ]}

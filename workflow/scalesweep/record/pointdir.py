@@ -33,6 +33,7 @@ RUNS_DIR = "results/runs"  # a campaign's point directories: RUNS_DIR/<point pat
 METRICS_JSON = "metrics.json"
 PAYLOAD_JSON = "payload.json"
 OUTPUTS_JSONL = "outputs.jsonl"  # an LLM point's generated texts
+REQUESTS_JSONL = "requests.jsonl"  # an LLM point's requests, every load level (scripts/llm_load.py)
 FAILURE_JSON = "failure.json"
 ATTEMPTS = "attempts.jsonl"
 RUNNING_JSON = "running.json"  # the owner of a run in progress (removed when it ends)

@@ -201,6 +201,43 @@ def _verdict_table(overhead: pd.DataFrame | None) -> str:
         f'<thead>{head}</thead><tbody>{"".join(body)}</tbody></table>')
 
 
+# --- LLM serving under load ----------------------------------------------------------------
+
+LOAD_TABLE_ID = "scalesweep-load"
+
+
+def _load_table(verdicts: pd.DataFrame | None, load: pd.DataFrame | None) -> str:
+    """The container's effect at each load level (llm_load_overhead.csv: its verdict
+    sentences and overheads as the table has them), and the highest rate within the
+    target per runtime (llm_load.csv); nothing where no run measured load levels."""
+    if _rows(verdicts) == 0 and _rows(load) == 0:
+        return ""
+    parts = ["<h2>Serving under load (LLM)</h2>"]
+    if _rows(verdicts):
+        body = [
+            f'<tr class="ss-{esc(str(row.get("verdict"))).replace(" ", "-")}">'
+            f'<td>{esc(row.get("workload"))}</td><td>{esc(row.get("level_label"))}</td>'
+            f'<td>{esc(row.get("runtime"))}</td><td>{esc(row.get("compared"))}</td>'
+            f'<td class="ss-verdict">{_verdict_sentence(str(row.get("verdict")), str(row.get("verdict_text") or ""))}</td>'
+            f'<td class="ss-n">{esc(_overhead_ci(row))}</td></tr>'
+            for _, row in verdicts.iterrows()]
+        parts.append(
+            f'<table id="{LOAD_TABLE_ID}" class="ss-table"><caption>The container against native '
+            "at each load level, from llm_load_overhead.csv (positive: the container is slower: "
+            "a higher latency, fewer tokens/s, a lower highest rate within the target).</caption>"
+            "<thead><tr><th>workload</th><th>load level</th><th>runtime</th><th>compared</th>"
+            f"<th>verdict</th><th>overhead, 95% CI</th></tr></thead><tbody>{''.join(body)}</tbody></table>")
+    best = load[_column(load, "max_rate_rps").notna()] if _rows(load) else pd.DataFrame()
+    if not best.empty:
+        rows = best.drop_duplicates(["workload", "model_label", "runtime", "nodes", "gpus"])
+        items = "".join(
+            f"<li>{esc(r['workload'])} ({esc(r['model_label'])}), {esc(r['runtime'])}: "
+            f"{_num(r['max_rate_rps']):.3g} requests/s ({esc(r.get('max_rate_bound') or '')})</li>"
+            for _, r in rows.iterrows())
+        parts.append(f"<p>The highest request rate within the latency target (median over runs):</p><ul>{items}</ul>")
+    return "".join(parts)
+
+
 # --- scaling ---------------------------------------------------------------------------------
 
 def _efficiency_cell(row) -> str:
@@ -423,6 +460,7 @@ def front_page(tables: dict[str, pd.DataFrame | None]) -> str:
         f'<div class="{FRONT_CLASS}"><style>{FRONT_STYLE}</style>'
         "<h2>What the containers cost: the verdicts</h2>"
         + _verdict_table(tables.get("overhead"))
+        + _load_table(tables.get("llm_load_overhead"), tables.get("llm_load"))
         + "<h2>Caveats</h2>" + _caveats(caveats(tables))
         + "<h2>How it scales</h2>" + _scaling_table(tables.get("scaling"))
         + "<h2>The campaign</h2>" + _facts(tables.get("made"))

@@ -67,8 +67,9 @@ from scalesweep.run.payload_process import (
 )
 from scalesweep.run.pointlaunch import (
     gpu_inventory,
+    is_host_client_llm,
     is_multinode_llm,
-    llm_multinode_launches,
+    llm_server_client_launches,
     rendezvous_env,
     stage_command,
 )
@@ -230,8 +231,8 @@ def _execute(point, launch, metrics_path: Path, log_path, *, token, image_manife
         # the ranks' start-up is timed from here (scalesweep.record.stack.startup_record)
         env[LAUNCH_T_VAR] = repr(time.time())
         try:
-            if is_multinode_llm(launch):
-                servers, client = llm_multinode_launches(launch)
+            if is_multinode_llm(launch) or is_host_client_llm(launch):
+                servers, client = llm_server_client_launches(launch)
                 attempt["command"] = " ; ".join(shell_line(launch_command(x), added_env)
                                                 for x in (servers, client))
                 rc = _run_llm_servers_and_client(servers, client, env, log_path, attempt, record)

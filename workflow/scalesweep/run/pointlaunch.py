@@ -223,11 +223,42 @@ def _without(args: tuple[str, ...], options: set[str]) -> list[str]:
     return out
 
 
+CLIENT_OPTION = "--client-placement"  # the LLM payload's option (workloads.<name>.load.client)
+HOST_CLIENT = "host"
+
+
+def is_host_client_llm(launch: Launch) -> bool:
+    """A one-node LLM point in a container whose client runs on the host, outside the
+    container (``load.client: host``): its server is started apart from its client."""
+    from scalesweep.platform.runtimes import is_native
+
+    args = list(launch.args)
+    return (launch.nodes == 1 and not is_native(launch.runtime) and CLIENT_OPTION in args
+            and args.index(CLIENT_OPTION) + 1 < len(args)
+            and args[args.index(CLIENT_OPTION) + 1] == HOST_CLIENT
+            and any(k.server_per_node and k.script == launch.payload for k in kinds()))
+
+
+def llm_server_client_launches(launch: Launch) -> tuple[Launch, Launch]:
+    """The launches of an LLM point whose servers start apart from its client: several
+    nodes (``llm_multinode_launches``), or a client on the host (``is_host_client_llm``:
+    the server in the container, the client a native process on the same node)."""
+    if is_multinode_llm(launch):
+        return llm_multinode_launches(launch)
+    servers, client = _split(launch)
+    return servers, replace(client, runtime="native")
+
+
 def llm_multinode_launches(launch: Launch) -> tuple[Launch, Launch]:
     """Throughput mode: one server per node (srun, one task per node) and one client on
     the first node spreading the prompt set across all of them."""
     if launch.launcher != "srun":
         raise LaunchError("a multi-node LLM point needs Slurm (srun starts one server per node)")
+    return _split(launch)
+
+
+def _split(launch: Launch) -> tuple[Launch, Launch]:
+    """(servers: one per node, --serve-only; client: one process on the first node)."""
     servers_dir = Path(launch.out_dir) / SERVERS_DIR
     base = _without(launch.args, {"--out", "--outputs", "--server-log"})
     server_args = base + [

@@ -13,7 +13,7 @@ from scalesweep.plan.kinds.base import Invocation, Merit, WorkloadKind, as_list,
 from scalesweep.platform.runtimes import is_native
 from scalesweep.platform.site import site_of
 from scalesweep.record.geometry import Geometry
-from scalesweep.record.pointdir import OUTPUTS_JSONL, PAYLOAD_JSON
+from scalesweep.record.pointdir import OUTPUTS_JSONL, PAYLOAD_JSON, REQUESTS_JSONL
 
 MODELS_DIR = "resources/models"
 SYNTHETIC_LABEL = "synthetic weights"
@@ -52,6 +52,78 @@ def concurrency_levels(wl: dict) -> list[int]:
     measured within each point, the first level the headline)."""
     c = wl["concurrency"]
     return [int(x) for x in c] if isinstance(c, list) else [int(c)]
+
+
+# the per-request latencies a load level summarises (scalesweep.record.load.level_summary)
+# and the percentiles runs.csv keeps of each
+LOAD_METRICS = ("ttft", "tpot", "itl", "e2e")
+QUANTILES = ("p50", "p90", "p99")
+# percentiles the payload gives early-stopping estimates of
+EARLY_STOPPING = ("p90", "p99")
+
+
+def level_label(shape, rate, concurrency) -> str:
+    """A load level as tables and figures name it."""
+    if shape == "closed":
+        return f"closed loop, concurrency {int(concurrency)}"
+    if shape == "offline":
+        return "offline (every request at once)"
+    return f"{shape} arrivals, {float(rate):g} requests/s"
+
+
+def compact_level(level: dict) -> dict:
+    """One load level of metrics.json as runs.csv keeps it (load_levels, JSON): the
+    level, its throughput and goodput, and per latency metric its percentiles with their
+    confidence intervals and early-stopping estimates."""
+    out = {k: level.get(k) for k in ("level", "shape", "rate", "concurrency", "burstiness",
+                                     "bisection", "n", "n_ok", "n_failed", "duration_s",
+                                     "output_tokens_per_s", "requests_per_s", "goodput_rps",
+                                     "fraction_met", "meets_target", "meets_target_reason")}
+    for metric in LOAD_METRICS:
+        stats = level.get(metric) or {}
+        for q in QUANTILES:
+            ci = stats.get(q) or {}
+            out[f"{metric}_{q}_s"] = ci.get("estimate")
+            out[f"{metric}_{q}_low_s"], out[f"{metric}_{q}_high_s"] = ci.get("low"), ci.get("high")
+        for q in EARLY_STOPPING:
+            es = (stats.get("early_stopping") or {}).get(q) or {}
+            out[f"{metric}_{q}_es_s"] = es.get("estimate")
+            out[f"{metric}_{q}_supported"] = es.get("supported")
+            out[f"{metric}_{q}_note"] = es.get("note")
+    return out
+
+
+def target_arg(target) -> str:
+    """A workload's ``load.target`` as the payload's ``--target``: a preset's name, or
+    ``ttft_s=X,tpot_s=Y[,percentile=Q]``."""
+    if isinstance(target, str):
+        return target
+    return ",".join(f"{k}={target[k]:g}" for k in ("ttft_s", "tpot_s", "percentile") if k in target)
+
+
+def load_args(load: dict) -> list[str]:
+    """The payload's load arguments from a workload's ``load`` section (the schema's
+    defaults filled in): open-loop rates, arrivals, offline, target, highest rate."""
+    if not load:
+        return []
+    args = ["--arrival", load["arrival"], "--burstiness", f"{load['burstiness']:g}",
+            "--arrival-seed", str(load["seed"]), "--max-in-flight", str(load["max_in_flight"])]
+    if load["rates"]:
+        args += ["--request-rates", ",".join(f"{r:g}" for r in load["rates"])]
+    if load["requests"]:
+        args += ["--load-requests", str(load["requests"])]
+    for key in ("input_words", "output_tokens"):
+        if load.get(key):
+            args += [f"--{key.replace('_', '-')}", f"{load[key][0]}:{load[key][1]}"]
+    if load["offline"]:
+        args.append("--offline")
+    if load.get("client", "with_server") != "with_server":
+        args += ["--client-placement", load["client"]]
+    if load.get("target") is not None:
+        args += ["--target", target_arg(load["target"])]
+        if load["max_rate_steps"]:
+            args += ["--max-rate-steps", str(load["max_rate_steps"])]
+    return args
 
 
 @register
@@ -115,6 +187,7 @@ class LLM(WorkloadKind):
         ]
         if len(levels) > 1:
             args += ["--concurrency-levels", ",".join(map(str, levels))]
+        args += ["--requests-out", str(out / REQUESTS_JSONL), *load_args(wl.get("load") or {})]
         if wl["num_requests"]:
             args += ["--num-requests", str(wl["num_requests"])]
         if model_cfg["source"] == "ollama":
@@ -158,6 +231,13 @@ class LLM(WorkloadKind):
                  **{f"{m}_{q}_s": (lv.get(f"{m}_s") or {}).get(q)
                     for m in ("ttft", "latency") for q in ("p50", "p90", "p99")}}
                 for lv in metrics["concurrency_levels"]]) if metrics.get("concurrency_levels") else None,
+            # the load levels (JSON: scalesweep.analyse.load) and the highest rate within
+            # the target (scripts/llm_load.py)
+            load_levels=json.dumps([compact_level(lv) for lv in metrics["load_levels"]])
+            if metrics.get("load_levels") else None,
+            max_rate_rps=(metrics.get("max_rate") or {}).get("max_rate_rps"),
+            max_rate_bound=(metrics.get("max_rate") or {}).get("bound"),
+            max_rate_missed_rps=(metrics.get("max_rate") or {}).get("missed_rps"),
             model=(metrics.get("model") or {}).get("name"),
             synthetic_model=bool((metrics.get("model") or {}).get("synthetic", False)),
             # the spread inside the run: CV of its requests' decode rates, percent

@@ -1,0 +1,211 @@
+"""LLM serving under load, the analysis: runs.csv's load_levels -> llm_load.csv and
+llm_load_overhead.csv (scalesweep.analyse.load), the payload's load arguments from a
+config (scalesweep.plan.kinds.llm.load_args), the figures' Pareto front."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from scalesweep.analyse.pairing import SAME_BLOCK
+from scalesweep.analyse.load import (TARGET_TEXT, load_runs, load_summary, load_verdicts,
+                                     target_text, workload_targets)
+from scalesweep.analyse.summary import campaign_settings
+from scalesweep.plan.kinds.llm import compact_level, load_args
+from scalesweep.record.load import level_summary
+from scalesweep.report.load_figures import (distribution_figure, goodput_figure,
+                                            latency_throughput_figure, pareto_front)
+
+
+def _requests(rng, n, ttft, tpot, tokens=16):
+    out, t = [], 0.0
+    for i in range(n):
+        t += rng.exponential(1.0)
+        first = t + ttft * rng.uniform(0.9, 1.1)
+        end = first + tpot * (tokens - 1) * rng.uniform(0.95, 1.05)
+        out.append({"ok": True, "t_arrival": t, "t_send": t, "t_first": first, "t_end": end,
+                    "t_tokens": list(np.linspace(first, end, tokens)), "input_tokens": 8,
+                    "output_tokens": tokens, "index": i})
+    return out
+
+
+def _level(rng, spec, ttft, tpot, target="llama2-70b"):
+    reqs = _requests(rng, 40, ttft, tpot)
+    return {**spec, **level_summary(reqs, reqs[-1]["t_end"], target)}
+
+
+def _runs(slowdown=1.2, repeats=4, seed=0):
+    """native and charliecloud in the same blocks (arm charliecloud); the container's TTFT
+    ``slowdown`` times native's at every level."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for rep in range(1, repeats + 1):
+        for runtime, factor in (("native", 1.0), ("charliecloud", slowdown)):
+            levels = [
+                {"level": 0, "shape": "closed", "concurrency": 1, **_level(rng, {}, 0.05 * factor, 0.01)},
+                {"level": 1, "shape": "poisson", "rate": 1.0, "bisection": False,
+                 **_level(rng, {}, 0.1 * factor, 0.01)},
+                {"level": 2, "shape": "poisson", "rate": 4.0, "bisection": False,
+                 **_level(rng, {}, 0.4 * factor, 0.012)},
+            ]
+            rows.append({"workload": "llm", "payload": "llm", "model_label": "m (synthetic weights)",
+                         "arm": "charliecloud", "runtime": runtime, "nodes": 1, "gpus": 0, "ranks": 1,
+                         "threads": 1, "repeat": rep, "block_id": f"b{rep}", "disturbed": False,
+                         "shared_cores": False, "synthetic_model": True,
+                         "start": f"2026-11-26T10:{rep:02d}:00+00:00",
+                         "end": f"2026-11-26T10:{rep:02d}:30+00:00", "hosts": "h", "path": f"p/{runtime}/{rep}",
+                         "load_levels": json.dumps([compact_level(lv) for lv in levels]),
+                         "max_rate_rps": 0.8 / factor, "max_rate_bound": "bisection"})
+    return pd.DataFrame(rows)
+
+
+def test_every_run_and_level_becomes_a_row_with_its_percentiles_and_ci():
+    levels = load_runs(_runs())
+    assert len(levels) == 8 * 3
+    assert set(levels["level_label"]) == {"closed loop, concurrency 1", "poisson arrivals, 1 requests/s",
+                                          "poisson arrivals, 4 requests/s"}
+    row = levels.iloc[1]
+    assert row["ttft_p50_low_s"] <= row["ttft_p50_s"] <= row["ttft_p50_high_s"]
+    assert row["s_per_output_token"] == pytest.approx(1 / row["output_tokens_per_s"])
+    # 40 requests support no p99 early-stopping estimate: said, no number
+    assert pd.isna(row["ttft_p99_es_s"]) and "662" in row["ttft_p99_note"]
+
+
+def test_summary_per_level_over_runs_with_between_run_intervals():
+    table = load_summary(load_runs(_runs()))
+    assert len(table) == 2 * 3  # runtime x level
+    row = table[(table["runtime"] == "native") & (table["rate"] == 4.0)].iloc[0]
+    assert row["n_runs"] == 4 and row["requests"] == 160
+    assert row["ttft_p99_ci95_low_s"] < row["ttft_p99_s"] < row["ttft_p99_ci95_high_s"]
+    assert row["ttft_ci_method"] == "between 4 runs (t)"
+    # 40 requests within the limits: met by the sample, not confirmed by early stopping
+    assert row["target"] == TARGET_TEXT[None]
+    assert target_text([True, False, None]) == ("1 of 3 runs met; 1 of 3 runs missed; 1 of 3 runs "
+                                                + TARGET_TEXT[None])
+    assert row["max_rate_rps"] == pytest.approx(0.8)
+    # the closed loop's requests/s is the capacity; a highest rate above it is said to be a
+    # short run's transient
+    assert row["capacity_rps"] > 0
+    beyond = load_summary(load_runs(_runs().assign(max_rate_rps=1000.0)))
+    assert beyond["note"].str.contains("above the server's capacity").all()
+    assert not table["note"].str.contains("above the server's capacity").any()
+    assert "synthetic weights" in row["note"]
+    one = load_summary(load_runs(_runs(repeats=1)))
+    assert (one["ttft_ci_method"] == "within the run (order statistics)").all()
+
+
+def test_verdicts_per_level_see_a_20_percent_slower_ttft_and_equal_tpot():
+    table = load_verdicts(load_runs(_runs(slowdown=1.2)), campaign_settings({}))
+    ttft = table[table["metric"] == "ttft_p99_s"]
+    assert len(ttft) == 3 and set(ttft["verdict"]) == {"slower"}
+    assert ttft["overhead_pct"].between(10, 30).all()
+    assert (ttft["pairing"] == SAME_BLOCK).all() and (ttft["n"] == 4).all()
+    # throughput is compared where the level sets its own pace: an open loop's is its rate
+    tput = table[table["metric"] == "s_per_output_token"]
+    assert list(tput["level_label"]) == ["closed loop, concurrency 1"]
+    best = table[table["metric"] == "s_per_request_at_max_rate"]
+    assert len(best) == 1 and best["overhead_pct"].iloc[0] == pytest.approx(20, abs=0.5)
+    same = load_verdicts(load_runs(_runs(slowdown=1.0)), campaign_settings({}))
+    assert "slower" not in set(same[same["metric"] == "tpot_p99_s"]["verdict"])
+
+
+def test_no_load_levels_gives_empty_tables():
+    runs = _runs().assign(load_levels=None)
+    assert load_runs(runs).empty and load_summary(load_runs(runs)).empty
+    assert load_verdicts(load_runs(runs), campaign_settings({})).empty
+
+
+def test_load_args_from_a_workload_config():
+    load = {"rates": [0.5, 2], "arrival": "gamma", "burstiness": 0.5, "seed": 3, "requests": 24,
+            "max_in_flight": 0, "offline": True, "target": {"ttft_s": 1.0, "tpot_s": 0.1},
+            "max_rate_steps": 2}
+    args = load_args(load)
+    assert args[args.index("--request-rates") + 1] == "0.5,2"
+    assert args[args.index("--target") + 1] == "ttft_s=1,tpot_s=0.1"
+    assert "--offline" in args and args[args.index("--max-rate-steps") + 1] == "2"
+    assert args[args.index("--burstiness") + 1] == "0.5"
+    assert load_args({}) == []
+    targets = workload_targets({"workloads": {"a": {"load": {"target": "llama2-70b"}}, "b": {}}}, ["a", "b"])
+    assert targets["a"]["ttft_s"] == 2.0 and targets["b"] is None
+
+
+def test_pareto_front_keeps_the_levels_nothing_beats_on_both():
+    tput = [10, 20, 30, 25, 30]
+    lat = [0.1, 0.2, 0.5, 0.6, 0.4]
+    assert list(pareto_front(tput, lat)) == [True, True, False, False, True]
+
+
+def test_figures_draw_and_say_when_there_is_nothing():
+    table = load_summary(load_runs(_runs()))
+    targets = {"llm": {"name": "llama2-70b", "ttft_s": 2.0, "tpot_s": 0.2, "percentile": 0.99}}
+    for fig in (latency_throughput_figure(table, targets), goodput_figure(table, targets),
+                distribution_figure(pd.DataFrame(), targets), goodput_figure(table, {})):
+        assert fig.axes
+
+
+def test_the_payloads_load_arguments_are_checked_before_a_server_starts(capsys):
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import infer_llm
+
+    base = ["--engine", "llamacpp", "--model", "m.gguf", "--prompts", "p.txt", "--out", "o.json",
+            "--max-tokens", "16"]
+    for extra, message in ((["--request-rates", "1,x"], "--request-rates must be comma-separated numbers"),
+                           (["--request-rates", "1,-2"], "every rate must be a positive number"),
+                           (["--target", "nope"], "--target 'nope'"),
+                           (["--target", "ttft_s=1"], "--target 'ttft_s=1'"),
+                           (["--burstiness", "0"], "--burstiness must be a positive number"),
+                           (["--output-tokens", "4:32"], "exceeds --max-tokens 16"),
+                           (["--input-words", "9:3"], "--input-words '9:3'")):
+        with pytest.raises(SystemExit) as exit_:
+            infer_llm.main(base + extra)
+        assert exit_.value.code == 2 and message in capsys.readouterr().err, extra
+
+
+def test_generated_lengths_are_the_same_for_a_seed():
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from llm_load import generated_prompts
+
+    a = generated_prompts(50, (3, 9), (4, 16), seed=5)
+    assert a == generated_prompts(50, (3, 9), (4, 16), seed=5) != generated_prompts(50, (3, 9), (4, 16), 6)
+    assert {3, 9} <= {len(p["prompt"].split()) for p in a} and all(3 <= len(p["prompt"].split()) <= 9 for p in a)
+    assert min(p["max_tokens"] for p in a) >= 4 and max(p["max_tokens"] for p in a) <= 16
+
+
+def test_the_cli_prints_the_load_verdicts_and_levels(tmp_path, capsys):
+    from scalesweep.cli import main
+
+    path = tmp_path / "runs.csv"
+    _runs(slowdown=1.2).to_csv(path, index=False)
+    assert main(["load", str(path), "--format", "csv"]) == 0
+    out = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out))
+    ttft = out[out["metric"] == "ttft_p99_s"]
+    assert len(ttft) == 3 and set(ttft["verdict"]) == {"slower"}
+    assert main(["load", str(path), "--levels", "--format", "csv"]) == 0
+    assert "ttft_p99_ci95_low_s" in capsys.readouterr().out
+    _runs().assign(load_levels=None).to_csv(path, index=False)
+    assert main(["load", str(path)]) == 2
+    assert "no run measured load levels" in capsys.readouterr().err
+
+
+def test_the_same_bisection_grid_point_is_not_called_equivalent_beyond_its_resolution():
+    """Both sides found 7.07 requests/s between the same grid points (7.07 met, 8.41
+    missed: 19% apart): the runs know the rate to 19%, so a 5% margin cannot be claimed."""
+    runs = _runs(slowdown=1.0).assign(max_rate_rps=7.071, max_rate_missed_rps=8.409)
+    settings = {**campaign_settings({}), "margin_pct": 5.0}
+    best = load_verdicts(load_runs(runs), settings)
+    best = best[best["metric"] == "s_per_request_at_max_rate"].iloc[0]
+    assert best["verdict"] == "inconclusive" and best["resolution_pct"] == pytest.approx(18.9, abs=0.1)
+    assert "resolves the highest rate to 19%" in best["verdict_text"]
+    fine = load_verdicts(load_runs(runs.assign(max_rate_missed_rps=7.2)), settings)
+    assert fine[fine["metric"] == "s_per_request_at_max_rate"].iloc[0]["verdict"] == "equivalent"
