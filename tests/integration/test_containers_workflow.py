@@ -35,6 +35,10 @@ def campaign_dir(tmp_path_factory):
         cfg["workloads"]["cnn_ddp"], parallel="mpi", epochs=1,
         sweep={"runtimes": ["native", "charliecloud", "charliecloud-hostmpi"], "ranks_per_node": [2],
                "baseline": 2})
+    # the same LLM at an open-loop rate, its client on the host beside the containerised
+    # server (load.client: host)
+    cfg["workloads"]["llm_host"] = {
+        **cfg["workloads"]["llm"], "load": {"rates": [4], "requests": 8, "client": "host"}}
     cfg["models"] = {"tiny_llama": {"source": "synthetic", "seed": 1}}
     cfg["containers"] = {"startup_repeats": 3}
     wd = tmp_path_factory.mktemp("containers")
@@ -118,11 +122,34 @@ def test_llm_greedy_outputs_match_native_and_container(campaign_dir):
     assert m["tokens_per_s"] > 0 and m["ttft_s"]["p50"] > 0
 
 
+def test_llm_client_on_the_host_against_the_server_in_the_container(campaign_dir):
+    """load.client: host: the container point's server ran in the image (--serve-only, its
+    record under servers/), its client natively beside it, the open-loop level through it;
+    the in-container client of the llm workload shared the server's network namespace
+    (ch-run makes none)."""
+    point = campaign_dir / "results/runs/llm_host/charliecloud/n1-g0-r1-t1/rep1/charliecloud"
+    m = read_metrics(point / "metrics.json")
+    assert m["client"]["placement"] == "host" and "outside the server's container" in m["client"]["where"]
+    assert "CH_RUNNING" not in (m.get("container_env") or {})  # the client: outside ch-run
+    server = json.loads((point / "servers" / "server-0.json").read_text())
+    assert server["status"] == "ok" and server["served_s"] > 0 and "CH_RUNNING" in server["container_env"]
+    assert " ch-run " in f" {m['command']} " and "--serve-only" in m["command"]
+    opened = [lv for lv in m["load_levels"] if lv["shape"] == "poisson"]
+    assert len(opened) == 1 and opened[0]["n_ok"] == 8
+    native = read_metrics(point.parent / "native" / "metrics.json")
+    assert native["client"]["placement"] == "host"  # native: client and server on the host anyway
+    inside = read_metrics(campaign_dir / "results/runs/llm/charliecloud/n1-g0-r1-t1/rep1/charliecloud/metrics.json")
+    assert inside["client"]["placement"] == "with_server"
+    assert inside["client"]["same_network_namespace"] is True
+    load = pd.read_csv(campaign_dir / "results/summary/llm_load.csv")
+    assert {"llm", "llm_host"} <= set(load["workload"]) and load["ttft_p50_s"].gt(0).all()
+
+
 def test_overhead_and_startup_tables(campaign_dir):
     overhead = pd.read_csv(campaign_dir / "results/summary/overhead.csv")
     assert set(overhead["runtime"]) == {"charliecloud", "charliecloud-hostmpi"}
-    # cnn_ddp 1 and 2 ranks, llm; cnn_mpi 2 ranks in each container runtime
-    assert len(overhead) == 5
+    # cnn_ddp 1 and 2 ranks, llm, llm_host; cnn_mpi 2 ranks in each container runtime
+    assert len(overhead) == 6
     row = overhead[overhead["workload"] == "cnn_ddp"].iloc[0]
     assert row["overhead_pct"] == pytest.approx((row["time_s"] - row["native_s"]) / row["native_s"] * 100)
     startup = read_metrics(campaign_dir / "results/startup/charliecloud.json")
@@ -206,7 +233,9 @@ def test_every_rank_recorded_its_stack_and_start_up(campaign_dir):
             assert libc and libc[0]["version"], (path, stack["libraries"])
             assert stack["interpreter"]["version"] and stack["cpu_affinity"]
         first = ranks[0]["stack"]
-        inside = m["point"]["runtime"] != "native"
+        # (a client on the host records the host's stack, its server the image's)
+        inside = (m["point"]["runtime"] != "native"
+                  and (m.get("client") or {}).get("placement") != "host")
         assert first["interpreter"]["prefix"].startswith("/opt/venv") == inside, path
         if m["payload"] == "cnn":
             torch = _libraries(first, "torch")

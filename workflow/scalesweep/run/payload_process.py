@@ -6,6 +6,7 @@ scalesweep.run.reaper)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,7 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from scalesweep.platform.launch import Launch, launch_command, shell_line
-from scalesweep.record.pointdir import SERVERS_DIR
+from scalesweep.record.metrics import write_json_atomic
+from scalesweep.record.pointdir import PAYLOAD_JSON, SERVERS_DIR
 from scalesweep.run.guard import dies_with_harness
 from scalesweep.run.reaper import LEFTOVER_GRACE_S, stop_leftovers
 
@@ -58,6 +60,27 @@ def _run_llm_servers_and_client(servers: Launch, client: Launch, env: dict, log_
             srv.wait(timeout=60)
         except subprocess.TimeoutExpired:
             _stop_group(srv)
+        _with_server_records(Path(client.out_dir) / PAYLOAD_JSON, ready_dir)
+
+
+def _with_server_records(payload: Path, servers_dir: Path) -> None:
+    """The client's record (payload.json) of a point whose servers ran apart (several
+    nodes, or a client on the host): the software stack and peak memory of its first
+    server beside its own, as a point whose client started its server has them (each
+    server's whole record stays under servers/)."""
+    try:
+        record = json.loads(payload.read_text())
+        first = json.loads((servers_dir / "server-0.json").read_text())
+    except (OSError, ValueError):
+        return  # a client or server that wrote nothing: the run's failure says why
+    if not isinstance(record, dict) or not isinstance(first, dict) or "server_stack" in record:
+        return
+    if first.get("server_stack"):
+        record["server_stack"] = first["server_stack"]
+    server_memory = {k: v for k, v in (first.get("memory") or {}).items() if k.startswith("server_")}
+    if server_memory:
+        record["memory"] = {**server_memory, **(record.get("memory") or {})}
+    write_json_atomic(payload, record)
 
 
 
