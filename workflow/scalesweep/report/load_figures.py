@@ -192,6 +192,7 @@ def distribution_figure(requests: pd.DataFrame, targets: dict | None = None) -> 
     _theme()
     groups = list(requests[["workload", "model_label", "nodes", "gpus", "rate"]]
                   .drop_duplicates().sort_values("rate").itertuples(index=False, name=None))
+    series = {g[:4] for g in groups}
     fig, axes = plt.subplots(len(groups), 2, figsize=(10, 3.0 * len(groups)), squeeze=False)
     palette = runtime_palette(requests["runtime"].unique())
     for (ax_t, ax_p), (w, m, n, g, rate) in zip(axes, groups):
@@ -209,9 +210,14 @@ def distribution_figure(requests: pd.DataFrame, targets: dict | None = None) -> 
             ax.set_xscale("log")
             ax.set_xlabel(f"{'time to first token' if col == 'ttft_s' else 'time per output token'} (s)")
             ax.set_ylabel("fraction of requests")
-            ax.set_title(f"{w} ({m}), {int(n)}n x {int(g)} GPU, {rate:g} requests/s", fontsize="small")
+            where = f"{w}, {int(n)} node(s) x {int(g)} GPU(s), " if len(series) > 1 else ""
+            ax.set_title(f"{where}{rate:g} requests/s: {'TTFT' if col == 'ttft_s' else 'TPOT'}",
+                         fontsize="small")
             ax.legend(fontsize="x-small")
-    fig.suptitle("TTFT and TPOT of every request (empirical distributions), per open-loop rate")
+    only = next(iter(series)) if len(series) == 1 else None
+    fig.suptitle("TTFT and TPOT of every request per open-loop rate"
+                 + (f"\n{only[0]}: {only[1]}, {int(only[2])} node(s) x {int(only[3])} GPU(s)" if only else ""),
+                 fontsize="medium")
     return _finish(fig, "", ["undisturbed runs' requests, every repeat pooled"])
 
 
