@@ -36,6 +36,8 @@ from typing import Any, Callable
 
 from scalesweep.record.load import arrival_times, level_summary, max_rate_bisect
 
+# requests an offline level keeps in flight at most (one client thread each)
+OFFLINE_IN_FLIGHT = 512
 # the time of a request field relative to its level's start (seconds)
 TIME_FIELDS = ("t_arrival", "t_send", "t_first", "t_end")
 
@@ -152,7 +154,12 @@ def open_loop(engine: Any, prompts: list[dict[str, Any]], arrivals: list[float],
         if slots is not None:
             slots.acquire()
         t = threading.Thread(target=send, args=(i, due), daemon=True, name=f"request-{i}")
-        t.start()
+        try:
+            t.start()
+        except RuntimeError as exc:  # the client's own limit, not the server's: say so
+            raise ValueError(f"the client could not start request {i} of the level ({exc}, "
+                             f"{sum(x.is_alive() for x in threads)} in flight): lower "
+                             "load.requests or set load.max_in_flight") from None
         threads.append(t)
     for t in threads:
         while t.is_alive():
@@ -226,8 +233,11 @@ class LoadRun:
 
     def offline(self) -> dict[str, Any]:
         n = self.n_open
-        records, t0, t_end = open_loop(self.engine, self.open_prompts, [0.0] * n, n)
-        return self._keep({"shape": "offline", "max_in_flight": n}, records, t0, t_end,
+        # every request at once, up to OFFLINE_IN_FLIGHT client threads (the rest queue in
+        # the client, and their wait counts in their latency)
+        cap = min(n, self.max_in_flight or OFFLINE_IN_FLIGHT)
+        records, t0, t_end = open_loop(self.engine, self.open_prompts, [0.0] * n, cap)
+        return self._keep({"shape": "offline", "max_in_flight": cap}, records, t0, t_end,
                           self.open_prompts)
 
     def max_rate(self, steps: int, tolerance: float) -> dict[str, Any] | None:
@@ -242,17 +252,23 @@ class LoadRun:
                     for lv in self.levels if lv.get("rate") is not None}
         unconfirmed = sorted(lv["rate"] for lv in self.levels
                              if lv.get("rate") is not None and lv.get("meets_target") is None)
-        passing = [r for r, ok in measured.items() if ok]
-        failing = [r for r, ok in measured.items() if not ok and r > max(passing, default=0)]
-        if not passing:
-            return {"max_rate_rps": None, "bound": "none",
-                    "note": f"no measured rate met the target (lowest {min(measured)} requests/s)"
-                    if measured else "no open-loop rate measured", "tried": []}
+        failing = sorted(r for r, ok in measured.items() if not ok)
         if not failing:
-            return {"max_rate_rps": max(passing), "bound": "at least",
+            top = max(measured, default=None)
+            return {"max_rate_rps": top, "bound": "at least" if top else "none",
                     "note": f"every measured rate met the target: the highest rate within it is "
-                            f"at least {max(passing)} requests/s", "tried": []}
-        low, high = max(passing), min(failing)
+                            f"at least {top:g} requests/s" if top else "no open-loop rate measured",
+                    "tried": []}
+        # the bracket: the lowest rate that missed, and the highest below it that met
+        high = failing[0]
+        below = [r for r, ok in measured.items() if ok and r < high]
+        above = sorted(r for r, ok in measured.items() if ok and r > high)
+        odd = (f"; not monotone: {', '.join(f'{r:g}' for r in above)} requests/s met the target "
+               f"above {high:g}, which missed (a short level's percentiles vary)" if above else "")
+        if not below:
+            return {"max_rate_rps": None, "bound": "none", "missed_rps": high, "tried": [],
+                    "note": f"the lowest measured rate, {high:g} requests/s, missed the target{odd}"}
+        low = max(below)
 
         def meets(rate: float) -> bool:
             level = self.open(rate, bisection=True)
@@ -263,7 +279,8 @@ class LoadRun:
         found = max_rate_bisect(meets, low, high, steps=steps, tolerance=tolerance, low_known=True)
         note = (f"at {', '.join(f'{r:.3g}' for r in sorted(set(unconfirmed)))} requests/s the sample "
                 "percentiles met the target but the run was too short for early stopping to "
-                "confirm it" if unconfirmed else None)
+                "confirm it" if unconfirmed else "") + odd
+        note = note.removeprefix("; ") or None
         return {"max_rate_rps": found["max_rate"], "bound": "bisection",
                 # the lowest rate that missed the target: the result's resolution
                 "missed_rps": found["bracket"][1],

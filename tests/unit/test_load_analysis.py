@@ -79,8 +79,11 @@ def test_summary_per_level_over_runs_with_between_run_intervals():
     assert len(table) == 2 * 3  # runtime x level
     row = table[(table["runtime"] == "native") & (table["rate"] == 4.0)].iloc[0]
     assert row["n_runs"] == 4 and row["requests"] == 160
-    assert row["ttft_p99_ci95_low_s"] < row["ttft_p99_s"] < row["ttft_p99_ci95_high_s"]
-    assert row["ttft_ci_method"] == "between 4 runs (t)"
+    assert row["ttft_p90_ci95_low_s"] < row["ttft_p90_s"] < row["ttft_p90_ci95_high_s"]
+    assert row["ttft_p90_ci_method"] == "between 4 runs (t)"
+    # 40 requests per run cannot bound a p99: no interval, and why
+    assert pd.isna(row["ttft_p99_ci95_low_s"]) and pd.isna(row["ttft_p99_ci95_high_s"])
+    assert row["ttft_p99_ci_method"] == "none: 40 requests per run, at least 368 for a 95% interval of the p99"
     # 40 requests within the limits: met by the sample, not confirmed by early stopping
     assert row["target"] == TARGET_TEXT[None]
     assert target_text([True, False, None]) == ("1 of 3 runs met; 1 of 3 runs missed; 1 of 3 runs "
@@ -94,13 +97,17 @@ def test_summary_per_level_over_runs_with_between_run_intervals():
     assert not table["note"].str.contains("above the server's capacity").any()
     assert "synthetic weights" in row["note"]
     one = load_summary(load_runs(_runs(repeats=1)))
-    assert (one["ttft_ci_method"] == "within the run (order statistics)").all()
+    assert (one["ttft_p90_ci_method"] == "within the run (order statistics)").all()
 
 
 def test_verdicts_per_level_see_a_20_percent_slower_ttft_and_equal_tpot():
     table = load_verdicts(load_runs(_runs(slowdown=1.2)), campaign_settings({}))
-    ttft = table[table["metric"] == "ttft_p99_s"]
+    ttft = table[table["metric"] == "ttft_p90_s"]
     assert len(ttft) == 3 and set(ttft["verdict"]) == {"slower"}
+    # the p99 of 40 requests: inconclusive, saying why
+    p99 = table[table["metric"] == "ttft_p99_s"]
+    assert set(p99["verdict"]) == {"inconclusive"}
+    assert p99["verdict_text"].str.startswith("inconclusive: 40 requests per run cannot bound a p99 (at least 368").all()
     assert ttft["overhead_pct"].between(10, 30).all()
     assert (ttft["pairing"] == SAME_BLOCK).all() and (ttft["n"] == 4).all()
     # throughput is compared where the level sets its own pace: an open loop's is its rate
@@ -189,7 +196,7 @@ def test_the_cli_prints_the_load_verdicts_and_levels(tmp_path, capsys):
     _runs(slowdown=1.2).to_csv(path, index=False)
     assert main(["load", str(path), "--format", "csv"]) == 0
     out = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out))
-    ttft = out[out["metric"] == "ttft_p99_s"]
+    ttft = out[out["metric"] == "ttft_p90_s"]
     assert len(ttft) == 3 and set(ttft["verdict"]) == {"slower"}
     assert main(["load", str(path), "--levels", "--format", "csv"]) == 0
     assert "ttft_p99_ci95_low_s" in capsys.readouterr().out
@@ -209,3 +216,48 @@ def test_the_same_bisection_grid_point_is_not_called_equivalent_beyond_its_resol
     assert "resolves the highest rate to 19%" in best["verdict_text"]
     fine = load_verdicts(load_runs(runs.assign(max_rate_missed_rps=7.2)), settings)
     assert fine[fine["metric"] == "s_per_request_at_max_rate"].iloc[0]["verdict"] == "equivalent"
+
+
+def test_the_highest_rate_is_bracketed_below_the_lowest_miss_even_when_not_monotone():
+    """Rates 2 (met, unconfirmed), 5 (missed) and 10 (met by a short level's luck): the
+    bracket is 2 .. 5, never "at least 10", and the result says the levels were not
+    monotone."""
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from llm_load import LoadRun
+
+    run = LoadRun(None, [{"prompt": "x"}], target={"ttft_s": 1.0, "tpot_s": 0.1}, requests_out=None,
+                  arrival="poisson", burstiness=1.0, seed=0, n_open=4, max_in_flight=0)
+    run.levels = [{"rate": 2.0, "meets_target": None}, {"rate": 5.0, "meets_target": False},
+                  {"rate": 10.0, "meets_target": None}]
+    best = run.max_rate(steps=0, tolerance=0.05)
+    assert best["bound"] == "bisection" and best["max_rate_rps"] == 2.0 and best["missed_rps"] == 5.0
+    assert "not monotone: 10 requests/s met the target above 5" in best["note"]
+    run.levels = [{"rate": 2.0, "meets_target": False}, {"rate": 5.0, "meets_target": None}]
+    none = run.max_rate(steps=0, tolerance=0.05)
+    assert none["max_rate_rps"] is None and "the lowest measured rate, 2 requests/s, missed" in none["note"]
+    run.levels = [{"rate": 2.0, "meets_target": True}, {"rate": 5.0, "meets_target": None}]
+    assert run.max_rate(steps=0, tolerance=0.05)["bound"] == "at least"
+
+
+def test_distributions_read_every_request_with_ttft_from_its_scheduled_arrival(tmp_path):
+    from scalesweep.report.load_figures import request_rows
+
+    point = tmp_path / "p"
+    point.mkdir()
+    (point / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in [
+        {"level": 1, "ok": True, "t_arrival": 1.0, "t_send": 1.2, "t_first": 1.5, "t_end": 2.5,
+         "output_tokens": 11},
+        {"level": 1, "ok": False, "t_arrival": 2.0, "t_send": 2.0},
+        {"level": 0, "ok": True, "t_arrival": 0.0, "t_send": 0.0, "t_first": 0.1, "t_end": 0.2,
+         "output_tokens": 2}]))
+    runs = pd.DataFrame([{"workload": "llm", "model_label": "m", "nodes": 1, "gpus": 0,
+                          "runtime": "native", "disturbed": False, "path": str(point / "metrics.json"),
+                          "load_levels": json.dumps([{"level": 0, "shape": "closed"},
+                                                     {"level": 1, "shape": "poisson", "rate": 2.0}])}])
+    rows = request_rows([str(point / "metrics.json")], runs)
+    assert len(rows) == 1 and rows.iloc[0]["rate"] == 2.0
+    assert rows.iloc[0]["ttft_s"] == pytest.approx(0.5) and rows.iloc[0]["tpot_s"] == pytest.approx(0.1)

@@ -368,3 +368,20 @@ def test_max_rate_bisect_finds_threshold():
     calls.clear()
     out = max_rate_bisect(measure, 1.0, 100.0, steps=1, tolerance=0, low_known=True)
     assert calls == [pytest.approx(10.0)] and out["max_rate"] == 1.0 and out["bracket"] == [1.0, 10.0]
+
+
+def test_a_level_offers_exactly_its_rate_and_itl_has_no_early_stopping():
+    from scalesweep.record.load import CORRELATED, bounded_ci_min_n
+
+    times = arrival_times(40, 2.0, "poisson", 1.0, seed=1)
+    assert times[-1] == pytest.approx(20.0)  # 40 requests in 40 / 2 seconds
+    raw = arrival_times(40, 2.0, "poisson", 1.0, seed=1, exact_rate=False)
+    assert raw[-1] != pytest.approx(20.0, rel=0.01)
+    assert [a / b for a, b in zip(times, raw)] == pytest.approx([times[-1] / raw[-1]] * 40)
+    assert bounded_ci_min_n(0.9) == 36 and bounded_ci_min_n(0.99) == 368
+    reqs = [{"ok": True, "t_send": i, "t_first": i + 0.1, "t_end": i + 1.0, "output_tokens": 10,
+             "t_tokens": [i + 0.1 * k for k in range(1, 11)]} for i in range(100)]
+    level = level_summary(reqs, 100.0)
+    assert level["itl"]["early_stopping"]["p90"] == {"n": 900, "q": 0.9, "estimate": None,
+                                                      "supported": False, "note": CORRELATED}
+    assert level["ttft"]["early_stopping"]["p90"]["supported"] is True

@@ -244,8 +244,15 @@ def test_bad_load_settings_are_named_before_any_job():
         ({"rates": [0]}, "rates"),
         ({"target": {"ttft_s": 1}}, "target"),
         ({"arrival": "uniform"}, "arrival"),
+        ({"client": "elsewhere"}, "client"),
     ]
     for change, message in bad:
         with pytest.raises(ConfigError) as err:
             check_config(llm_config(model, **{**ok, "load": {**ok["load"], **change}}))
         assert message in str(err.value), (change, str(err.value))
+    # a client on the host needs a server, and one node
+    with pytest.raises(ConfigError, match="load.client: host needs a server to send to; engine torch"):
+        check_config(llm_config(model, engine="torch", max_tokens=16, load={"client": "host"}))
+    with pytest.raises(ConfigError, match="load.client: host is for one node"):
+        check_config(llm_config(model, max_tokens=16, load={"client": "host"},
+                                sweep={"nodes": [1, 2], "gpus_per_node": [0]}))

@@ -28,7 +28,7 @@ RUN_COLUMNS = [
     "parallel", "mpi_library", "mpi_library_version", "mpi_origin", "allreduce_s",
     "flops_per_step", "achieved_gflops_per_rank", "scaling", "precision", "data_path", "data_wait_s",
     "concurrency", "concurrency_levels", "load_levels", "max_rate_rps", "max_rate_bound",
-    "max_rate_missed_rps",
+    "max_rate_missed_rps", "client_placement",
     "data_load_s", "staging_s",
     "model", "model_label", "synthetic_model",
     "peak_rss_mb", "harness_wall_s", "harness_overhead_s",

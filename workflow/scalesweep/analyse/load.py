@@ -28,14 +28,18 @@ from scalesweep.analyse.overhead import verdict_table
 from scalesweep.analyse.stats import CONFIDENCE, t_quantile
 from scalesweep.plan.kinds.llm import LOAD_METRICS, QUANTILES, level_label
 from scalesweep.plan.sweep import REFERENCE
+from scalesweep.record.load import PERCENTILES as PERCENTILE_Q
+from scalesweep.record.load import bounded_ci_min_n
 
 RUN_KEYS = ["workload", "model_label", "arm", "runtime", "nodes", "gpus", "threads"]
 LEVEL_KEYS = ["shape", "rate", "concurrency"]
 IDENTITY = ["repeat", "block_id", "disturbed", "shared_cores", "synthetic_model", "start", "end",
-            "hosts", "path"]
+            "hosts", "path", "payload", "probe_gflops", "probe_gbps", "client_placement"]
 # what the verdicts compare, each as a "time" (higher is worse): (column, what it is)
 VERDICT_METRICS = {
+    "ttft_p90_s": "p90 time to first token (s)",
     "ttft_p99_s": "p99 time to first token (s)",
+    "tpot_p90_s": "p90 time per output token (s)",
     "tpot_p99_s": "p99 time per output token (s)",
     "s_per_output_token": "output throughput, as seconds per output token",
 }
@@ -141,9 +145,18 @@ def load_summary(levels: pd.DataFrame) -> pd.DataFrame:
                 one = good.iloc[0] if len(good) == 1 else {}
                 low, high, method = _interval(vals, one.get(f"{col[:-2]}_low_s", np.nan),
                                               one.get(f"{col[:-2]}_high_s", np.nan))
+                own = [pd.to_numeric(good.get(f"{col[:-2]}_{side}_s"), errors="coerce")
+                       for side in ("low", "high")]
+                if len(good) and any(o.isna().any() for o in own):
+                    # a run's own interval of this percentile is unbounded: its requests
+                    # cannot bound it, and an interval over the runs would describe their
+                    # extremes, not the percentile
+                    n = int(pd.to_numeric(good.get("n"), errors="coerce").min())
+                    low, high = np.nan, np.nan
+                    method = (f"none: {n} requests per run, at least "
+                              f"{bounded_ci_min_n(PERCENTILE_Q[q])} for a 95% interval of the {q}")
                 row[f"{m}_{q}_ci95_low_s"], row[f"{m}_{q}_ci95_high_s"] = low, high
-                if q == QUANTILES[-1]:
-                    row[f"{m}_ci_method"] = method
+                row[f"{m}_{q}_ci_method"] = method
             es = f"{m}_p99_es_s"
             if es in good:
                 supported = good.get(f"{m}_p99_supported", pd.Series(False, index=good.index)).map(truthy)
@@ -165,7 +178,7 @@ def load_summary(levels: pd.DataFrame) -> pd.DataFrame:
         row["synthetic_model"] = bool(group.get("synthetic_model", pd.Series([False])).map(truthy).any())
         row["shared_cores"] = bool(group.get("shared_cores", pd.Series([False])).map(truthy).any())
         best, cap = row.get("max_rate_rps", np.nan), row["capacity_rps"]
-        beyond = bool(np.isfinite(best) and np.isfinite(cap) and best > 1.05 * cap)
+        beyond = bool(np.isfinite(best) and np.isfinite(cap) and best > cap)
         row["note"] = "; ".join(n for n in (
             SHARED_CORES_NOTE if row["shared_cores"] else "",
             (f"the highest rate within the target ({best:.3g}/s) is above the server's capacity "
@@ -191,10 +204,13 @@ def load_verdicts(levels: pd.DataFrame, settings: dict) -> pd.DataFrame:
     keys = ["workload", "model_label", "arm", "nodes", "gpus", "threads", "shape", "rate",
             "concurrency", "level_label"]
     tables = []
+    from scalesweep.analyse.summary import _probe_tolerance
+
     common = dict(baseline_runtime=settings["baseline_runtime"], pair_col=settings["pair_col"],
                   exclude_col="disturbed", margin_pct=settings["margin_pct"],
                   target_ci_pp=settings["target_ci_pp"], confidence=settings["confidence"],
-                  max_pair_gap_s=settings["max_pair_gap_s"])
+                  max_pair_gap_s=settings["max_pair_gap_s"],
+                  probe_tolerance_pct=_probe_tolerance(data, settings))
     filled = data.assign(**{k: data[k].fillna("") for k in ("rate", "concurrency") if k in data})
     for metric, what in VERDICT_METRICS.items():
         sub = filled[pd.to_numeric(filled.get(metric), errors="coerce") > 0]
@@ -206,18 +222,25 @@ def load_verdicts(levels: pd.DataFrame, settings: dict) -> pd.DataFrame:
         if sub.empty:
             continue
         t = verdict_table(sub, keys, time_col=metric, **common)
-        tables.append(t.assign(metric=metric, compared=what))
+        tables.append(_too_few_requests(t.assign(metric=metric, compared=what), sub, keys, metric))
     # the highest rate within the target: one figure per run (the first level's row)
     first = filled.sort_values("level").drop_duplicates("path") if "path" in filled else filled
     rate = pd.to_numeric(first.get("max_rate_rps"), errors="coerce")
     bounded = first.get("max_rate_bound", pd.Series("", index=first.index)).astype(str) == "bisection"
     sub = first[(rate > 0) & bounded].assign(**{MAX_RATE_METRIC[0]: 1.0 / rate})
+    unbounded = first[~((rate > 0) & bounded)]
     run_keys = ["workload", "model_label", "arm", "nodes", "gpus", "threads"]
     if not sub.empty and sub["runtime"].nunique() >= 2:
         sub = sub[_has_baseline(sub, run_keys, settings["baseline_runtime"])]
         if not sub.empty:
             t = verdict_table(sub, run_keys, time_col=MAX_RATE_METRIC[0], **common)
             t = _within_resolution(t, sub, run_keys, settings["margin_pct"])
+            left = unbounded.groupby(run_keys, dropna=False).size().to_dict()
+            for i in t.index:
+                k = left.get(tuple(t.at[i, c] for c in run_keys), 0)
+                if k:
+                    t.at[i, "verdict_text"] += (f"; {k} run{'s' if k != 1 else ''} whose rates all met "
+                                                "the target, or none did, left out")
             tables.append(t.assign(metric=MAX_RATE_METRIC[0], compared=MAX_RATE_METRIC[1],
                                    level_label="highest rate within the target"))
     if not tables:
@@ -242,13 +265,40 @@ def _within_resolution(table: pd.DataFrame, runs: pd.DataFrame, keys: list[str],
     table = table.copy()
     table["resolution_pct"] = [width.get(tuple(r[k] for k in keys), np.nan)
                                for _, r in table.iterrows()]
-    coarse = (table["verdict"] == "equivalent") & (table["resolution_pct"] > margin_pct)
+    res = table["resolution_pct"]
+    low, high = table["overhead_ci95_low_pct"], table["overhead_ci95_high_pct"]
+    coarse = (((table["verdict"] == "equivalent") & (res > margin_pct))
+              # slower / faster by less than the bracket: the grid, not the runs, decides
+              | ((table["verdict"] == "slower") & ~(low > res))
+              | ((table["verdict"] == "faster") & ~(high < -res)))
     for i in table.index[coarse]:
         table.at[i, "verdict"] = "inconclusive"
         table.at[i, "verdict_text"] = (
-            f"inconclusive: the bisection resolves the highest rate to {table.at[i, 'resolution_pct']:.0f}%, "
-            f"wider than the +-{margin_pct:g}% margin (load.max_rate_steps: more steps narrow it); "
+            f"inconclusive: the bisection resolves the highest rate to {res[i]:.0f}%, and the "
+            f"difference is not clear of it (load.max_rate_steps: more steps narrow it); "
             f"as measured: {table.at[i, 'verdict_text']}")
+    return table
+
+
+def _too_few_requests(table: pd.DataFrame, runs: pd.DataFrame, keys: list[str],
+                      metric: str) -> pd.DataFrame:
+    """A percentile's verdict where a run's requests cannot bound that percentile (fewer
+    than ``bounded_ci_min_n``: 368 for a p99): inconclusive, saying how many it needs
+    (the comparison is then of the runs' extremes, not of the percentile)."""
+    q = next((k for k in PERCENTILE_Q if f"_{k}_" in metric), None)
+    if q is None or table.empty:
+        return table
+    need = bounded_ci_min_n(PERCENTILE_Q[q])
+    fewest = runs.assign(_n=pd.to_numeric(runs.get("n"), errors="coerce")) \
+        .groupby(keys, dropna=False)["_n"].min().to_dict()
+    table = table.copy()
+    for i in table.index:
+        n = fewest.get(tuple(table.at[i, k] for k in keys))
+        if n is not None and n == n and n < need:
+            table.at[i, "verdict"] = "inconclusive"
+            table.at[i, "verdict_text"] = (
+                f"inconclusive: {int(n)} requests per run cannot bound a {q} (at least {need} "
+                f"for a 95% interval: load.requests); as measured: {table.at[i, 'verdict_text']}")
     return table
 
 

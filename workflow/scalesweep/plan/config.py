@@ -325,6 +325,15 @@ def check_engines(config: dict) -> None:
         if several and not engine.serves_http:
             raise ConfigError(f"{key}.sweep.nodes: engine {engine.name} runs in the payload's process "
                               f"(no server), so one node only, not {several[0]}")
+        if (wl.get("load") or {}).get("client", "with_server") == "host":
+            if not engine.serves_http:
+                raise ConfigError(f"{key}.load.client: host needs a server to send to; engine "
+                                  f"{engine.name} runs in the payload's process (no server)")
+            if several:
+                raise ConfigError(f"{key}.load.client: host is for one node (a client beside its "
+                                  f"node's containerised server); on {several[0]} nodes the client "
+                                  "runs on the first node, a server on every node: set "
+                                  "load.client: with_server there")
 
 
 def validated(config: dict, directory: str | Path = ".") -> dict:

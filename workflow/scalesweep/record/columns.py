@@ -99,6 +99,8 @@ COLUMNS: dict[str, Column] = {c.name: c for c in [
            "git_commit", "torch", "start", "end", "path",
            # how max_rate_rps was found: bisection, "at least" (every rate met the target), none
            "max_rate_bound",
+           # where an LLM point's client ran (load.client: with_server, host)
+           "client_placement",
            # the LLM engine follows from the workload (workloads.<name>.engine)
            "engine"),
 ]}

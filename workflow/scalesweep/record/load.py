@@ -71,16 +71,19 @@ def _fraction(name: str, value: Any, open_: bool = False) -> float:
 
 
 def arrival_times(n: int, rate: float, shape: str = "poisson", burstiness: float = 1.0,
-                  seed: int = 0) -> list[float]:
+                  seed: int = 0, exact_rate: bool = True) -> list[float]:
     """Arrival offsets (s from 0) of ``n`` open-loop requests at ``rate`` per second.
 
     The gaps are independent: "poisson" exponential with mean 1/rate; "gamma" gamma with
     shape k = ``burstiness`` and scale 1/(rate*k) (vLLM ``bench serve``'s definition: mean
     1/rate, coefficient of variation 1/sqrt(k); 1 is Poisson, below 1 burstier, above 1
     more regular); "constant" exactly 1/rate. As in vLLM, the first request arrives after
-    its own gap, not at 0. Unlike vLLM, the times are not rescaled to make the last land
-    on n/rate: the gaps stay true samples, so the realised rate varies about ``rate``.
-    Deterministic for a ``seed`` (``random.Random(seed)``).
+    its own gap, not at 0. With ``exact_rate`` (the default, as vLLM's ``bench serve``
+    does) the times are scaled so that the last lands on n/rate: the level offers exactly
+    ``rate`` (n requests in n/rate seconds), the gaps keep their shape; without it they
+    are the raw samples, and the realised rate of a short level can differ from ``rate``
+    by tens of percent (40 requests: the sample mean of 40 gaps). Deterministic for a
+    ``seed`` (``random.Random(seed)``).
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"n must be an integer >= 0, got {n!r}")
@@ -99,6 +102,9 @@ def arrival_times(n: int, rate: float, shape: str = "poisson", burstiness: float
     for _ in range(n):
         t += gap()
         times.append(t)
+    if exact_rate and times and times[-1] > 0:
+        scale = (n / rate) / times[-1]
+        times = [x * scale for x in times]
     return times
 
 
@@ -167,6 +173,16 @@ def _first(pred: Callable[[int], bool], lo: int, hi: int) -> int:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid - 1) if pred(mid) else (mid + 1, hi)
     return lo
+
+
+def bounded_ci_min_n(q: float, confidence: float = 0.95) -> int:
+    """The fewest values for which ``quantile_ci`` bounds the q-quantile on both sides
+    (at 95%: 36 for p90, 368 for p99): below it, the sample percentile comes with no
+    interval, and a figure of it rests on the sample's extremes."""
+    q, alpha = _fraction("q", q, open_=True), 1 - _fraction("confidence", confidence, open_=True)
+    # the upper bound needs F(n-1) = 1 - q^n >= 1 - alpha/2; the lower, (1-q)^n <= alpha/2
+    return max(math.ceil(math.log(alpha / 2) / math.log(q)),
+               math.ceil(math.log(alpha / 2) / math.log(1 - q)))
 
 
 def quantile_ci(values: Iterable[Any], q: float, confidence: float = 0.95) -> dict:
@@ -363,12 +379,23 @@ def _check(values: list[float], n_failed: int, limit: float, q: float, confidenc
             f"{limit:g} s limit to be sure at {confidence:g}; this run has {n}"}
 
 
-def _metric(values: list[float], confidence: float, es_confidence: float) -> dict:
+# the percentiles early stopping estimates
+EARLY_STOPPING = ("p90", "p99")
+CORRELATED = "not applicable: the gaps within one request are correlated, early stopping assumes independent values"
+
+
+def _metric(values: list[float], confidence: float, es_confidence: float,
+            independent: bool = True) -> dict:
     xs = _sorted(values)
     out: dict[str, Any] = {"n": len(xs), "mean": sum(xs) / len(xs) if xs else None}
-    out.update({key: _quantile_ci_sorted(xs, q, confidence) for key, q in PERCENTILES.items()})
-    return {**out, "early_stopping": {key: _early_stopping_sorted(
-        xs, PERCENTILES[key], es_confidence, ES_TOLERANCE) for key in ("p90", "p99")}}
+    for key, q in PERCENTILES.items():
+        out[key] = _quantile_ci_sorted(xs, q, confidence)
+    out["early_stopping"] = {
+        key: (_early_stopping_sorted(xs, PERCENTILES[key], es_confidence, ES_TOLERANCE)
+              if independent else {"n": len(xs), "q": PERCENTILES[key], "estimate": None,
+                                   "supported": False, "note": CORRELATED})
+        for key in EARLY_STOPPING}
+    return out
 
 
 def level_summary(requests: list[dict], duration_s: float, target: str | dict | None = None,
@@ -400,7 +427,7 @@ def level_summary(requests: list[dict], duration_s: float, target: str | dict | 
                "queue": [r["t_send"] - r["t_arrival"] for r in requests
                          if r.get("t_arrival") is not None and r.get("t_send") is not None]}
     for key, values in metrics.items():
-        out[key] = _metric(values, confidence, es_confidence)
+        out[key] = _metric(values, confidence, es_confidence, independent=key != "itl")
     if target is None:
         return out
     tg = target_of(target)

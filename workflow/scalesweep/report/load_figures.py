@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from scalesweep.analyse.frame import truthy
-from scalesweep.record.load import tpot_s
+from scalesweep.record.load import tpot_s, ttft_s
 from scalesweep.report.style import (_finish, _theme, no_data_figure,
                                      runtime_order, runtime_palette, shared_cores_note)
 
@@ -180,7 +180,7 @@ def request_rows(metrics_paths, runs: pd.DataFrame) -> pd.DataFrame:
             rows.append({"workload": run["workload"], "model_label": run.get("model_label"),
                          "nodes": run["nodes"], "gpus": run["gpus"], "runtime": run["runtime"],
                          "rate": rates[r["level"]],
-                         "ttft_s": (r["t_first"] - r["t_send"]) if r.get("t_first") is not None else None,
+                         "ttft_s": ttft_s(r),  # from the scheduled arrival, as the tables
                          "tpot_s": tpot_s(r)})
     return pd.DataFrame(rows)
 

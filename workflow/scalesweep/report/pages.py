@@ -232,7 +232,9 @@ def _load_table(verdicts: pd.DataFrame | None, load: pd.DataFrame | None) -> str
         rows = best.drop_duplicates(["workload", "model_label", "runtime", "nodes", "gpus"])
         items = "".join(
             f"<li>{esc(r['workload'])} ({esc(r['model_label'])}), {esc(r['runtime'])}: "
-            f"{_num(r['max_rate_rps']):.3g} requests/s ({esc(r.get('max_rate_bound') or '')})</li>"
+            f"{_num(r['max_rate_rps']):.3g} requests/s ({esc(r.get('max_rate_bound') or '')}"
+            + (f"; the lowest rate that missed: {_num(r['max_rate_missed_rps']):.3g}"
+               if math.isfinite(_num(r.get("max_rate_missed_rps"))) else "") + ")</li>"
             for _, r in rows.iterrows())
         parts.append(f"<p>The highest request rate within the latency target (median over runs):</p><ul>{items}</ul>")
     return "".join(parts)

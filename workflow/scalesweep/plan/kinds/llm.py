@@ -101,13 +101,20 @@ def target_arg(target) -> str:
     return ",".join(f"{k}={target[k]:g}" for k in ("ttft_s", "tpot_s", "percentile") if k in target)
 
 
-def load_args(load: dict) -> list[str]:
+def load_args(load: dict, repeat: int = 1) -> list[str]:
     """The payload's load arguments from a workload's ``load`` section (the schema's
-    defaults filled in): open-loop rates, arrivals, offline, target, highest rate."""
+    defaults filled in): open-loop rates, arrivals, offline, target, highest rate. The
+    arrival seed is ``load.seed`` plus the repeat: the two runs of a block (one repeat)
+    get the same requests at the same times, and repeats different draws, so that the
+    spread between runs includes the arrivals' own."""
     if not load:
         return []
+    placement = (["--client-placement", load["client"]]
+                 if load.get("client", "with_server") != "with_server" else [])
+    if not (load.get("rates") or load.get("offline")):  # closed-loop levels only
+        return placement
     args = ["--arrival", load["arrival"], "--burstiness", f"{load['burstiness']:g}",
-            "--arrival-seed", str(load["seed"]), "--max-in-flight", str(load["max_in_flight"])]
+            "--arrival-seed", str(load["seed"] + repeat), "--max-in-flight", str(load["max_in_flight"])]
     if load["rates"]:
         args += ["--request-rates", ",".join(f"{r:g}" for r in load["rates"])]
     if load["requests"]:
@@ -117,8 +124,7 @@ def load_args(load: dict) -> list[str]:
             args += [f"--{key.replace('_', '-')}", f"{load[key][0]}:{load[key][1]}"]
     if load["offline"]:
         args.append("--offline")
-    if load.get("client", "with_server") != "with_server":
-        args += ["--client-placement", load["client"]]
+    args += placement
     if load.get("target") is not None:
         args += ["--target", target_arg(load["target"])]
         if load["max_rate_steps"]:
@@ -187,7 +193,8 @@ class LLM(WorkloadKind):
         ]
         if len(levels) > 1:
             args += ["--concurrency-levels", ",".join(map(str, levels))]
-        args += ["--requests-out", str(out / REQUESTS_JSONL), *load_args(wl.get("load") or {})]
+        args += ["--requests-out", str(out / REQUESTS_JSONL),
+                 *load_args(wl.get("load") or {}, point.repeat)]
         if wl["num_requests"]:
             args += ["--num-requests", str(wl["num_requests"])]
         if model_cfg["source"] == "ollama":
@@ -238,6 +245,8 @@ class LLM(WorkloadKind):
             max_rate_rps=(metrics.get("max_rate") or {}).get("max_rate_rps"),
             max_rate_bound=(metrics.get("max_rate") or {}).get("bound"),
             max_rate_missed_rps=(metrics.get("max_rate") or {}).get("missed_rps"),
+            # where the client ran (load.client: with_server, host)
+            client_placement=(metrics.get("client") or {}).get("placement"),
             model=(metrics.get("model") or {}).get("name"),
             synthetic_model=bool((metrics.get("model") or {}).get("synthetic", False)),
             # the spread inside the run: CV of its requests' decode rates, percent
