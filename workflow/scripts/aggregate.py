@@ -60,8 +60,9 @@ add_q_values(overhead_summary(runs, cfg, log)).to_csv(
 # LLM serving under load: each load level over the runs, and the container's effect at each
 levels = load_runs(runs)
 load_summary(levels).to_csv(sm.output.load, index=False, float_format="%.10g")
-load_verdicts(levels, campaign_settings(cfg)).to_csv(sm.output.load_overhead, index=False,
-                                                     float_format="%.10g")
+# (q values over its own comparisons: many levels x metrics in one table)
+add_q_values(load_verdicts(levels, campaign_settings(cfg))).to_csv(
+    sm.output.load_overhead, index=False, float_format="%.10g")
 # what the verdicts above rest on, beside runs.csv: `scalesweep overhead|scaling|fit` on
 # this runs.csv read it and give the same answers
 write_json_atomic(sm.output.campaign, campaign_record(cfg, runs))

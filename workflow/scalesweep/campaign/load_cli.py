@@ -58,7 +58,10 @@ def run_load(args: argparse.Namespace) -> int:
     levels = load_runs(runs.reset_index(drop=True))
     if levels.empty:
         raise UsageError(f"{args.file}: no run measured load levels (workloads.<name>.load)")
-    table = load_summary(levels) if args.levels else load_verdicts(levels, campaign_settings(config))
+    from scalesweep.report.significance import add_q_values
+
+    table = (load_summary(levels) if args.levels
+             else add_q_values(load_verdicts(levels, campaign_settings(config))))
     if record is not None:
         note_campaign(args, record, "llm_load.csv" if args.levels else "llm_load_overhead.csv")
     if table.empty:
