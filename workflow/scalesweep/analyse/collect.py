@@ -4,17 +4,20 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 
+from scalesweep.analyse import runcache
 from scalesweep.analyse.components import COMPONENT_COLUMNS, component_columns
 from scalesweep.measure.probe import summary as probe_summary
 from scalesweep.plan.kinds import SweepError, kind_of
 from scalesweep.plan.kinds.cnn import steady_epoch_time  # noqa: F401  (re-exported)
 from scalesweep.plan.kinds.llm import SYNTHETIC_LABEL, model_label  # noqa: F401  (re-exported)
+from scalesweep.analyse.runcache import RowStore
 from scalesweep.plan.sweep import BLOCK_DIR, HISTORY_DIR, SweepPoint
 from scalesweep.platform.runtimes import mode_of as run_mode
 from scalesweep.record.geometry import AXES as GEOMETRY
@@ -154,6 +157,23 @@ def _finite(value) -> bool:
 
 
 
+def _earlier_run(path: str, problem: str, config: dict, log) -> tuple[str, dict, dict] | None:
+    """(path, metrics, run_row) of the newest valid run kept in the history of the point
+    whose metrics file ``path`` could not be read (``problem``), said so in ``log``; None
+    (and said so) where there is none."""
+    for earlier in history_runs(path):
+        try:
+            found = (str(earlier), *read_run(earlier, config))
+        except MetricsError:
+            continue
+        log(f"warning: {problem}; the summary uses the earlier run {earlier}")
+        return found
+    log(f"warning: {problem}; left out of the summary (a failed point in "
+        "points.csv; `scalesweep rerun --failed` measures it again)")
+    return None
+
+
+
 def readable_runs(metrics_paths: Iterable[str], config: dict,
                   log=None) -> list[tuple[str, dict, dict]]:
     """(path, metrics, run_row) of every run that can be read. A file that cannot be
@@ -169,31 +189,146 @@ def readable_runs(metrics_paths: Iterable[str], config: dict,
             continue
         except MetricsError as exc:
             problem = str(exc)
-        for earlier in history_runs(path):
-            try:
-                out.append((str(earlier), *read_run(earlier, config)))
-            except MetricsError:
-                continue
-            log(f"warning: {problem}; the summary uses the earlier run {earlier}")
-            break
-        else:
-            log(f"warning: {problem}; left out of the summary (a failed point in "
-                "points.csv; `scalesweep rerun --failed` measures it again)")
+        found = _earlier_run(path, problem, config, log)
+        if found is not None:
+            out.append(found)
     return out
 
 
 
-def collect_runs(metrics_paths: Iterable[str], config: dict, log=None) -> pd.DataFrame:
-    """One row per readable run (readable_runs: unreadable ones are left out, logged)."""
-    rows = [row for _, _, row in readable_runs(metrics_paths, config, log)]
-    df = pd.DataFrame(rows)
-    if df.empty:
+def _read_rows(paths: list[str], idents: list, config: dict) -> tuple[RowStore, list]:
+    """The rows of ``paths`` (one process' share of collect_runs' reading): a store of
+    those it can keep, and per path ("stored", its number in the store), ("row", the row:
+    one with a value the store does not keep) or ("failed", the problem)."""
+    store, placed = RowStore(), []
+    for path, ident in zip(paths, idents):
+        try:
+            row = read_run(path, config)[1]  # the metrics themselves are not kept
+        except MetricsError as exc:
+            placed.append(("failed", str(exc)))
+            continue
+        if store.add(path, ident, row):
+            placed.append(("stored", len(store) - 1))
+        else:
+            placed.append(("row", row))
+    return store.sealed(), placed
+
+
+
+# below this many files to read, one process reads them (starting others costs more)
+PARALLEL_MIN = 2000
+CHUNK = 10_000
+
+
+
+def _read_all(paths: list[str], idents: list, config: dict,
+              workers: int) -> list[tuple[RowStore, list]]:
+    """_read_rows of ``paths``, in ``workers`` processes where there are many (forked:
+    each reads a contiguous share; the results in the order of ``paths``)."""
+    # shares of at most CHUNK files: a share's rows are held as Python objects until it
+    # is stored by column, the rest of them as arrays
+    parallel = workers > 1 and len(paths) >= PARALLEL_MIN
+    chunks = max(workers * 4 if parallel else 1, -(-len(paths) // CHUNK))
+    bounds = [len(paths) * k // chunks for k in range(chunks + 1)]
+    tasks = [(paths[a:b], idents[a:b], config) for a, b in zip(bounds, bounds[1:]) if b > a]
+    if not parallel:
+        return [_read_rows(*task) for task in tasks]
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        return pool.starmap(_read_rows, tasks, chunksize=1)
+
+
+
+def default_workers() -> int:
+    """The processors this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+
+def collect_runs(metrics_paths: Iterable[str], config: dict, log=None,
+                 cache: str | os.PathLike | None = None,
+                 workers: int | None = None) -> pd.DataFrame:
+    """One row per readable run (readable_runs: unreadable ones are left out, logged).
+
+    ``cache``: a file (scalesweep.analyse.runcache: results/summary/.runs-cache.npz) that
+    keeps the row of each file read, by the file's identity: a file unchanged since is
+    not read again; one changed, replaced or deleted is (and the cache rewritten). The
+    table is the same with or without it, byte for byte. ``workers``: processes that
+    read the files (default: one per processor this process may use)."""
+    log = log or (lambda text: None)
+    paths = [str(p) for p in metrics_paths]
+    version = runcache.cache_version(config) if cache is not None else ""
+    cached = runcache.RowStore.load(cache, version) if cache is not None else None
+    cached = cached if cached is not None else runcache.RowStore()
+    known = cached.index()
+    looked = [runcache.identity(p) for p in paths]
+    hits, missed = {}, []  # position in paths -> row of the cache; positions to read
+    for i, (path, (ident, _)) in enumerate(zip(paths, looked)):
+        j = known.get(path)
+        if j is not None and ident is not None and cached.idents[j] == ident:
+            hits[i] = j
+        else:
+            missed.append(i)
+    parts = _read_all([paths[i] for i in missed], [looked[i][0] for i in missed], config,
+                      workers if workers is not None else default_workers())
+    # one store: the cached rows used, then each part's
+    hit_rows = sorted(set(hits.values()))
+    table = runcache.RowStore.merged([(cached, hit_rows), *((s, range(len(s))) for s, _ in parts)])
+    at_hit = {j: k for k, j in enumerate(hit_rows)}
+    order: list = [None] * len(paths)
+    for i, j in hits.items():
+        order[i] = at_hit[j]
+    offset, placed = len(hit_rows), []
+    for store, part in parts:
+        placed += [(what, value + offset if what == "stored" else value) for what, value in part]
+        offset += len(store)
+    for i, (what, value) in zip(missed, placed):
+        if what == "failed":  # in the order of paths, as readable_runs logs them
+            found = _earlier_run(paths[i], value, config, log)
+            value = found[2] if found is not None else None
+        order[i] = value
+    order = [r for r in order if r is not None]
+    if cache is not None:
+        _keep(cache, version, cached, known, table, paths, looked, missed, placed, log)
+    if not order:
         return pd.DataFrame(columns=RUN_COLUMNS)
-    df = with_blocks(df)
+    df = with_blocks(table.frame(order))
     cols = [c for c in RUN_COLUMNS if c in df.columns]
     return df[cols + [c for c in df.columns if c not in cols]].sort_values(
         ["workload", "runtime", "count", "threads", "repeat"], ignore_index=True
     )
+
+
+
+def _keep(cache, version: str, cached: runcache.RowStore, known: dict[str, int],
+          table: runcache.RowStore, paths: list[str], looked: list, missed: list[int],
+          placed: list, log) -> None:
+    """Rewrite the cache where it changed: the rows just read (not those of files changed
+    moments ago: runcache.RACY_S), the cached rows still valid, and those of files not
+    asked for this time (kept for a later summary of more of the campaign); never the
+    rows of files changed, replaced, deleted or unreadable since."""
+    stale = {paths[i] for i in missed}  # read now, or unreadable: their old rows go
+    new = [value for i, (what, value) in zip(missed, placed)
+           if what == "stored" and not looked[i][1]]
+    if not new and not any(p in known for p in stale):
+        return  # nothing to change
+    kept_new = set()
+    fresh_rows = []
+    for row in new:
+        if table.paths[row] not in kept_new:
+            kept_new.add(table.paths[row])
+            fresh_rows.append(row)
+    old_rows = [j for p, j in known.items() if p not in stale and p not in kept_new]
+    try:
+        Path(cache).parent.mkdir(parents=True, exist_ok=True)
+        runcache.RowStore.merged([(cached, old_rows), (table, fresh_rows)]).save(cache, version)
+    except OSError as exc:
+        log(f"note: the runs cache {cache} was not written ({exc}); the next summary "
+            "reads every metrics file again")
 
 
 

@@ -1,0 +1,365 @@
+"""Rows of runs.csv, stored by column, and the cache of them beside the summary.
+
+A campaign's summary is made from every metrics file of it (collect.collect_runs): at
+100,000 runs that is 600 MiB of JSON or more to parse, every time one run is added. The
+cache (``RUNS_CACHE``, results/summary/.runs-cache.npz) keeps each file's row, keyed by
+the file's identity: its path and (device, inode, size, mtime_ns, ctime_ns). A file
+whose identity changed (rewritten, replaced, touched, deleted) is read again; a file
+changed within ``RACY_S`` of being looked at is read, but not kept (a change inside the
+file system's time-stamp resolution could leave its identity unchanged; git's "racily
+clean" entries). The cache carries a version (``cache_version``: this format, the
+source of the scalesweep package and of the workload kinds the config uses, the config's
+workload -> payload mapping): a cache of other code or another config is ignored, and so
+is one that cannot be read; either is rewritten.
+
+Rows are kept as their raw values (the Python objects run_row returned: float, int,
+bool, str, None and their numpy scalar kinds, each restored with its own type), not as
+pandas columns, so the table made from cached rows is made exactly as the table made
+from freshly read ones (``RowStore.frame``: pandas infers each column's type from every
+row's value, as pd.DataFrame(list of row dicts) does). A row holding any other kind of
+value is never stored: it is read every time.
+
+The file is a numpy .npz read with allow_pickle=False: numeric columns as arrays, text
+as JSON; nothing in it is executed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+RUNS_CACHE = ".runs-cache.npz"  # beside runs.csv (results/summary/)
+CACHE_FORMAT = 1
+RACY_S = 3.0
+_RACY_NS = int(RACY_S * 1e9)
+
+# the types a stored value may have: name -> (type, numpy dtype of its column or None)
+_TYPES: dict[type, tuple[str, Any]] = {
+    float: ("float", np.float64), int: ("int", np.int64), bool: ("bool", np.bool_),
+    str: ("str", None), type(None): ("none", None),
+    np.float64: ("np.float64", np.float64), np.int64: ("np.int64", np.int64),
+    np.bool_: ("np.bool_", np.bool_),
+}
+_BY_NAME = {name: (t, dtype) for t, (name, dtype) in _TYPES.items()}
+
+Identity = tuple  # (dev, ino, size, mtime_ns, ctime_ns)
+
+
+def identity(path: str) -> tuple[Identity | None, bool]:
+    """(identity, fresh) of a file: fresh when it changed less than RACY_S ago (its row
+    is used, not stored). (None, False) for a file that cannot be looked at."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None, False
+    ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return ident, time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < _RACY_NS
+
+
+@dataclass
+class _Shape:
+    """Rows of one set of keys, each of one type: their values column by column (an
+    array per key; None for a key whose value is None in every row of the shape)."""
+    keys: tuple[str, ...]
+    types: tuple[str, ...]
+    values: list = field(default_factory=list)  # rows as tuples, while being added
+    columns: list | None = None  # per key: ndarray or None, once sealed
+    n: int = 0
+    _keys: dict | None = field(default=None, repr=False)
+
+    def key_index(self) -> dict[str, int]:
+        if self._keys is None:
+            self._keys = {k: i for i, k in enumerate(self.keys)}
+        return self._keys
+
+    def seal(self) -> "_Shape":
+        if self.columns is None:
+            cols = list(zip(*self.values)) if self.values else [()] * len(self.keys)
+            self.columns = [_column(c, t) for c, t in zip(cols, self.types)]
+            self.values = []
+        return self
+
+
+def _column(values: Sequence, type_name: str):
+    kind, dtype = _BY_NAME[type_name]
+    if kind is type(None):
+        return None
+    if dtype is None:  # text
+        return np.array(values, dtype=object)
+    try:
+        return np.array(values, dtype=dtype)
+    except OverflowError:  # an int beyond int64: kept as Python ints (JSON in the file)
+        return np.array(values, dtype=object)
+
+
+def _shape_key(row: dict) -> tuple[tuple, tuple] | None:
+    try:
+        types = tuple(_TYPES[type(v)][0] for v in row.values())
+    except KeyError:  # a value of another kind: the row is not stored
+        return None
+    return tuple(row), types
+
+
+class RowStore:
+    """Rows of runs.csv by file: each row's path, its file's identity and its values,
+    stored by column (rows of the same keys and types together: a "shape")."""
+
+    def __init__(self):
+        self.paths: list[str] = []
+        self.idents: list[Identity] = []
+        self.shape_of: list[int] = []  # per row: its shape
+        self.index_in: list[int] = []  # per row: its place in its shape
+        self.shapes: list[_Shape] = []
+        self._shape_ids: dict[tuple, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def add(self, path: str, ident: Identity | None, row: dict) -> bool:
+        """Add a row; False (not added) when one of its values is of a kind not stored."""
+        key = _shape_key(row)
+        if key is None:
+            return False
+        sid = self._shape_ids.get(key)
+        if sid is None:
+            sid = self._shape_ids[key] = len(self.shapes)
+            self.shapes.append(_Shape(*key))
+        shape = self.shapes[sid]
+        if shape.columns is not None:
+            raise RuntimeError("rows are added to a store before it is read")
+        shape.values.append(tuple(row.values()))
+        self.paths.append(path)
+        self.idents.append(ident)
+        self.shape_of.append(sid)
+        self.index_in.append(shape.n)
+        shape.n += 1
+        return True
+
+    def sealed(self) -> "RowStore":
+        for shape in self.shapes:
+            shape.seal()
+        return self
+
+    # -- many stores into one ------------------------------------------------------------
+    @classmethod
+    def merged(cls, parts: Iterable[tuple["RowStore", Sequence[int]]]) -> "RowStore":
+        """One store of the rows ``rows`` of each store, in that order."""
+        out = cls()
+        pieces: dict[int, list] = {}  # shape id in out -> [(part shape, rows of it)]
+        for store, rows in parts:
+            store.sealed()
+            rows = np.asarray(rows, dtype=np.int64)
+            if not len(rows):
+                continue
+            shape_of = np.asarray(store.shape_of, dtype=np.int64)[rows]
+            index_in = np.asarray(store.index_in, dtype=np.int64)[rows]
+            new_index = np.empty(len(rows), dtype=np.int64)
+            sids = np.empty(len(rows), dtype=np.int64)
+            for sid in np.unique(shape_of):
+                shape = store.shapes[sid]
+                key = (shape.keys, shape.types)
+                oid = out._shape_ids.get(key)
+                if oid is None:
+                    oid = out._shape_ids[key] = len(out.shapes)
+                    out.shapes.append(_Shape(*key))
+                target = out.shapes[oid]
+                at = shape_of == sid
+                new_index[at] = target.n + np.arange(int(at.sum()))
+                sids[at] = oid
+                pieces.setdefault(oid, []).append((shape, index_in[at]))
+                target.n += int(at.sum())
+            out.paths += [store.paths[i] for i in rows]
+            out.idents += [store.idents[i] for i in rows]
+            out.shape_of += sids.tolist()
+            out.index_in += new_index.tolist()
+        for oid, shape in enumerate(out.shapes):
+            shape.columns = [
+                None if all(s.columns[k] is None for s, _ in pieces[oid])
+                else np.concatenate([s.columns[k][i] for s, i in pieces[oid]])
+                for k in range(len(shape.keys))]
+        return out
+
+    # -- the table ------------------------------------------------------------------------
+    def frame(self, order: Sequence[int | dict]) -> pd.DataFrame:
+        """The table of the rows ``order``: a row of this store by its number, or a row
+        dict (one not stored), in that order; made as pd.DataFrame(list of the row
+        dicts) makes it: the columns in the order of their first appearance, a key a row
+        lacks is NaN, each column's type inferred from all its values."""
+        self.sealed()
+        n = len(order)
+        stored = np.array([i if not isinstance(i, dict) else -1 for i in order], dtype=np.int64)
+        loose = [(p, r) for p, r in enumerate(order) if isinstance(r, dict)]
+        shape_of = np.asarray(self.shape_of, dtype=np.int64)
+        index_in = np.asarray(self.index_in, dtype=np.int64)
+        at_stored = np.flatnonzero(stored >= 0)
+        sel_shape = np.full(n, -1, dtype=np.int64)
+        sel_shape[at_stored] = shape_of[stored[at_stored]]
+        # per shape used: the output positions of its rows and their places in it
+        used = []
+        first: list[tuple[int, tuple]] = [(p, tuple(r)) for p, r in loose]
+        for sid in np.unique(sel_shape[at_stored]):
+            pos = np.flatnonzero(sel_shape == sid)
+            used.append((self.shapes[sid], pos, index_in[stored[pos]]))
+            first.append((int(pos[0]), self.shapes[sid].keys))
+        columns: dict[str, None] = {}
+        for _, keys in sorted(first, key=lambda item: item[0]):
+            columns.update(dict.fromkeys(keys))
+        data = {}
+        for col in columns:
+            out = np.full(n, np.nan, dtype=object)
+            for shape, pos, rows in used:
+                k = shape.key_index().get(col)
+                if k is None:
+                    continue
+                kind, dtype = _BY_NAME[shape.types[k]]
+                values = shape.columns[k]
+                if values is None:
+                    out[pos] = None
+                elif kind in (float, int, bool):
+                    out[pos] = values[rows].astype(object)  # the Python scalars
+                elif dtype is None:
+                    out[pos] = values[rows]
+                else:  # numpy scalars, kept as numpy scalars
+                    out[pos] = np.array(list(values[rows]), dtype=object)
+            for p, row in loose:
+                out[p] = row.get(col, np.nan)
+            data[col] = out.tolist()
+        return pd.DataFrame(data, columns=list(columns))
+
+    # -- the file -----------------------------------------------------------------------
+    def save(self, path: str | os.PathLike, version: str) -> None:
+        """Write the store to ``path`` (atomically: a crash leaves the old cache or the
+        new one)."""
+        self.sealed()
+        arrays: dict[str, np.ndarray] = {}
+        meta = {"format": CACHE_FORMAT, "version": version, "shapes": []}
+        for sid, shape in enumerate(self.shapes):
+            meta["shapes"].append({"keys": list(shape.keys), "types": list(shape.types),
+                                   "n": shape.n})
+            for k, values in enumerate(shape.columns):
+                if values is None:
+                    continue
+                if values.dtype == object:  # text, or ints beyond int64: JSON
+                    values = _text_array(values.tolist())
+                    meta["shapes"][-1].setdefault("json", []).append(k)
+                arrays[f"s{sid}_{k}"] = values
+        arrays["meta"] = _text_array(meta)
+        arrays["paths"] = _text_array(self.paths)
+        arrays["idents"] = np.array(self.idents, dtype=np.int64).reshape(len(self), 5)
+        arrays["shape_of"] = np.asarray(self.shape_of, dtype=np.int32)
+        arrays["index_in"] = np.asarray(self.index_in, dtype=np.int32)
+        path = Path(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.savez(fh, **arrays)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, version: str) -> "RowStore | None":
+        """The store in ``path``; None where there is none, it cannot be read, or it was
+        written by another version (``cache_version``)."""
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                meta = _from_text(npz["meta"])
+                if meta.get("format") != CACHE_FORMAT or meta.get("version") != version:
+                    return None
+                out = cls()
+                out.paths = _from_text(npz["paths"])
+                idents = npz["idents"]
+                out.idents = [tuple(r) for r in idents.tolist()]
+                out.shape_of = npz["shape_of"].astype(np.int64).tolist()
+                out.index_in = npz["index_in"].astype(np.int64).tolist()
+                for sid, s in enumerate(meta["shapes"]):
+                    shape = _Shape(tuple(s["keys"]), tuple(s["types"]), n=int(s["n"]))
+                    columns = []
+                    for k, type_name in enumerate(shape.types):
+                        kind, dtype = _BY_NAME[type_name]
+                        if kind is type(None):
+                            columns.append(None)
+                            continue
+                        values = npz[f"s{sid}_{k}"]
+                        if dtype is None or k in s.get("json", ()):
+                            values = np.array(_from_text(values), dtype=object)
+                        elif values.dtype != dtype:
+                            raise ValueError(f"column {k} of shape {sid}: {values.dtype}")
+                        if len(values) != shape.n:
+                            raise ValueError(f"column {k} of shape {sid}: {len(values)} rows")
+                        columns.append(values)
+                    shape.columns = columns
+                    out.shapes.append(shape)
+                    out._shape_ids[(shape.keys, shape.types)] = sid
+                n = len(out.paths)
+                if not (len(out.idents) == len(out.shape_of) == len(out.index_in) == n):
+                    raise ValueError("rows of different lengths")
+                if n and (max(out.shape_of) >= len(out.shapes) or min(out.shape_of) < 0 or any(
+                        not 0 <= i < out.shapes[s].n for s, i in zip(out.shape_of, out.index_in))):
+                    raise ValueError("a row out of its shape")
+                return out
+        except (OSError, ValueError, KeyError, TypeError, IndexError, EOFError,
+                zipfile.BadZipFile, json.JSONDecodeError):
+            return None
+
+    def index(self) -> dict[str, int]:
+        return {p: i for i, p in enumerate(self.paths)}
+
+
+def _text_array(value: Any) -> np.ndarray:
+    return np.frombuffer(json.dumps(value).encode(), dtype=np.uint8)
+
+
+def _from_text(array: np.ndarray) -> Any:
+    if array.dtype != np.uint8:
+        raise ValueError(f"text stored as {array.dtype}")
+    return json.loads(array.tobytes().decode())
+
+
+# -- the version a cache is valid for ---------------------------------------------------
+@lru_cache(maxsize=None)
+def _source_digest(root: str) -> str:
+    """A digest of every Python file under ``root`` (path and contents)."""
+    h = hashlib.sha256()
+    for f in sorted(Path(root).rglob("*.py")):
+        if "__pycache__" in f.parts:
+            continue
+        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def cache_version(config: dict) -> str:
+    """What a cached row depends on besides its file: this format, the source of the
+    scalesweep package and of any workload kind defined outside it, Python, and the
+    config's workload -> payload kind mapping (which kind reads each file)."""
+    from scalesweep.plan.kinds import kind_of
+
+    package = Path(__file__).resolve().parents[1]
+    parts = [f"format {CACHE_FORMAT}", f"python {sys.version_info[:3]}",
+             _source_digest(str(package))]
+    payloads = {}
+    for name, wl in sorted((config.get("workloads") or {}).items()):
+        payload = wl.get("payload") if isinstance(wl, dict) else None
+        payloads[name] = payload
+        try:
+            source = inspect.getsourcefile(type(kind_of(payload)))
+        except Exception:  # noqa: BLE001 - an unknown kind: its files fail to be read
+            continue
+        if source and package not in Path(source).resolve().parents:
+            parts.append(hashlib.sha256(Path(source).read_bytes()).hexdigest())
+    parts.append(json.dumps(payloads, sort_keys=True, default=str))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()

@@ -1,0 +1,130 @@
+"""The aggregate rule (workflow/scripts/aggregate.py): metrics files -> every summary
+table of results/summary/ (runs.csv, scaling.csv, llm.csv, overhead.csv, llm_load.csv,
+llm_load_overhead.csv, points.csv, campaign.json). One function, so that the rule and
+benchmarks/aggregation.py run the same code.
+
+Disturbed runs (interference above the thresholds during their measurement) stay in
+runs.csv, marked, and are left out of every statistic; each table row counts them
+(n_disturbed).
+
+The rows of runs.csv are read through a cache beside it (``RUNS_CACHE``:
+scalesweep.analyse.runcache): a campaign of 100,000 runs plus one new run reads one
+metrics file, not 100,000.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+import pandas as pd
+
+from scalesweep.analyse.collect import collect_runs, point_states, runs_points
+from scalesweep.analyse.load import load_runs, load_summary, load_verdicts
+from scalesweep.analyse.runcache import RUNS_CACHE
+from scalesweep.analyse.summary import (
+    campaign_record,
+    campaign_settings,
+    llm_summary,
+    overhead_summary,
+    scaling_summary,
+)
+from scalesweep.plan.sweep import HISTORY_DIR, sweep_points
+from scalesweep.record.metrics import write_json_atomic
+from scalesweep.record.pointdir import METRICS_JSON, RUNS_DIR
+from scalesweep.report.significance import add_q_values
+
+# the rule's outputs, by the names of its `output:` (workflow/rules/aggregate.smk)
+OUTPUTS = ("runs", "scaling", "llm", "overhead", "load", "load_overhead", "points", "campaign")
+FLOATS = "%.10g"
+
+
+def aggregate_paths(metrics: Iterable[str], config: dict) -> list[str]:
+    """The metrics files to summarise: the rule's input, and with analysis.partial, a
+    point measured again whose new run failed: its earlier run (kept in history/ by
+    scalesweep rerun) stands in, said so in the log (collect.readable_runs)."""
+    paths = [str(p) for p in metrics]
+    if config["analysis"]["partial"]:
+        named = set(paths)
+        for p in sweep_points(config):
+            f = Path(RUNS_DIR, p.path, METRICS_JSON)
+            if str(f) not in named and not f.is_file() and (f.parent / HISTORY_DIR).is_dir():
+                paths.append(str(f))
+    return paths
+
+
+def write_summary(metrics: Iterable[str], config: dict, output: Mapping[str, str],
+                  log: Callable[[str], None] | None = None, cache: bool = True,
+                  timings: dict | None = None) -> dict[str, pd.DataFrame]:
+    """Write every output of the aggregate rule (``output``: name -> file, ``OUTPUTS``)
+    from the metrics files ``metrics``; returns the tables by name. ``cache``: read the
+    runs through the cache beside runs.csv (``RUNS_CACHE``; False reads every file).
+    ``timings``: where given, the seconds of each step by name (the benchmark's)."""
+    import time
+
+    log = log or (lambda text: None)
+    clock = [time.perf_counter()]
+
+    def step(name):
+        now = time.perf_counter()
+        if timings is not None:
+            timings[name] = round(now - clock[0], 3)
+        clock[0] = now
+
+    paths = aggregate_paths(metrics, config)
+    cache_file = Path(output["runs"]).parent / RUNS_CACHE if cache else None
+    runs = collect_runs(paths, config, log, cache=cache_file)
+    step("collect_runs")
+    runs.to_csv(output["runs"], index=False)
+    step("runs_csv")
+    if not runs.empty and runs["disturbed"].any():
+        log(f"{int(runs['disturbed'].sum())} disturbed runs kept in runs.csv, left out of "
+            "the statistics")
+
+    # With a partial sweep a series may lack its baseline, or a point its native twin:
+    # such series are left out of the derived tables (and named in the log); points.csv
+    # and the report's missing-points table say what is missing.
+    tables = {"runs": runs}
+    tables["scaling"] = scaling_summary(runs, config, log)
+    tables["scaling"].to_csv(output["scaling"], index=False, float_format=FLOATS)
+    step("scaling_table")
+    tables["llm"] = llm_summary(runs)
+    tables["llm"].to_csv(output["llm"], index=False, float_format=FLOATS)
+    step("llm_table")
+    # q values (Benjamini-Hochberg) beside the p values: many comparisons in one campaign
+    tables["overhead"] = add_q_values(overhead_summary(runs, config, log))
+    tables["overhead"].to_csv(output["overhead"], index=False, float_format=FLOATS)
+    step("overhead_table")
+    # LLM serving under load: each load level over the runs, and the container's effect
+    levels = load_runs(runs)
+    tables["load"] = load_summary(levels)
+    tables["load"].to_csv(output["load"], index=False, float_format=FLOATS)
+    # (q values over its own comparisons: many levels x metrics in one table)
+    tables["load_overhead"] = add_q_values(load_verdicts(levels, campaign_settings(config)))
+    tables["load_overhead"].to_csv(output["load_overhead"], index=False, float_format=FLOATS)
+    step("load_tables")
+    # what the verdicts above rest on, beside runs.csv: `scalesweep overhead|scaling|fit`
+    # on this runs.csv read it and give the same answers
+    write_json_atomic(output["campaign"], campaign_record(config, runs))
+    step("campaign_json")
+
+    # Every requested point, and every repeat whose metrics came in (adaptive repeats add
+    # repeats beyond the config's); metrics already read by collect_runs are not read again.
+    points = sorted(set(sweep_points(config)) | set(runs_points(runs)))
+    disturbed = (dict(zip(runs.loc[runs["disturbed"], "path"],
+                          runs.loc[runs["disturbed"], "disturbed_reason"]))
+                 if not runs.empty else {})
+    states = point_states(points, done=runs["path"], disturbed=disturbed, config=config)
+    # a point whose own run could not be read, summarised by its earlier run (history/)
+    earlier = {str(Path(p).parents[2].relative_to(RUNS_DIR)): p
+               for p in (runs["path"] if not runs.empty else []) if f"/{HISTORY_DIR}/" in p}
+    for i in states.index[states["path"].isin(earlier)]:
+        used = earlier[states.at[i, "path"]]
+        states.at[i, "reason"] = "; ".join(
+            r for r in (states.at[i, "reason"] or "", f"the summary uses the earlier run {used}")
+            if r)
+    states.to_csv(output["points"], index=False)
+    log(states["state"].value_counts().to_string())
+    tables["points"] = states
+    step("point_states")
+    return tables
