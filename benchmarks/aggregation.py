@@ -104,11 +104,14 @@ def synthetic_metrics(point, payload: str, templates: dict, rng: random.Random) 
     return m
 
 
-def generate(root: Path, runs: int, seed: int = 0) -> tuple[dict, list[str], float]:
+def generate(root: Path, runs: int, seed: int = 0,
+             config: dict | None = None) -> tuple[dict, list[str], float]:
+    """The metrics files of ``config``'s sweep (default: sweep_config(runs)) under
+    root/results/runs; (config, their paths, seconds)."""
     from scalesweep.plan.config import check_config
     from scalesweep.plan.sweep import sweep_points
 
-    config = sweep_config(runs)
+    config = sweep_config(runs) if config is None else config
     check_config(config)  # and its site loaded (config["_site"]), as the workflow does
     config["_code_root"] = str(REPO)
     points = sweep_points(config)

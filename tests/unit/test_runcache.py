@@ -1,0 +1,260 @@
+"""The cache of runs.csv's rows (scalesweep.analyse.runcache, issue #31): every summary
+table is byte for byte the same with and without it, cold and warm, read in one process
+or several; a changed, replaced or deleted metrics file is read again, never a stale
+row; a cache of another version, or a corrupt one, is ignored and rewritten.
+
+The campaign: benchmarks/aggregation.py's generator (copies of a real CNN and a real LLM
+run of this repository, benchmarks/data/) on a small sweep, with values of every kind a
+row holds mixed in (a column of None and numbers, of ints and floats, load levels as
+JSON), a disturbed run, a malformed file and a point whose earlier run stands in."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import REPO
+from scalesweep.analyse import collect, runcache
+from scalesweep.analyse.runcache import RUNS_CACHE, RowStore
+from scalesweep.report.aggregate import OUTPUTS, write_summary
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from aggregation import generate, sweep_config  # noqa: E402
+
+
+def small_config() -> dict:
+    config = sweep_config(1000)
+    config["sweep"].update(nodes=[1, 2], gpus_per_node=[1, 2], threads_per_rank=[7], repeats=2)
+    return config
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory) -> tuple[Path, dict, list[str]]:
+    root = tmp_path_factory.mktemp("campaign")
+    config, paths, _ = generate(root, 0, config=small_config())
+    files = [root / p for p in paths]
+    cnn = [f for f in files if "/cnn_" in str(f)]
+    llm = [f for f in files if "/llm_" in str(f)]
+
+    def edit(f: Path, **changes):
+        data = json.loads(f.read_text())
+        data.update(changes)
+        f.write_text(json.dumps(data, indent=2, sort_keys=True))
+
+    for i, f in enumerate(cnn[::3]):  # a column of None and numbers
+        edit(f, test_accuracy=0.9 + i / 1000, test_loss=1 if i % 2 else 0.5)
+    edit(cnn[1], disturbed=True, interference={"reasons": ["load 3.2 > 1.5"], "load1_max": 3.2})
+    edit(cnn[4], slurm={"job_id": 2**70})  # an int beyond int64 (a job id is text or a number)
+    edit(cnn[5], mode="unicode \u00e9\u4e2d \\ \" \x00 end")
+    edit(llm[0], load_levels=[{"level": 0, "shape": "poisson", "rate": 2.0, "concurrency": None,
+                               "n": 40, "n_ok": 40, "n_failed": 0, "duration_s": 20.0,
+                               "output_tokens_per_s": 80.0, "requests_per_s": 2.0,
+                               "goodput_rps": 2.0, "ttft_s": {"p50": {
+                                   "estimate": 0.03, "low": 0.02, "high": 0.04}}}],
+         max_rate={"max_rate_rps": 7, "missed_rps": 8.5, "bound": "bisection"})
+    files[7].write_text("{ truncated")  # failed, left out
+    # a point measured again whose new run failed: its earlier run stands in
+    history = files[9].parent / "history" / "20260101T000000Z"
+    history.mkdir(parents=True)
+    shutil.copy(files[9], history / "metrics.json")
+    files[9].write_text("{}")
+    return root, config, paths
+
+
+def outputs(directory: Path) -> dict[str, str]:
+    directory.mkdir(parents=True, exist_ok=True)
+    return {name: str(directory / (f"{name}.csv" if name != "campaign" else "campaign.json"))
+            for name in OUTPUTS}
+
+
+def summary(root: Path, config: dict, paths: list[str], out: str, cache: bool = True,
+            notes: list | None = None) -> dict[str, bytes]:
+    """Every output of the aggregate rule, as bytes (campaign.json without its time); in
+    the campaign's directory (the caller's monkeypatch.chdir)."""
+    files = outputs(root / out)
+    write_summary(paths, config, files, (notes if notes is not None else []).append, cache=cache)
+    got = {}
+    for name, f in files.items():
+        data = Path(f).read_bytes()
+        if name == "campaign":
+            record = json.loads(data)
+            record.pop("summarised_at")
+            data = json.dumps(record).encode()
+        got[name] = data
+    return got
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """The metrics files collect_runs reads (in this process: one reader)."""
+    seen = []
+    real = collect.read_run
+
+    def read_run(path, config):
+        seen.append(str(path))
+        return real(path, config)
+
+    monkeypatch.setattr(collect, "read_run", read_run)
+    monkeypatch.setattr(collect, "default_workers", lambda: 1)
+    monkeypatch.setattr(runcache, "_RACY_NS", 0)  # the files were written just now
+    return seen
+
+
+def test_every_table_is_the_same_with_and_without_the_cache(campaign, reads, monkeypatch):
+    root, config, paths = campaign
+    monkeypatch.chdir(root)
+    plain = summary(root, config, paths, "plain", cache=False)
+    assert not (root / "plain" / RUNS_CACHE).exists()
+    runs = pd.read_csv(root / "plain" / "runs.csv")
+    assert len(runs) == len(paths) - 1 and runs["disturbed"].sum() == 1
+    assert runs["test_accuracy"].notna().sum() and runs["test_accuracy"].isna().sum()
+    notes: list = []
+    reads.clear()
+    assert summary(root, config, paths, "cached", notes=notes) == plain  # cold: all read
+    unreadable = {paths[7], paths[9], str(Path(paths[9]).parent / "history" /
+                                          "20260101T000000Z" / "metrics.json")}
+    assert set(reads) == set(paths) | unreadable  # (points.csv reads the unreadable again)
+    assert any("the summary uses the earlier run" in n for n in notes)
+    assert (root / "cached" / RUNS_CACHE).is_file()
+    reads.clear()
+    notes_warm: list = []
+    assert summary(root, config, paths, "cached", notes=notes_warm) == plain  # warm
+    # only the unreadable files (and the earlier run) are read again, the same said
+    assert set(reads) == unreadable
+    assert notes_warm == notes
+    # read in several processes: the same table
+    monkeypatch.setattr(collect, "PARALLEL_MIN", 1)
+    monkeypatch.setattr(collect, "CHUNK", 7)
+    for workers in (1, 3):
+        df = collect.collect_runs(paths, config, workers=workers)
+        assert df.to_csv(index=False).encode() == plain["runs"]
+
+
+def test_a_changed_replaced_or_deleted_file_is_read_again(campaign, reads, tmp_path,
+                                                         monkeypatch):
+    root, config, paths = campaign
+    shutil.copytree(root / "results", tmp_path / "results")  # a copy: its files are changed
+    monkeypatch.chdir(tmp_path)
+    cache = tmp_path / "summary" / RUNS_CACHE
+    cache.parent.mkdir()
+    unreadable = [paths[7], paths[9], str(Path(paths[9]).parent / "history" /
+                                          "20260101T000000Z" / "metrics.json")]
+
+    def runs_csv(with_cache=True, which=paths) -> bytes:
+        reads.clear()
+        df = collect.collect_runs(which, config, cache=cache if with_cache else None)
+        return df.to_csv(index=False).encode()
+
+    runs_csv()
+    assert runs_csv() and reads == unreadable  # warm
+    f = tmp_path / paths[0]
+    data = json.loads(f.read_text())
+    # changed in place, same size, its time stamps put back: its ctime still changed
+    stat, text = f.stat(), f.read_text()
+    shown = repr(data["final_loss"])
+    spoiled = text.replace(shown, shown[:-1] + ("7" if shown[-1] != "7" else "8"), 1)
+    assert spoiled != text and len(spoiled) == len(text)
+    f.write_text(spoiled)
+    os.utime(f, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert f.stat().st_mtime_ns == stat.st_mtime_ns and f.stat().st_size == stat.st_size
+    assert runs_csv() == runs_csv(with_cache=False)
+    assert runs_csv() and reads == unreadable  # stored again
+    # replaced (a new file renamed over it: another inode)
+    data["final_loss"] = 0.123456
+    new = f.with_name("metrics.json.new")
+    new.write_text(json.dumps(data, indent=2))
+    os.replace(new, f)
+    first = runs_csv()
+    assert reads == [paths[0], *unreadable] and first == runs_csv(with_cache=False)
+    assert b"0.123456" in first
+    # deleted: left out, never its old row
+    f.unlink()
+    assert runs_csv() == runs_csv(with_cache=False)
+    assert paths[0].encode() not in runs_csv()
+    # a summary of part of the campaign keeps the rows of the rest, when it rewrites
+    # the cache (one of its files changed) too
+    cache.unlink()
+    runs_csv(which=paths[10:20])
+    assert len(reads) == 10
+    runs_csv()
+    assert len(reads) == len(paths) - 10 + 1  # the rest, and the earlier run
+    shutil.copy(tmp_path / paths[12], tmp_path / f"{paths[12]}.x")
+    os.replace(tmp_path / f"{paths[12]}.x", tmp_path / paths[12])
+    runs_csv(which=paths[10:20])
+    assert reads == [paths[12]]
+    runs_csv()
+    assert reads == [paths[0], *unreadable]
+
+
+def test_a_cache_of_another_version_or_a_corrupt_one_is_ignored(campaign, reads, tmp_path,
+                                                                monkeypatch):
+    root, config, paths = campaign
+    monkeypatch.chdir(root)
+    cache = tmp_path / RUNS_CACHE
+    expected = collect.collect_runs(paths, config).to_csv(index=False)
+    collect.collect_runs(paths, config, cache=cache)
+    # another config's payload mapping: another version
+    other = json.loads(json.dumps(config))
+    other["workloads"]["new_one"] = {"payload": "cnn"}
+    assert runcache.cache_version(other) != runcache.cache_version(config)
+    assert RowStore.load(cache, runcache.cache_version(other)) is None
+    for garbage in (b"", b"not a zip", cache.read_bytes()[:1000]):
+        cache.write_bytes(garbage)
+        reads.clear()
+        assert collect.collect_runs(paths, config, cache=cache).to_csv(index=False) == expected
+        assert len(reads) == len(paths) + 1  # everything read
+        assert RowStore.load(cache, runcache.cache_version(config)) is not None  # rewritten
+    # a file of another format
+    np.savez(cache, meta=np.frombuffer(b'{"format": 0}', dtype=np.uint8))
+    assert RowStore.load(cache, runcache.cache_version(config)) is None
+
+
+def test_a_row_just_changed_is_used_but_not_stored(campaign, tmp_path, monkeypatch):
+    root, config, paths = campaign
+    monkeypatch.chdir(root)
+    monkeypatch.setattr(runcache, "_RACY_NS", 10**18)  # every file "just changed"
+    cache = tmp_path / RUNS_CACHE
+    df = collect.collect_runs(paths, config, cache=cache)
+    assert len(df) == len(paths) - 1 and not cache.exists()
+
+
+VALUES = [1.5, -0.0, float("nan"), float("inf"), 3, 2**70, -(2**63), True, False, None,
+          "text", "", "unicode \u00e9 \ud800 \x00", np.float64(2.5), np.int64(-4),
+          np.bool_(True)]
+
+
+def test_stored_rows_make_the_table_pandas_makes_of_them(tmp_path):
+    """Every kind of value a row holds comes back as itself (type and value), and the
+    table of stored rows is pd.DataFrame(the rows): the same columns, types and CSV."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(300):
+        keys = ["a", "b", "c", "d"] if i % 3 else ["d", "e", "a"]
+        rows.append({k: VALUES[rng.integers(len(VALUES))] if k != "d" else i for k in keys})
+    rows.append({"a": [1, 2], "z": 1})  # a list: not stored, still in the table
+    store = RowStore()
+    added = [store.add(f"p{i}", (0, i, 0, 0, 0), row) for i, row in enumerate(rows)]
+    assert all(added[:-1]) and not added[-1]
+    store.save(tmp_path / "c.npz", "v")
+    loaded = RowStore.load(tmp_path / "c.npz", "v")
+    assert loaded.paths == store.paths and loaded.idents == store.idents
+    order = list(range(len(rows) - 1))[::-1] + [rows[-1]]
+    expected = pd.DataFrame(rows[-2::-1] + [rows[-1]])
+    for got in (store.frame(order), loaded.frame(order)):
+        assert list(got.columns) == list(expected.columns)
+        assert got.dtypes.equals(expected.dtypes)
+        assert got.to_csv() == expected.to_csv()
+        for col in expected:
+            for x, y in zip(got[col].tolist(), expected[col].tolist()):
+                assert type(x) is type(y) and (x == y or (x != x and y != y)), (col, x, y)
+    assert RowStore.load(tmp_path / "c.npz", "another") is None
+    merged = RowStore.merged([(loaded, [5, 2]), (store, [0])])
+    assert merged.paths == ["p5", "p2", "p0"]
+    assert merged.frame([0, 1, 2]).to_csv() == pd.DataFrame([rows[5], rows[2], rows[0]]).to_csv()
