@@ -1,18 +1,28 @@
-"""Aggregation at scale: N synthetic runs -> the summary tables and figures.
+"""Aggregation at scale: N synthetic runs -> every summary table, again after one more
+run, and the figures.
 
     python benchmarks/aggregation.py [--full|--smoke] [--runs N] [--profile] [--keep DIR]
+                                     [--code CHECKOUT] [--stages cold,update,figures]
 
---full: 100,000 runs (5 workloads: 3 CNN + 2 LLM, x 4 runs per block set (native twice: beside charliecloud and beside apptainer) x 10 node counts x 5 GPU
-counts x 4 thread counts x 25 repeats); --smoke: 1,000 runs.
+--full: 100,000 runs (5 workloads: 3 CNN + 2 LLM, x 4 runs per block set (native twice:
+beside charliecloud and beside apptainer) x 10 node counts x 5 GPU counts x 4 thread counts
+x 25 repeats); --smoke: 1,000 runs.
 
 The metrics.json files are realistic: copies of a real CNN and a real LLM run of this
 repository (benchmarks/data/metrics_{cnn,llm}.json) with the point and the measured values
-varied. They are written first (not timed), then a separate process runs exactly what the
-`aggregate` and `plot_scaling`/`plot_llm` rules run (workflow/scripts/aggregate.py,
-plot_scaling.py, plot_llm.py: scalesweep.analyse.collect.collect_runs, scaling.scaling_table,
-describe_repeats, overhead_table, collect.point_states, plots.scaling_figure and
-llm_figure, the CSV writes and the PNGs) and reports the time of each stage and its own
-peak memory (resource.getrusage ru_maxrss). The files are read from the page cache (they
+varied. They are written first (not timed). Then each stage runs in a process of its own,
+as each rule does, the rule's own code (workflow/scripts/*.py of --code, or
+scalesweep.report.aggregate.write_summary, which the aggregate rule's script calls):
+
+- cold: the aggregate rule with no summary and no cache (results/summary/ removed): every
+  metrics file read, every table of results/summary/ written, and the runs cache;
+- update: one more run (a repeat beyond the config's, as adaptive repeats add) and the
+  aggregate rule again: the cache warm, one new file;
+- figures: the plot_scaling and plot_llm rules on those tables (PNG).
+
+Each reports its time, its steps' (collect_runs, runs.csv, each table) where the checkout
+gives them, and its peak memory (resource.getrusage ru_maxrss: its own, and the largest of
+the processes it started to read files). The files are read from the page cache (they
 were just written): a parallel filesystem would add its own metadata latency per file.
 """
 
@@ -33,7 +43,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, loadavg, mode_of, report  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
-TARGET_S = 30.0
 
 
 def sweep_config(runs: int) -> dict:
@@ -132,125 +141,145 @@ def generate(root: Path, runs: int, seed: int = 0,
     return config, paths, time.perf_counter() - t0
 
 
-def measure(root: Path, profile: str | None) -> dict:
-    """In its own process: the aggregate rule's code, then the two plot rules' code."""
+SUMMARY = ("runs", "scaling", "llm", "overhead", "load", "load_overhead", "points", "campaign")
+TABLES_TARGET_S, UPDATE_TARGET_S, FIGURES_TARGET_S, RSS_TARGET_MIB = 10.0, 2.0, 10.0, 1024
+
+
+class _Files(list):
+    """A Snakemake input/output list: by position and by name."""
+
+    def __init__(self, *items, **named):
+        super().__init__([*items, *named.values()])
+        self.__dict__.update(named)
+
+
+def run_rule_script(code: Path, script: str, config: dict, log: Path, output=None,
+                    **inputs) -> None:
+    """A rule's script (workflow/scripts/<script>.py of the checkout ``code``) as Snakemake
+    runs it: with a ``snakemake`` object of its input, output, log and config."""
+    import types
+
+    named = output if isinstance(output, dict) else {}
+    sm = types.SimpleNamespace(
+        input=_Files(**inputs), output=_Files(*([] if named else [output]), **named),
+        log=_Files(str(log)), config=config, threads=1, params=_Files(), wildcards=_Files())
+    source = (code / "workflow" / "scripts" / f"{script}.py").read_text()
+    stderr = sys.stderr
+    try:
+        exec(compile(source, script, "exec"), {"snakemake": sm, "__name__": "__main__"})
+    finally:
+        if sys.stderr is not stderr:
+            sys.stderr.close()
+            sys.stderr = stderr
+
+
+def extra_run(root: Path, config: dict, paths: list[str]) -> str:
+    """One more run of the campaign (a repeat beyond the config's of its first point, as
+    the adaptive repeats add): its metrics.json written, its path returned."""
+    from scalesweep.plan.sweep import SweepPoint
+
+    first = SweepPoint.from_path(paths[0].removeprefix("results/runs/").removesuffix(
+        "/metrics.json"))
+    repeats = config["sweep"]["repeats"]
+    import dataclasses
+    point = dataclasses.replace(first, repeat=repeats + 1)
+    templates = {"cnn": json.loads((DATA / "metrics_cnn.json").read_text()),
+                 "llm": json.loads((DATA / "metrics_llm.json").read_text())}
+    payload = config["workloads"][point.workload]["payload"]
+    f = root / "results" / "runs" / point.path / "metrics.json"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(json.dumps(synthetic_metrics(point, payload, templates, random.Random(1)),
+                            indent=2, sort_keys=True, default=str) + "\n")
+    return f"results/runs/{point.path}/metrics.json"
+
+
+def measure(root: Path, stage: str, code: Path, profile: str | None) -> dict:
+    """In its own process (as each rule runs in its own): ``stage`` "cold" (the aggregate
+    rule with no cache: every metrics file read), "update" (the aggregate rule again after
+    one more run: the cache of the cold stage warm, one new file) or "figures" (the
+    plot_scaling and plot_llm rules on the tables). Its time, its steps' (where the
+    checkout's aggregate rule gives them: scalesweep.report.aggregate.write_summary),
+    and its peak memory and that of the processes it started."""
     import os
     import resource
 
     os.chdir(root)
     config = json.loads(Path("config.json").read_text())
+    config["_code_root"] = str(code)
     paths = Path("paths.txt").read_text().split()
-    stages: dict[str, float] = {}
-    t_all = time.perf_counter()
-
-    def stage(name, fn):
-        t0 = time.perf_counter()
-        out = fn()
-        stages[name] = round(time.perf_counter() - t0, 3)
-        return out
-
+    out = Path("results/summary")
+    out.mkdir(parents=True, exist_ok=True)
+    output = {name: str(out / (f"{name}.csv" if name != "campaign" else "campaign.json"))
+              for name in SUMMARY}
+    output["load"], output["load_overhead"] = str(out / "llm_load.csv"), str(out / "llm_load_overhead.csv")
+    if stage == "update":
+        paths.append(extra_run(root, config, paths))
     t0 = time.perf_counter()
-    import pandas as pd
-
-    from scalesweep.analyse.overhead import overhead_table
-    from scalesweep.analyse.scaling import scaling_table
-    from scalesweep.analyse.stats import describe_repeats
-    from scalesweep.analyse.collect import collect_runs, point_states
-    from scalesweep.report.plots import llm_figure, scaling_figure
-    from scalesweep.plan.sweep import sweep_points, workload_axes
-    stages["imports"] = round(time.perf_counter() - t0, 3)
-
+    import pandas  # noqa: F401  (what every rule's script imports first)
+    try:
+        from scalesweep.report.aggregate import write_summary
+    except ImportError:  # a checkout from before it: its script
+        write_summary = None
+    imports_s = time.perf_counter() - t0
     prof = None
     if profile:
         import cProfile
         prof = cProfile.Profile()
         prof.enable()
-    out = Path("results/summary")
-    out.mkdir(parents=True, exist_ok=True)
-    # --- workflow/scripts/aggregate.py, step by step -----------------------------------
-    runs = stage("collect_runs", lambda: collect_runs(paths, config))
-    stage("runs_csv", lambda: runs.to_csv(out / "runs.csv", index=False))
-
-    def scaling():
-        tables = []
-        trained = runs[runs["payload"] == "cnn"]
-        for workload, df in trained.groupby("workload", sort=True):
-            tables.append(scaling_table(
-                df, count_col="count", time_col="time_s",
-                group_cols=["workload", "runtime", "threads"],
-                baseline=workload_axes(config, workload).get("baseline"),
-                cv_threshold=config.get("analysis", {}).get("cv_threshold", 0.05)))
-        table = pd.concat(tables, ignore_index=True)
-        table.to_csv(out / "scaling.csv", index=False, float_format="%.10g")
-        return table
-    scaling_df = stage("scaling_table", scaling)
-
-    def llm():
-        llm = runs[runs["payload"] == "llm"]
-        keys = ["workload", "runtime", "nodes", "gpus", "threads"]
-        table = describe_repeats(llm, keys, "time_s")
-        extra = llm.groupby(keys, as_index=False)[
-            ["tokens_per_s", "ttft_p50_s", "latency_p50_s", "peak_rss_mb"]].mean()
-        table.merge(extra, on=keys).to_csv(out / "llm.csv", index=False, float_format="%.10g")
-    stage("llm_table", llm)
-
-    def overhead():
-        keys = ["workload", "nodes", "gpus", "ranks", "threads"]
-        table = overhead_table(runs, "runtime", "time_s", keys, baseline_runtime="native")
-        table.to_csv(out / "overhead.csv", index=False, float_format="%.10g")
-        return table
-    overhead_df = stage("overhead_table", overhead)
-
-    def states():
-        import inspect
-        if "done" in inspect.signature(point_states).parameters:  # the proposed fix
-            st = point_states(sweep_points(config), done=runs["path"])
+    steps: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if stage in ("cold", "update"):
+        if write_summary is not None:
+            tables = write_summary(paths, config, output, lambda text: None, timings=steps)
+            runs, states = tables["runs"], tables["points"]
         else:
-            st = point_states(sweep_points(config))
-        st.to_csv(out / "points.csv", index=False)
-        return st
-    states_df = stage("point_states", states)
-    # --- workflow/scripts/plot_scaling.py and plot_llm.py (they re-read the CSVs) -------
-    def plot_scaling():
-        fig = scaling_figure(pd.read_csv(out / "scaling.csv"), pd.read_csv(out / "runs.csv"))
-        fig.savefig("results/plots_scaling.png", dpi=120)
-    stage("scaling_figure", plot_scaling)
-
-    def plot_llm():
-        fig = llm_figure(pd.read_csv(out / "runs.csv"))
-        fig.savefig("results/plots_llm.png", dpi=120)
-    stage("llm_figure", plot_llm)
+            run_rule_script(code, "aggregate", config, root / "aggregate.log", output,
+                            metrics=paths)
+            import pandas as pd
+            runs, states = pd.read_csv(output["runs"]), pd.read_csv(output["points"])
+        import pandas as pd
+        extra = {"runs_read": len(runs), "points_done": int((states["state"] == "done").sum()),
+                 "scaling_rows": len(pd.read_csv(output["scaling"])),
+                 "overhead_rows": len(pd.read_csv(output["overhead"]))}
+    else:
+        run_rule_script(code, "plot_scaling", config, root / "plot_scaling.log",
+                        str(root / "results/plots_scaling.png"),
+                        scaling=output["scaling"], runs=output["runs"])
+        t1 = time.perf_counter()
+        run_rule_script(code, "plot_llm", config, root / "plot_llm.log",
+                        str(root / "results/plots_llm.png"), runs=output["runs"])
+        steps = {"scaling_figure": round(t1 - t0, 3), "llm_figure": round(time.perf_counter() - t1, 3)}
+        extra = {}
+    seconds = time.perf_counter() - t0
     if prof is not None:
         prof.disable()
         prof.dump_stats(profile)
-    total = time.perf_counter() - t_all
-    aggregate_s = sum(stages[k] for k in ("collect_runs", "runs_csv", "scaling_table",
-                                          "llm_table", "overhead_table", "point_states"))
-    return {
-        "runs_read": len(runs), "scaling_rows": len(scaling_df), "overhead_rows": len(overhead_df),
-        "points_done": int((states_df["state"] == "done").sum()),
-        "stages_s": stages, "aggregate_rule_s": round(aggregate_s, 3),
-        "plots_s": round(stages["scaling_figure"] + stages["llm_figure"], 3),
-        "total_s": round(total, 3),
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-    }
+    mib = lambda who: round(resource.getrusage(who).ru_maxrss / 1024, 1)  # noqa: E731
+    return {"stage": stage, "s": round(seconds, 3), "imports_s": round(imports_s, 3),
+            "steps_s": steps, "peak_rss_mib": mib(resource.RUSAGE_SELF),
+            "children_peak_rss_mib": mib(resource.RUSAGE_CHILDREN), **extra}
 
 
 def main(argv: list[str] | None = None) -> dict:
     mode, rest = mode_of(argv)
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=100_000 if mode == "full" else 1_000)
-    ap.add_argument("--profile", action="store_true", help="cProfile the measured stages")
+    ap.add_argument("--profile", action="store_true", help="cProfile each measured stage "
+                    "(DIR/<stage>.prof)")
     ap.add_argument("--keep", help="generate into (and keep) this directory; an existing "
                     "one is reused (no new files)")
     ap.add_argument("--code", default=str(REPO), help="the checkout whose workflow/ is "
                     "measured (e.g. a scratch copy with a proposed fix)")
+    ap.add_argument("--stages", default="cold,update,figures",
+                    help="which stages to measure, in order (update needs cold's cache)")
     ap.add_argument("--measure", help=argparse.SUPPRESS)  # internal: the measured process
+    ap.add_argument("--stage", help=argparse.SUPPRESS)
     ap.add_argument("--profile-out", help=argparse.SUPPRESS)
     args = ap.parse_args(rest)
+    code = Path(args.code).resolve()
     if args.measure:
-        sys.path.insert(0, str(Path(args.code).resolve() / "workflow"))
-        print(json.dumps(measure(Path(args.measure), args.profile_out)))
+        sys.path.insert(0, str(code / "workflow"))
+        print(json.dumps(measure(Path(args.measure), args.stage, code, args.profile_out)))
         return {}
 
     load0 = loadavg()
@@ -263,32 +292,52 @@ def main(argv: list[str] | None = None) -> dict:
         config, paths, gen_s = generate(root, args.runs)
         (root / "config.json").write_text(json.dumps(config))
         (root / "paths.txt").write_text("\n".join(paths) + "\n")
+    # no summary, no cache, no run of an earlier update stage
     shutil.rmtree(root / "results" / "summary", ignore_errors=True)
-    disk_mb = sum(f.stat().st_size for f in (root / "results" / "runs").rglob("metrics.json")) / 2**20
-    load1 = loadavg()
-    argv = [sys.executable, __file__, "--measure", str(root), "--code", args.code]
-    if args.profile:
-        argv += ["--profile-out", str(root / "aggregate.prof")]
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"measurement failed:\n{proc.stderr[-4000:]}")
-    m = json.loads(proc.stdout.strip().splitlines()[-1])
-    total = m["aggregate_rule_s"] + m["plots_s"]
-    figures = {
+    runs_dir = root / "results" / "runs"
+    for extra in runs_dir.glob(f"*/*/*/rep{config['sweep']['repeats'] + 1}"):
+        shutil.rmtree(extra)
+    disk_mb = sum(f.stat().st_size for f in runs_dir.rglob("metrics.json")) / 2**20
+    stages = {}
+    for stage in args.stages.split(","):
+        argv = [sys.executable, __file__, "--measure", str(root), "--stage", stage,
+                "--code", str(code)]
+        if args.profile:
+            argv += ["--profile-out", str(root / f"{stage}.prof")]
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"measurement of {stage} failed:\n{proc.stderr[-4000:]}")
+        stages[stage] = json.loads(proc.stdout.strip().splitlines()[-1])
+    cold, update, figures = (stages.get(k, {}) for k in ("cold", "update", "figures"))
+    peak = max((max(s["peak_rss_mib"], s["children_peak_rss_mib"]) for s in stages.values()),
+               default=0)
+    tables_s, update_s, figures_s = cold.get("s"), update.get("s"), figures.get("s")
+    met = {"tables": tables_s is not None and tables_s < TABLES_TARGET_S,
+           "update": update_s is not None and update_s < UPDATE_TARGET_S,
+           "figures": figures_s is not None and figures_s < FIGURES_TARGET_S,
+           "rss": peak < RSS_TARGET_MIB}
+    figures_out = {
         "runs": len(paths), "metrics_mib": round(disk_mb, 1),
         "generate_s": round(gen_s, 1) if gen_s is not None else None,
-        **m, "tables_and_figures_s": round(total, 3),
-        "target_s": TARGET_S, "target_met": total < TARGET_S, "load_at_measure": load1,
-        "code": args.code,
+        "runs_read": cold.get("runs_read"), "points_done": cold.get("points_done"),
+        "scaling_rows": cold.get("scaling_rows"), "overhead_rows": cold.get("overhead_rows"),
+        "tables_s": tables_s, "update_s": update_s, "figures_s": figures_s,
+        "tables_and_figures_s": round((tables_s or 0) + (figures_s or 0), 3),
+        "peak_rss_mib": peak, "stages": stages,
+        "targets": {"tables_s": TABLES_TARGET_S, "update_s": UPDATE_TARGET_S,
+                    "figures_s": FIGURES_TARGET_S, "peak_rss_mib": RSS_TARGET_MIB},
+        "targets_met": met, "load_at_measure": loadavg(), "code": str(code),
     }
     if args.profile:
-        figures["profile_file"] = str(root / "aggregate.prof")
+        figures_out["profile_files"] = [str(root / f"{s}.prof") for s in stages]
+    shown = lambda v: "-" if v is None else f"{v:.1f} s"  # noqa: E731
     human = (f"{len(paths):,} runs ({disk_mb:.0f} MiB of metrics.json) -> tables "
-             f"{m['aggregate_rule_s']:.1f} s + figures {m['plots_s']:.1f} s = {total:.1f} s "
-             f"(collect_runs {m['stages_s']['collect_runs']:.1f} s, point_states "
-             f"{m['stages_s']['point_states']:.1f} s), peak RSS {m['peak_rss_mib']:.0f} MiB "
-             f"(target < {TARGET_S:.0f} s: {'met' if total < TARGET_S else 'MISSED'})")
-    result = report("aggregation", mode, figures, human, load0)
+             f"{shown(tables_s)} (collect_runs {shown(cold.get('steps_s', {}).get('collect_runs'))}), "
+             f"update after one more run {shown(update_s)}, figures {shown(figures_s)}, peak RSS "
+             f"{peak:.0f} MiB (targets < {TABLES_TARGET_S:.0f} s / < {UPDATE_TARGET_S:.0f} s / "
+             f"< {FIGURES_TARGET_S:.0f} s / < {RSS_TARGET_MIB} MiB: "
+             + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in met.items()) + ")")
+    result = report("aggregation", mode, figures_out, human, load0)
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return result

@@ -13,7 +13,7 @@ import pandas as pd
 
 from scalesweep.analyse.frame import (TableError, as_list, describe_group, grouped,
                                       require_positive_times, require_table, truthy)
-from scalesweep.analyse.pairing import SAME_BLOCK, UNPAIRED, Pairs, valid_pairs
+from scalesweep.analyse.pairing import ROW_KEYS, SAME_BLOCK, UNPAIRED, Pairs, valid_pairs
 from scalesweep.analyse.stats import CONFIDENCE
 from scalesweep.analyse.verdict import (EQUIVALENCE_MARGIN_PCT, TARGET_CI_PP, overhead_uncertainty,
                                         overhead_pct, overhead_verdict)
@@ -134,6 +134,11 @@ def verdict_table(
     else:
         excluded = pd.Series(False, index=df.index)
     data = data.assign(_excluded=excluded.astype(bool))
+    # only the columns read below: each group's slices of runs.csv's hundred columns were
+    # most of the time at 2,000 groups (#31)
+    used = dict.fromkeys([*group_cols, runtime_col, time_col, *([pair_col] if pair_col else []),
+                          *ROW_KEYS])
+    data = data[[c for c in used if c in data.columns]]
     rows = []
     for key, group in grouped(data, group_cols):
         is_base = _baseline_mask(group, runtime_col, baseline_runtime, group_cols, key)

@@ -48,10 +48,18 @@ def valid_pairs(base: pd.DataFrame, runs: pd.DataFrame, pair_col: str | None,
                 raise TableError(f"{pair_col}: every run must name its block, once per "
                                  "runtime (empty or repeated block ids)")
             return Pairs()
-        records = side.to_dict("records")
+        # the columns block_pairs reads (ROW_KEYS): a table of runs.csv's hundred columns
+        # made into records whole was most of a 100,000-run campaign's verdicts (#31)
+        cols = [c for c in side.columns if c in (pair_col, time_col, *ROW_KEYS)]
+        records = [dict(zip(cols, values)) for values in zip(*(side[c].tolist() for c in cols))]
         sides.append({k: r for k, r in zip(keys.tolist(), records)
                       if not r["_excluded"] and usable(np.array([r[time_col]], float))[0]})
     return block_pairs(sides[0], sides[1], time_col, how, max_gap_s, probe_tolerance_pct)
+
+
+# the keys of a run's row that block_pairs reads, besides its time column
+ROW_KEYS = ("_excluded", "start", "end", "hosts", "payload", "probe_gflops", "probe_gbps",
+            "probe_change_pct")
 
 
 def block_pairs(native: dict, other: dict, time_col: str = "time_s", how: str = SAME_BLOCK,
@@ -62,7 +70,8 @@ def block_pairs(native: dict, other: dict, time_col: str = "time_s", how: str = 
     start, end) or saw machines whose probes differ by more than ``probe_tolerance_pct``
     (``scalesweep.measure.probe.pair_probe_difference_pct``); pairs on the same hosts preferred
     where at least two exist. The one pairing of the verdicts (``verdict_table``) and of
-    the adaptive decisions (``scalesweep.analyse.decision.decide``)."""
+    the adaptive decisions (``scalesweep.analyse.decision.decide``). It reads a row's
+    ``time_col`` and ``ROW_KEYS`` only."""
     common = sorted(set(native) & set(other), key=natural_key)
     split = machine = 0
     if max_gap_s is not None:
