@@ -258,3 +258,34 @@ def test_stored_rows_make_the_table_pandas_makes_of_them(tmp_path):
     merged = RowStore.merged([(loaded, [5, 2]), (store, [0])])
     assert merged.paths == ["p5", "p2", "p0"]
     assert merged.frame([0, 1, 2]).to_csv() == pd.DataFrame([rows[5], rows[2], rows[0]]).to_csv()
+
+
+def test_the_text_of_rows_written_before_is_the_text_pandas_writes(tmp_path):
+    """runcache.write_csv: the bytes of df.to_csv, the rows whose key is unchanged taken
+    from the memo; other columns or types, or a row of several lines, format every row."""
+    memo, out = tmp_path / "memo.npz", tmp_path / "t.csv"
+    df = pd.DataFrame({"a": [1, 2, 3], "b": ["x", "y,z", None], "c": [0.1, np.nan, 1e20],
+                       "d": [True, False, True]})
+    keys = [("r", 0), ("r", 1), ("r", 2)]
+
+    def check(frame, keys, **kw):
+        runcache.write_csv(frame, out, keys, memo, "v", **kw)
+        assert out.read_bytes() == frame.to_csv(index=False, **kw).encode()
+
+    check(df, keys)
+    assert memo.is_file()
+    assert runcache._load_texts(memo, "another signature") == {}
+    # a row whose key is unchanged is not formatted again: its old text stands
+    changed = df.assign(a=[1, 2, 4])
+    runcache.write_csv(changed, out, keys, memo, "v")
+    assert out.read_bytes() == df.to_csv(index=False).encode()
+    check(changed, [("r", 0), ("r", 1), ("r", 2, "new")])  # a new key: formatted
+    check(changed.iloc[::-1].reset_index(drop=True), keys[::-1])  # reordered
+    check(changed, [None, ("r", 1), None])  # rows without a key: always formatted
+    check(df.assign(a=[1.0, 2.0, 4.0]), keys)  # another type: every row formatted
+    check(df, keys, float_format="%.3g")  # other options
+    check(df.assign(b=["x", "two\nlines", None]), keys)  # a row of two lines
+    assert not memo.exists()
+    check(df, keys)
+    memo.write_bytes(b"garbage")
+    check(df, keys)

@@ -259,6 +259,17 @@ def collect_runs(metrics_paths: Iterable[str], config: dict, log=None,
     not read again; one changed, replaced or deleted is (and the cache rewritten). The
     table is the same with or without it, byte for byte. ``workers``: processes that
     read the files (default: one per processor this process may use)."""
+    return collect_runs_keyed(metrics_paths, config, log, cache, workers)[0]
+
+
+
+def collect_runs_keyed(metrics_paths: Iterable[str], config: dict, log=None,
+                       cache: str | os.PathLike | None = None,
+                       workers: int | None = None) -> tuple[pd.DataFrame, list]:
+    """collect_runs, and per row of it the identity of the file it was read from: (path,
+    (device, inode, size, mtime_ns, ctime_ns)), None for a row whose file may change
+    unseen (runcache.RACY_S) or that stands in for another (an earlier run). A row of
+    the same identity, code and config has the same values (runcache.cache_version)."""
     log = log or (lambda text: None)
     paths = [str(p) for p in metrics_paths]
     version = runcache.cache_version(config) if cache is not None else ""
@@ -280,8 +291,10 @@ def collect_runs(metrics_paths: Iterable[str], config: dict, log=None,
     table = runcache.RowStore.merged([(cached, hit_rows), *((s, range(len(s))) for s, _ in parts)])
     at_hit = {j: k for k, j in enumerate(hit_rows)}
     order: list = [None] * len(paths)
+    keys: list = [None] * len(paths)
     for i, j in hits.items():
         order[i] = at_hit[j]
+        keys[i] = (paths[i], looked[i][0])
     offset, placed = len(hit_rows), []
     for store, part in parts:
         placed += [(what, value + offset if what == "stored" else value) for what, value in part]
@@ -290,17 +303,21 @@ def collect_runs(metrics_paths: Iterable[str], config: dict, log=None,
         if what == "failed":  # in the order of paths, as readable_runs logs them
             found = _earlier_run(paths[i], value, config, log)
             value = found[2] if found is not None else None
+        elif looked[i][0] is not None and not looked[i][1]:
+            keys[i] = (paths[i], looked[i][0])
         order[i] = value
+    keys = [k for k, r in zip(keys, order) if r is not None]
     order = [r for r in order if r is not None]
     if cache is not None:
         _keep(cache, version, cached, known, table, paths, looked, missed, placed, log)
     if not order:
-        return pd.DataFrame(columns=RUN_COLUMNS)
+        return pd.DataFrame(columns=RUN_COLUMNS), []
     df = with_blocks(table.frame(order))
     cols = [c for c in RUN_COLUMNS if c in df.columns]
-    return df[cols + [c for c in df.columns if c not in cols]].sort_values(
-        ["workload", "runtime", "count", "threads", "repeat"], ignore_index=True
-    )
+    df = df[cols + [c for c in df.columns if c not in cols]].sort_values(
+        ["workload", "runtime", "count", "threads", "repeat"])
+    keys = [keys[i] for i in df.index]
+    return df.reset_index(drop=True), keys
 
 
 

@@ -20,9 +20,9 @@ from typing import Callable, Iterable, Mapping
 
 import pandas as pd
 
-from scalesweep.analyse.collect import collect_runs, point_states, runs_points
+from scalesweep.analyse.collect import collect_runs_keyed, point_states, runs_points
 from scalesweep.analyse.load import load_runs, load_summary, load_verdicts
-from scalesweep.analyse.runcache import RUNS_CACHE
+from scalesweep.analyse.runcache import RUNS_CACHE, RUNS_CSV_CACHE, cache_version, write_csv
 from scalesweep.analyse.summary import (
     campaign_record,
     campaign_settings,
@@ -73,10 +73,17 @@ def write_summary(metrics: Iterable[str], config: dict, output: Mapping[str, str
         clock[0] = now
 
     paths = aggregate_paths(metrics, config)
-    cache_file = Path(output["runs"]).parent / RUNS_CACHE if cache else None
-    runs = collect_runs(paths, config, log, cache=cache_file)
+    summary = Path(output["runs"]).parent
+    runs, keys = collect_runs_keyed(paths, config, log, cache=summary / RUNS_CACHE if cache else None)
     step("collect_runs")
-    runs.to_csv(output["runs"], index=False)
+    # each row's text kept beside it too: a row of an unchanged file in an unchanged
+    # block is not formatted again
+    if cache and keys:
+        blocks = zip(*(runs[c] if c in runs else [None] * len(runs)
+                       for c in ("block_start", "block_end")))
+        keys = [None if k is None else (k, *b) for k, b in zip(keys, blocks)]
+    write_csv(runs, output["runs"], keys if cache else None,
+              summary / RUNS_CSV_CACHE if cache else None, cache_version(config) if cache else "")
     step("runs_csv")
     if not runs.empty and runs["disturbed"].any():
         log(f"{int(runs['disturbed'].sum())} disturbed runs kept in runs.csv, left out of "
