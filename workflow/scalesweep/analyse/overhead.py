@@ -13,7 +13,7 @@ import pandas as pd
 
 from scalesweep.analyse.frame import (TableError, as_list, describe_group, grouped,
                                       require_positive_times, require_table, truthy)
-from scalesweep.analyse.pairing import ROW_KEYS, SAME_BLOCK, UNPAIRED, Pairs, valid_pairs
+from scalesweep.analyse.pairing import ROW_KEYS, SAME_BLOCK, UNPAIRED, Pairs, side_pairs
 from scalesweep.analyse.stats import CONFIDENCE
 from scalesweep.analyse.verdict import (EQUIVALENCE_MARGIN_PCT, TARGET_CI_PP, overhead_uncertainty,
                                         overhead_pct, overhead_verdict)
@@ -140,12 +140,38 @@ def verdict_table(
                           *ROW_KEYS])
     data = data[[c for c in used if c in data.columns]]
     rows = []
-    for key, group in grouped(data, group_cols):
-        is_base = _baseline_mask(group, runtime_col, baseline_runtime, group_cols, key)
-        base = group[is_base]
-        for runtime, runs in group[~is_base].groupby(runtime_col, sort=False):
-            pairs = valid_pairs(base, runs, pair_col, time_col, max_pair_gap_s,
-                                 probe_tolerance_pct)
+    # per group and runtime, the rows' positions, and numpy arrays and dicts of the
+    # columns: slicing the table itself per group was most of the time at 2,000 groups
+    runtime_of = data[runtime_col].to_numpy()
+    time_of = data[time_col].to_numpy(float)
+    excluded_of = data["_excluded"].to_numpy(bool)
+    pairing = bool(pair_col) and pair_col in data.columns
+    if pairing:
+        pair_of = data[pair_col].to_numpy()
+        cols = [c for c in data.columns if c in (pair_col, time_col, *ROW_KEYS)]
+        records = [dict(zip(cols, values)) for values in zip(*(data[c].tolist() for c in cols))]
+    positions = data[group_cols].reset_index(drop=True).assign(_pos=np.arange(len(data)))
+    for key, group in grouped(positions, group_cols):
+        at = group["_pos"].to_numpy()
+        runtimes = runtime_of[at]
+        is_base = runtimes == baseline_runtime
+        if not is_base.any():
+            raise TableError(
+                f"no {runtime_col}={baseline_runtime!r} rows in "
+                f"{describe_group(group_cols, key)} ({runtime_col} present: "
+                f"{', '.join(map(str, pd.unique(runtimes)))})")
+        base = at[is_base]
+        others = at[~is_base]
+        for runtime in pd.unique(runtime_of[others]):
+            if pd.isna(runtime):  # (groupby leaves out a missing runtime)
+                continue
+            runs = others[runtime_of[others] == runtime]
+            if pairing:
+                pairs = side_pairs((pair_of[base], [records[i] for i in base]),
+                                   (pair_of[runs], [records[i] for i in runs]),
+                                   pair_col, time_col, max_pair_gap_s, probe_tolerance_pct)
+            else:
+                pairs = Pairs()
             if pairs.native is None and pairs.how == SAME_BLOCK:
                 # runs of blocks are compared in their pairs or not at all: never the
                 # runs measured apart, nor those whose pair was left out, side by side
@@ -156,8 +182,8 @@ def verdict_table(
                                      np.exp(np.log(container).mean()))
                                     if native.size else (np.nan, np.nan))
             else:
-                native = base.loc[~base["_excluded"], time_col].to_numpy(float)
-                container = runs.loc[~runs["_excluded"], time_col].to_numpy(float)
+                native = time_of[base[~excluded_of[base]]]
+                container = time_of[runs[~excluded_of[runs]]]
                 native_s = native.mean() if native.size else np.nan
                 time_s = container.mean() if container.size else np.nan
             paired = pairs.native is not None
@@ -171,7 +197,7 @@ def verdict_table(
                 "paired": v["paired"],
                 "pairing": pairs.how if paired else UNPAIRED,
                 "n_native": v["n_native"], "n": v["n"],
-                "n_disturbed": int(base["_excluded"].sum() + runs["_excluded"].sum()),
+                "n_disturbed": int(excluded_of[base].sum() + excluded_of[runs].sum()),
                 "n_pairs_split": pairs.split,
                 "n_pairs_machine_differs": pairs.machine_differs,
                 "native_s": native_s, "time_s": time_s,

@@ -39,19 +39,29 @@ def valid_pairs(base: pd.DataFrame, runs: pd.DataFrame, pair_col: str | None,
     """The valid pairs, matched on ``pair_col`` and in its order (see ``verdict_table``)."""
     if not pair_col or pair_col not in base.columns or pair_col not in runs.columns:
         return Pairs()
-    how = SAME_BLOCK if pair_col == "block_id" else SAME_REPEAT
     sides = []
     for side in (base, runs):
-        keys = side[pair_col].to_numpy()
+        # the columns block_pairs reads (ROW_KEYS): a table of runs.csv's hundred columns
+        # made into records whole was most of a 100,000-run campaign's verdicts (#31)
+        cols = [c for c in side.columns if c in (pair_col, time_col, *ROW_KEYS)]
+        sides.append((side[pair_col].to_numpy(),
+                      [dict(zip(cols, values)) for values in zip(*(side[c].tolist() for c in cols))]))
+    return side_pairs(sides[0], sides[1], pair_col, time_col, max_gap_s, probe_tolerance_pct)
+
+
+def side_pairs(base: tuple[np.ndarray, list[dict]], runs: tuple[np.ndarray, list[dict]],
+               pair_col: str, time_col: str, max_gap_s: float | None = None,
+               probe_tolerance_pct: float | None = None) -> Pairs:
+    """valid_pairs of two sides given as (their ``pair_col`` values, their rows as dicts
+    of ``time_col`` and ROW_KEYS)."""
+    how = SAME_BLOCK if pair_col == "block_id" else SAME_REPEAT
+    sides = []
+    for keys, records in (base, runs):
         if pd.isna(keys).any() or len(set(keys.tolist())) != len(keys):
             if how == SAME_BLOCK:
                 raise TableError(f"{pair_col}: every run must name its block, once per "
                                  "runtime (empty or repeated block ids)")
             return Pairs()
-        # the columns block_pairs reads (ROW_KEYS): a table of runs.csv's hundred columns
-        # made into records whole was most of a 100,000-run campaign's verdicts (#31)
-        cols = [c for c in side.columns if c in (pair_col, time_col, *ROW_KEYS)]
-        records = [dict(zip(cols, values)) for values in zip(*(side[c].tolist() for c in cols))]
         sides.append({k: r for k, r in zip(keys.tolist(), records)
                       if not r["_excluded"] and usable(np.array([r[time_col]], float))[0]})
     return block_pairs(sides[0], sides[1], time_col, how, max_gap_s, probe_tolerance_pct)
