@@ -107,7 +107,8 @@ def scaling_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame:
     table["note"] = [w + "; " + t if w and t else w or t for w, t in zip(why, table["note"])]
     # a count reached by several node layouts (1 node x 2 ranks and 2 nodes x 1 rank) is
     # pooled here as repeats of one count: said on the row and in the log, never silently
-    layouts = valid_runs(trained).groupby([*SCALING_SERIES, "count"]).apply(
+    layouts = valid_runs(trained)[[*SCALING_SERIES, "count", "nodes", "gpus", "ranks"]].groupby(
+        [*SCALING_SERIES, "count"]).apply(
         lambda d: sorted({(int(n), int(g), int(r)) for n, g, r in
                           zip(d["nodes"], d["gpus"], d["ranks"])}), include_groups=False)
     for i, row in table.iterrows():
