@@ -344,12 +344,14 @@ def _source_digest(root: str) -> str:
 
 def cache_version(config: dict) -> str:
     """What a cached row depends on besides its file: this format, the source of the
-    scalesweep package and of any workload kind defined outside it, Python, and the
-    config's workload -> payload kind mapping (which kind reads each file)."""
+    scalesweep package and of any workload kind defined outside it, Python, numpy and
+    pandas, and the config's workload -> payload kind mapping (which kind reads each
+    file)."""
     from scalesweep.plan.kinds import kind_of
 
     package = Path(__file__).resolve().parents[1]
     parts = [f"format {CACHE_FORMAT}", f"python {sys.version_info[:3]}",
+             f"numpy {np.__version__}", f"pandas {pd.__version__}",
              _source_digest(str(package))]
     payloads = {}
     for name, wl in sorted((config.get("workloads") or {}).items()):
