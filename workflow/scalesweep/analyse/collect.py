@@ -330,7 +330,7 @@ def _keep(cache, version: str, cached: runcache.RowStore, known: dict[str, int],
     rows of files changed, replaced, deleted or unreadable since."""
     stale = {paths[i] for i in missed}  # read now, or unreadable: their old rows go
     new = [value for i, (what, value) in zip(missed, placed)
-           if what == "stored" and not looked[i][1]]
+           if what == "stored" and looked[i][0] is not None and not looked[i][1]]
     if not new and not any(p in known for p in stale):
         return  # nothing to change
     kept_new = set()
