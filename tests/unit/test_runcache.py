@@ -246,10 +246,27 @@ def test_stored_rows_make_the_table_pandas_makes_of_them(tmp_path):
     loaded = RowStore.load(tmp_path / "c.npz", "v")
     assert loaded.paths == store.paths and loaded.idents == store.idents
     order = list(range(len(rows) - 1))[::-1] + [rows[-1]]
-    expected = pd.DataFrame(rows[-2::-1] + [rows[-1]])
-    for got in (store.frame(order), loaded.frame(order)):
+    cases = [(store, order, rows[-2::-1] + [rows[-1]]), (loaded, order, rows[-2::-1] + [rows[-1]])]
+    # without a row not stored (the columns made from their kinds of value, not each
+    # value), of a few kinds of column each: numbers with and without missing values,
+    # ints alone, bools alone, text with numbers
+    kinds = RowStore()
+    for picks in ([1.5, 3, None], [1.5, 2.0], [3, 4], [3, None], [True, False], [None],
+                  ["t", 1.5, None], ["t", True, 3], [np.float64(1.0), 2.0], [2**70, 1]):
+        these = []
+        for i in range(40):
+            row = {"k": picks[i % len(picks)], "x": i} if i % 4 else {"x": i}
+            kinds.add(f"q{len(kinds)}", (1, len(kinds), 0, 0, 0), row)
+            these.append(row)
+        cases.append((kinds, list(range(len(kinds) - 40, len(kinds))), these))
+        cases.append((kinds, list(range(len(kinds) - 39, len(kinds))), these[1:]))  # all "k"
+    kinds.save(tmp_path / "k.npz", "v")
+    cases += [(RowStore.load(tmp_path / "k.npz", "v"), o, r) for s, o, r in cases if s is kinds]
+    for source, order, rows_of in cases:
+        expected = pd.DataFrame(rows_of)
+        got = source.frame(order)
         assert list(got.columns) == list(expected.columns)
-        assert got.dtypes.equals(expected.dtypes)
+        assert got.dtypes.equals(expected.dtypes), (rows_of[:3], got.dtypes, expected.dtypes)
         assert got.to_csv() == expected.to_csv()
         for col in expected:
             for x, y in zip(got[col].tolist(), expected[col].tolist()):

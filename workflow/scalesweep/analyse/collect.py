@@ -276,7 +276,7 @@ def collect_runs_keyed(metrics_paths: Iterable[str], config: dict, log=None,
     cached = runcache.RowStore.load(cache, version) if cache is not None else None
     cached = cached if cached is not None else runcache.RowStore()
     known = cached.index()
-    looked = [runcache.identity(p) for p in paths]
+    looked = runcache.identities(paths)
     hits, missed = {}, []  # position in paths -> row of the cache; positions to read
     for i, (path, (ident, _)) in enumerate(zip(paths, looked)):
         j = known.get(path)
@@ -362,11 +362,17 @@ def with_blocks(df: pd.DataFrame) -> pd.DataFrame:
     if "start" in df.columns and "end" in df.columns:
         start = pd.to_datetime(df["start"], utc=True, errors="coerce")
         end = pd.to_datetime(df["end"], utc=True, errors="coerce")
-        times = pd.DataFrame({"block_id": df["block_id"], "s": start, "e": end})
-        span = times.groupby("block_id").agg(s=("s", "min"), e=("e", "max"))
+        # per block (its number: codes), its first start and last end, each formatted
+        # once and given to each of its runs
+        codes, blocks = pd.factorize(df["block_id"])
         fmt = lambda t: None if pd.isna(t) else t.isoformat()  # noqa: E731
-        df["block_start"] = df["block_id"].map(span["s"].map(fmt))
-        df["block_end"] = df["block_id"].map(span["e"].map(fmt))
+        for col, times, how in (("block_start", start, "min"), ("block_end", end, "max")):
+            span = getattr(times.groupby(codes), how)()
+            if (codes < 0).any() or not span.index.equals(pd.RangeIndex(len(blocks))):
+                text = dict(zip(span.index, span.map(fmt)))  # (no block: no time)
+                df[col] = [text.get(c) if c >= 0 else np.nan for c in codes]
+                continue
+            df[col] = np.array([fmt(t) for t in span], dtype=object)[codes]
     return df
 
 

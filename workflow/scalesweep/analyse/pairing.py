@@ -8,6 +8,7 @@ adaptive decisions (``scalesweep.analyse.decision``).
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import pandas as pd
@@ -63,8 +64,16 @@ def side_pairs(base: tuple[np.ndarray, list[dict]], runs: tuple[np.ndarray, list
                                  "runtime (empty or repeated block ids)")
             return Pairs()
         sides.append({k: r for k, r in zip(keys.tolist(), records)
-                      if not r["_excluded"] and usable(np.array([r[time_col]], float))[0]})
+                      if not r["_excluded"] and _usable(r[time_col])})
     return block_pairs(sides[0], sides[1], time_col, how, max_gap_s, probe_tolerance_pct)
+
+
+def _usable(value) -> bool:
+    """stats.usable of one value (a float checked as a float, anything else as usable
+    checks it: in an array of floats)."""
+    if type(value) is float:
+        return value > 0 and value != math.inf
+    return bool(usable(np.array([value], float))[0])
 
 
 # the keys of a run's row that block_pairs reads, besides its time column

@@ -69,6 +69,20 @@ def identity(path: str) -> tuple[Identity | None, bool]:
     return ident, time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < _RACY_NS
 
 
+def identities(paths: Sequence[str]) -> list[tuple[Identity | None, bool]]:
+    """identity of each file (fresh: changed less than RACY_S before this call began)."""
+    now, stat, out = time.time_ns(), os.stat, []
+    for path in paths:
+        try:
+            st = stat(path)
+        except OSError:
+            out.append((None, False))
+            continue
+        out.append(((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns),
+                    now - max(st.st_mtime_ns, st.st_ctime_ns) < _RACY_NS))
+    return out
+
+
 @dataclass
 class _Shape:
     """Rows of one set of keys, each of one type: their values column by column (an
@@ -111,6 +125,53 @@ def _shape_key(row: dict) -> tuple[tuple, tuple] | None:
     except KeyError:  # a value of another kind: the row is not stored
         return None
     return tuple(row), types
+
+
+_NUMBERS = {"float", "int", "none", "absent"}
+
+
+def _typed_column(col: str, n: int, used: list):
+    """The column ``col`` of the rows of shapes ``used`` as the array pandas infers from
+    their values, where the kinds of value it holds decide it without looking at each
+    value; None (infer from the values) otherwise:
+    - numbers (float, int) with None or absent: float64 (int, None and NaN as pandas
+      casts them: exactly the float, NaN), where at least one float, or an int beside a
+      missing value, is there; ints alone: int64; bools alone: bool;
+    - any text: object, each value as itself (pandas keeps a column of text as objects).
+    """
+    kinds = set()
+    for shape, _, _ in used:
+        k = shape.key_index().get(col)
+        if k is None:
+            kinds.add("absent")
+            continue
+        kind = shape.types[k]
+        if kind == "int" and shape.columns[k] is not None and shape.columns[k].dtype == object:
+            return None  # an int beyond int64
+        kinds.add(kind)
+    if kinds <= _NUMBERS and ("float" in kinds or ("int" in kinds and kinds & {"none", "absent"})):
+        out = np.full(n, np.nan)
+        for shape, pos, rows in used:
+            k = shape.key_index().get(col)
+            if k is not None and shape.types[k] in ("float", "int"):
+                out[pos] = shape.columns[k][rows]
+        return out
+    if kinds in ({"int"}, {"bool"}):
+        dtype = np.int64 if kinds == {"int"} else np.bool_
+        out = np.empty(n, dtype=dtype)
+        for shape, pos, rows in used:
+            out[pos] = shape.columns[shape.key_index()[col]][rows]
+        return out
+    if "str" in kinds and kinds <= {"str", "float", "int", "bool", "none", "absent"}:
+        out = np.full(n, np.nan, dtype=object)
+        for shape, pos, rows in used:
+            k = shape.key_index().get(col)
+            if k is None:
+                continue
+            values = shape.columns[k]
+            out[pos] = None if values is None else values[rows].astype(object)
+        return out
+    return None
 
 
 class RowStore:
@@ -219,6 +280,11 @@ class RowStore:
             columns.update(dict.fromkeys(keys))
         data = {}
         for col in columns:
+            if not loose:
+                typed = _typed_column(col, n, used)
+                if typed is not None:
+                    data[col] = typed
+                    continue
             out = np.full(n, np.nan, dtype=object)
             for shape, pos, rows in used:
                 k = shape.key_index().get(col)

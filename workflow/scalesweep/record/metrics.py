@@ -249,6 +249,8 @@ def field_problem(data: dict[str, Any], payload: str | None = None) -> str | Non
             elif not check(value):
                 return _problem(field, field.path, value, True)
             continue
+        if _nested_ok(data, steps, check, field.required):
+            continue
         for shown, value, present in _values(data, steps):
             if value is None:
                 if field.required:
@@ -256,6 +258,37 @@ def field_problem(data: dict[str, Any], payload: str | None = None) -> str | Non
             elif not check(value):
                 return _problem(field, shown, value, True)
     return None
+
+
+def _nested_ok(data: Any, steps: tuple[tuple[str, bool], ...], check: Callable[[Any], bool],
+               required: bool) -> bool:
+    """Whether every value at a field's path (as _values finds them) is as declared: the
+    check of every record read, without the paths _values names for a message."""
+    values: list = [data]
+    missing = False
+    for name, items in steps:
+        step: list = []
+        missing = False
+        for value in values:
+            if not isinstance(value, dict):
+                continue
+            if not items:
+                if name in value:
+                    step.append(value[name])
+                else:
+                    missing = True
+            elif isinstance(value.get(name), list):
+                step.extend(value[name])
+        values = step
+    if missing and required:
+        return False
+    for value in values:
+        if value is None:
+            if required:
+                return False
+        elif not check(value):
+            return False
+    return True
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:

@@ -14,7 +14,6 @@ metrics file, not 100,000.
 
 from __future__ import annotations
 
-from operator import attrgetter
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
@@ -30,7 +29,7 @@ from scalesweep.analyse.summary import (
     overhead_summary,
     scaling_summary,
 )
-from scalesweep.plan.sweep import HISTORY_DIR, SweepPoint, sweep_points
+from scalesweep.plan.sweep import HISTORY_DIR, POINT_ORDER, sweep_points
 from scalesweep.record.metrics import write_json_atomic
 from scalesweep.record.pointdir import METRICS_JSON, RUNS_DIR
 from scalesweep.report.significance import add_q_values
@@ -118,9 +117,7 @@ def write_summary(metrics: Iterable[str], config: dict, output: Mapping[str, str
 
     # Every requested point, and every repeat whose metrics came in (adaptive repeats add
     # repeats beyond the config's); metrics already read by collect_runs are not read again.
-    # (sorted as SweepPoint orders them: by its fields in turn; a key sorts 100,000 fast)
-    points = sorted(set(sweep_points(config)) | set(runs_points(runs)),
-                    key=attrgetter(*SweepPoint.__dataclass_fields__))
+    points = sorted(set(sweep_points(config)) | set(runs_points(runs)), key=POINT_ORDER)
     disturbed = (dict(zip(runs.loc[runs["disturbed"], "path"],
                           runs.loc[runs["disturbed"], "disturbed_reason"]))
                  if not runs.empty else {})
