@@ -306,3 +306,13 @@ def test_the_text_of_rows_written_before_is_the_text_pandas_writes(tmp_path):
     check(df, keys)
     memo.write_bytes(b"garbage")
     check(df, keys)
+
+
+@pytest.mark.parametrize("times", [
+    ["2026-11-21T06:10:00+0000", None, "1999-01-02T03:04:05-0500"],  # whole seconds: at once
+    ["2026-11-21T06:10:00.5+0000", None],  # a fraction: one by one
+    [None, None]])
+def test_block_times_are_written_as_isoformat_writes_them(times):
+    fmt = lambda t: None if pd.isna(t) else t.isoformat()  # noqa: E731
+    series = pd.to_datetime(pd.Series(times), utc=True, errors="coerce")
+    assert list(collect._iso_utc(series, fmt)) == [fmt(t) for t in series]

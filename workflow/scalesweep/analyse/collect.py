@@ -372,8 +372,22 @@ def with_blocks(df: pd.DataFrame) -> pd.DataFrame:
                 text = dict(zip(span.index, span.map(fmt)))  # (no block: no time)
                 df[col] = [text.get(c) if c >= 0 else np.nan for c in codes]
                 continue
-            df[col] = np.array([fmt(t) for t in span], dtype=object)[codes]
+            df[col] = _iso_utc(span, fmt)[codes]
     return df
+
+
+
+def _iso_utc(times: pd.Series, fmt) -> np.ndarray:
+    """fmt (Timestamp.isoformat; None for NaT) of UTC times, at once where every time is a
+    whole second (what isoformat writes then: YYYY-MM-DDTHH:MM:SS+00:00)."""
+    values = times.to_numpy(dtype="datetime64[ns]")
+    nat = np.isnat(values)
+    whole = (values[~nat].view("int64") % 1_000_000_000 == 0).all()
+    if str(times.dtype) != "datetime64[ns, UTC]" or not whole:
+        return np.array([fmt(t) for t in times], dtype=object)
+    text = np.char.add(np.datetime_as_string(values, unit="s"), "+00:00").astype(object)
+    text[nat] = None
+    return text
 
 
 
