@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -131,11 +132,12 @@ def probe_kernel(row) -> str | None:
         return None
 
 
+_DIGITS = re.compile(r"(\d+)")
+
+
 def natural_key(value):
     """Sort block ids and repeat numbers as numbers where they are (rep2 before rep10)."""
-    import re
-
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(value))]
+    return [int(t) if t.isdigit() else t for t in _DIGITS.split(str(value))]
 
 
 def gap_s(a: dict, b: dict) -> float:

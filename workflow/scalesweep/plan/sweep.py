@@ -316,7 +316,8 @@ def sweep_points(config: dict) -> list[SweepPoint]:
         baseline = workload_axes(config, name).get("baseline")
         if baseline is not None:
             payload = config["workloads"][name]["payload"]
-            counts = sorted({scaling_count(p, payload) for p in mine})
+            kind = kind_of(payload)  # (scaling_count's kind, looked up once)
+            counts = sorted({kind.scaling_count(p) for p in mine})
             if int(baseline) not in counts:
                 raise SweepError(
                     f"workload {name}: baseline {baseline} is not a count in the sweep; "
