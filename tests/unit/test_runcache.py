@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from scalesweep.analyse import collect, runcache
+from scalesweep.analyse import collect, rowtext, runcache
 from scalesweep.analyse.runcache import RUNS_CACHE, RowStore
 from scalesweep.report.aggregate import OUTPUTS, write_summary
 
@@ -278,7 +278,7 @@ def test_stored_rows_make_the_table_pandas_makes_of_them(tmp_path):
 
 
 def test_the_text_of_rows_written_before_is_the_text_pandas_writes(tmp_path):
-    """runcache.write_csv: the bytes of df.to_csv, the rows whose key is unchanged taken
+    """rowtext.write_csv: the bytes of df.to_csv, the rows whose key is unchanged taken
     from the memo; other columns or types, or a row of several lines, format every row."""
     memo, out = tmp_path / "memo.npz", tmp_path / "t.csv"
     df = pd.DataFrame({"a": [1, 2, 3], "b": ["x", "y,z", None], "c": [0.1, np.nan, 1e20],
@@ -286,15 +286,15 @@ def test_the_text_of_rows_written_before_is_the_text_pandas_writes(tmp_path):
     keys = [("r", 0), ("r", 1), ("r", 2)]
 
     def check(frame, keys, **kw):
-        runcache.write_csv(frame, out, keys, memo, "v", **kw)
+        rowtext.write_csv(frame, out, keys, memo, "v", **kw)
         assert out.read_bytes() == frame.to_csv(index=False, **kw).encode()
 
     check(df, keys)
     assert memo.is_file()
-    assert runcache._load_texts(memo, "another signature") == {}
+    assert rowtext._load_texts(memo, "another signature") == {}
     # a row whose key is unchanged is not formatted again: its old text stands
     changed = df.assign(a=[1, 2, 4])
-    runcache.write_csv(changed, out, keys, memo, "v")
+    rowtext.write_csv(changed, out, keys, memo, "v")
     assert out.read_bytes() == df.to_csv(index=False).encode()
     check(changed, [("r", 0), ("r", 1), ("r", 2, "new")])  # a new key: formatted
     check(changed.iloc[::-1].reset_index(drop=True), keys[::-1])  # reordered

@@ -21,7 +21,8 @@ import pandas as pd
 
 from scalesweep.analyse.collect import collect_runs_keyed, point_states, runs_points
 from scalesweep.analyse.load import load_runs, load_summary, load_verdicts
-from scalesweep.analyse.runcache import RUNS_CACHE, RUNS_CSV_CACHE, cache_version, write_csv
+from scalesweep.analyse.rowtext import RUNS_CSV_CACHE, write_csv
+from scalesweep.analyse.runcache import RUNS_CACHE, cache_version
 from scalesweep.analyse.summary import (
     campaign_record,
     campaign_settings,
