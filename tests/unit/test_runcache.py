@@ -22,6 +22,7 @@ import pytest
 
 from conftest import REPO
 from scalesweep.analyse import collect, rowtext, runcache
+from scalesweep.analyse.memo import VERDICTS_CACHE
 from scalesweep.analyse.runcache import RUNS_CACHE, RowStore
 from scalesweep.report.aggregate import OUTPUTS, write_summary
 
@@ -129,6 +130,20 @@ def test_every_table_is_the_same_with_and_without_the_cache(campaign, reads, mon
     # only the unreadable files (and the earlier run) are read again, the same said
     assert set(reads) == unreadable
     assert notes_warm == notes
+    assert (root / "cached" / VERDICTS_CACHE).is_file()
+    # one run changed: its verdict computed again (the memo's other rows taken), the
+    # tables those of a summary without any cache
+    f = root / paths[2]
+    original = f.read_text()
+    data = json.loads(original)
+    data["epoch_s"] = [x * 1.5 for x in data["epoch_s"]]
+    f.write_text(json.dumps(data, indent=2, sort_keys=True))
+    try:
+        assert summary(root, config, paths, "cached") == summary(root, config, paths, "plain",
+                                                                 cache=False)
+        assert summary(root, config, paths, "cached") != plain  # (it did change)
+    finally:
+        f.write_text(original)
     # read in several processes: the same table
     monkeypatch.setattr(collect, "PARALLEL_MIN", 1)
     monkeypatch.setattr(collect, "CHUNK", 7)
@@ -316,3 +331,26 @@ def test_block_times_are_written_as_isoformat_writes_them(times):
     fmt = lambda t: None if pd.isna(t) else t.isoformat()  # noqa: E731
     series = pd.to_datetime(pd.Series(times), utc=True, errors="coerce")
     assert list(collect._iso_utc(series, fmt)) == [fmt(t) for t in series]
+
+
+def test_a_memo_gives_back_what_was_put_for_the_same_inputs_only(tmp_path):
+    from scalesweep.analyse.memo import Memo
+
+    path = tmp_path / VERDICTS_CACHE
+    memo = Memo(path, "v1")
+    rows = {memo.digest(("group", 1, [1.5, np.float64(2.0)])): {"a": 1, "b": np.float64(2.5),
+                                                                  "c": "text", "d": None},
+            memo.digest(("group", 2)): {"a": pd.NA}}  # not kept: computed every time
+    for key, row in rows.items():
+        assert memo.get(key) is None
+        memo.put(key, row)
+    memo.save()
+    again = Memo(path, "v1")
+    first = next(iter(rows))
+    got = again.get(first)
+    assert got == rows[first] and [type(v) for v in got.values()] == [int, np.float64, str,
+                                                                       type(None)]
+    assert again.get(memo.digest(("group", 1, [1.5, 2.0]))) is None  # another type: another key
+    assert len(again.old) == 1 and Memo(path, "v2").old == {}
+    path.write_bytes(b"garbage")
+    assert Memo(path, "v1").old == {}

@@ -98,6 +98,7 @@ def verdict_table(
     confidence: float = CONFIDENCE,
     max_pair_gap_s: float | None = None,
     probe_tolerance_pct: float | None = None,
+    memo=None,
 ) -> pd.DataFrame:
     """``overhead_verdict`` of every runtime against ``baseline_runtime``, per group.
 
@@ -124,6 +125,11 @@ def verdict_table(
     (``scalesweep.measure.probe.pair_probe_difference_pct``). Where a ``hosts`` column exists,
     pairs whose two runs ran on the same nodes are preferred (used alone when there are
     at least two of them).
+
+    ``memo`` (scalesweep.analyse.runcache.Memo): each row by everything it is computed
+    from (the group, the runtime, the settings, and both sides' rows: times, exclusions,
+    pair keys and the columns the pairing reads): a row whose inputs are unchanged since
+    it was computed is taken, not computed again (a campaign plus one run changes one).
     """
     group_cols = as_list(group_cols)
     require_table(df, [*group_cols, runtime_col, time_col])
@@ -166,6 +172,18 @@ def verdict_table(
             if pd.isna(runtime):  # (groupby leaves out a missing runtime)
                 continue
             runs = others[runtime_of[others] == runtime]
+            if memo is not None:
+                inputs = (tuple(group_cols), key, runtime_col, runtime, time_col, pair_col,
+                          baseline_runtime, margin_pct, target_ci_pp, confidence,
+                          max_pair_gap_s, probe_tolerance_pct, exclude_col,
+                          *((time_of[side].tolist(), excluded_of[side].tolist(),
+                             [records[i] for i in side] if pairing else None)
+                            for side in (base, runs)))
+                digest = memo.digest(inputs)
+                known = memo.get(digest)
+                if known is not None:
+                    rows.append(known)
+                    continue
             if pairing:
                 pairs = side_pairs((pair_of[base], [records[i] for i in base]),
                                    (pair_of[runs], [records[i] for i in runs]),
@@ -216,6 +234,8 @@ def verdict_table(
                 "repeats_needed": v["repeats_needed"],
                 "target_ci_pp": target_ci_pp, "target_met": v["target_met"],
             })
+            if memo is not None:
+                memo.put(digest, rows[-1])
     table = pd.DataFrame(rows, columns=[*group_cols, runtime_col, *VERDICT_COLUMNS])
     return table.astype({"significant": "boolean"})
 

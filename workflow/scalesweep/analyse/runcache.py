@@ -305,6 +305,24 @@ class RowStore:
             data[col] = out.tolist()
         return pd.DataFrame(data, columns=list(columns))
 
+    def rows(self) -> list[dict]:
+        """Every row as the dict it was added as (each value of its own type)."""
+        self.sealed()
+        per_shape = []
+        for shape in self.shapes:
+            cols = []
+            for k, values in enumerate(shape.columns):
+                kind, dtype = _BY_NAME[shape.types[k]]
+                if values is None:
+                    cols.append([None] * shape.n)
+                elif kind in (float, int, bool) or dtype is None:
+                    cols.append(values.tolist())  # the Python scalars (or objects)
+                else:
+                    cols.append(list(values))  # numpy scalars
+            per_shape.append([dict(zip(shape.keys, vals)) for vals in zip(*cols)]
+                             if cols else [{} for _ in range(shape.n)])
+        return [per_shape[s][i] for s, i in zip(self.shape_of, self.index_in)]
+
     # -- the file -----------------------------------------------------------------------
     def save(self, path: str | os.PathLike, version: str) -> None:
         """Write the store to ``path`` (atomically: a crash leaves the old cache or the
@@ -408,6 +426,17 @@ def _source_digest(root: str) -> str:
     return h.hexdigest()
 
 
+def code_version() -> str:
+    """This format, Python, numpy, pandas and scipy, and the source of the scalesweep
+    package: what a value computed by the package depends on besides its inputs."""
+    import scipy
+
+    package = Path(__file__).resolve().parents[1]
+    return "\n".join([f"format {CACHE_FORMAT}", f"python {sys.version_info[:3]}",
+                      f"numpy {np.__version__}", f"pandas {pd.__version__}",
+                      f"scipy {scipy.__version__}", _source_digest(str(package))])
+
+
 def cache_version(config: dict) -> str:
     """What a cached row depends on besides its file: this format, the source of the
     scalesweep package and of any workload kind defined outside it, Python, numpy and
@@ -416,9 +445,7 @@ def cache_version(config: dict) -> str:
     from scalesweep.plan.kinds import kind_of
 
     package = Path(__file__).resolve().parents[1]
-    parts = [f"format {CACHE_FORMAT}", f"python {sys.version_info[:3]}",
-             f"numpy {np.__version__}", f"pandas {pd.__version__}",
-             _source_digest(str(package))]
+    parts = [code_version()]
     payloads = {}
     for name, wl in sorted((config.get("workloads") or {}).items()):
         payload = wl.get("payload") if isinstance(wl, dict) else None

@@ -229,14 +229,15 @@ def campaign_record(config: dict, runs: pd.DataFrame) -> dict:
 
 
 
-def overhead_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame:
+def overhead_summary(runs: pd.DataFrame, config: dict, log=None, memo=None) -> pd.DataFrame:
     """overhead.csv: overhead.verdict_table of every other runtime (containers, and the
     A/A runtime native-aa) against native at the same point (workload, nodes, gpus,
     ranks, threads, and the model for LLM inference), each in its own arm (sweep.BLOCK_DIR):
     paired on the block the two runs were measured in (same-block pairs), disturbed runs
     left out and counted, pairs not measured together or on a machine whose speed
     differed left out and counted; margin, CI target and pairing from
-    ``campaign_settings``. Points with no native run are left out (and logged)."""
+    ``campaign_settings``. Points with no native run are left out (and logged).
+    ``memo``: verdict_table's (rows of unchanged inputs not computed again)."""
     log = log or (lambda text: None)
     settings = campaign_settings(config)
     columns = ["workload", "model", "model_label", "arm", *GEOMETRY, "runtime"]
@@ -279,7 +280,7 @@ def overhead_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame
                           target_ci_pp=settings["target_ci_pp"],
                           confidence=settings["confidence"],
                           max_pair_gap_s=settings["max_pair_gap_s"],
-                          probe_tolerance_pct=_probe_tolerance(data, settings))
+                          probe_tolerance_pct=_probe_tolerance(data, settings), memo=memo)
     models = data.groupby("model_label")["model"].first()
     table.insert(1, "model", table["model_label"].map(models))
     # n_disturbed is verdict_table's own (both sides); shared cores: either side

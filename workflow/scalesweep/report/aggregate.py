@@ -22,6 +22,7 @@ import pandas as pd
 from scalesweep.analyse.collect import collect_runs_keyed, point_states, runs_points
 from scalesweep.analyse.load import load_runs, load_summary, load_verdicts
 from scalesweep.analyse.rowtext import RUNS_CSV_CACHE, write_csv
+from scalesweep.analyse.memo import VERDICTS_CACHE, Memo
 from scalesweep.analyse.runcache import RUNS_CACHE, cache_version
 from scalesweep.analyse.summary import (
     campaign_record,
@@ -100,7 +101,12 @@ def write_summary(metrics: Iterable[str], config: dict, output: Mapping[str, str
     tables["llm"].to_csv(output["llm"], index=False, float_format=FLOATS)
     step("llm_table")
     # q values (Benjamini-Hochberg) beside the p values: many comparisons in one campaign
-    tables["overhead"] = add_q_values(overhead_summary(runs, config, log))
+    # each verdict kept beside the summary too, by its inputs: a campaign plus one run
+    # computes the verdict that run is in, not every one
+    memo = Memo(summary / VERDICTS_CACHE) if cache else None
+    tables["overhead"] = add_q_values(overhead_summary(runs, config, log, memo=memo))
+    if memo is not None:
+        memo.save()
     tables["overhead"].to_csv(output["overhead"], index=False, float_format=FLOATS)
     step("overhead_table")
     # LLM serving under load: each load level over the runs, and the container's effect
