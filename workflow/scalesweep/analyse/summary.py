@@ -268,7 +268,7 @@ def overhead_summary(runs: pd.DataFrame, config: dict, log=None, memo=None) -> p
     data = data[data["arm"] != REFERENCE]
     if data.empty:
         return empty
-    has_native = data.groupby(keys)["runtime"].transform(lambda r: (r == REFERENCE).any())
+    has_native = (data["runtime"] == REFERENCE).groupby([data[k] for k in keys]).transform("any")
     for key in data.loc[~has_native, keys].drop_duplicates().itertuples(index=False):
         log(f"overhead: {dict(zip(keys, key))} has no finished native run; left out")
     data = data[has_native]
