@@ -240,12 +240,16 @@ def _read_all(paths: list[str], idents: list, config: dict,
 
 
 
+MAX_WORKERS = 8  # (a login node's 128 cores would each hold a process of ~200 MiB)
+
+
 def default_workers() -> int:
-    """The processors this process may run on."""
+    """The processors this process may run on, at most MAX_WORKERS."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_WORKERS))
 
 
 
