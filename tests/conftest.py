@@ -91,6 +91,27 @@ def config_text(config: dict) -> str:
     return yaml.safe_dump({k: v for k, v in config.items() if k != "_site"})
 
 
+def scalesweep_cli(*args) -> subprocess.CompletedProcess:
+    """``scalesweep ARGS`` run in this process (``scalesweep.cli.main``, the console
+    script's own function), its output and exit status as a subprocess's: a process each
+    costs ~2 s of imports (pandas, scipy); tests/unit/test_cli_analysis.py's
+    test_the_console_script_runs starts the real one."""
+    import contextlib
+    import io
+
+    from scalesweep.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    argv = [*map(str, args)]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse's usage errors and --help
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    return subprocess.CompletedProcess([sys.executable, "-m", "scalesweep", *argv], code,
+                                       out.getvalue(), err.getvalue())
+
+
 def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900,
                   snakefile: Path = REPO / "Snakefile") -> subprocess.CompletedProcess:
     """Run the real workflow in ``workdir`` (which holds config/config.yaml)."""

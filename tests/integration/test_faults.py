@@ -14,6 +14,7 @@ before_any_job); a payload SIGKILLed alone: tests/integration/test_fault_toleran
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -286,12 +287,22 @@ def test_a_second_invocation_while_one_runs_is_refused_by_the_lock(wd):
                              start_new_session=True)
     try:
         deadline = time.monotonic() + 300
-        while not payload_of(wd, ONE):  # the lock is taken before any job starts
+        while not (held := payload_of(wd, ONE)):  # the lock is taken before any job starts
             assert first.poll() is None, first.stdout.read()
             assert time.monotonic() < deadline, "the first run never started the point"
             time.sleep(0.1)
-        assert list((wd / ".snakemake" / "locks").glob("*.lock"))
-        second = run_snakemake(wd, "--profile", PROFILE, check=False)
+        # the point is 1 epoch of 16 images: held stopped while the second invocation starts,
+        # or it may finish (and free the lock) first on a loaded machine (CI, stop 36)
+        for pid in held:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        try:
+            assert list((wd / ".snakemake" / "locks").glob("*.lock"))
+            second = run_snakemake(wd, "--profile", PROFILE, check=False)
+        finally:
+            for pid in held:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
         out, _ = first.communicate(timeout=600)
     finally:
         if first.poll() is None:

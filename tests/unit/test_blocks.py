@@ -160,9 +160,10 @@ def test_every_runs_csv_column_has_a_declared_role():
         assert not is_measurement(name), name
 
 
-def scalesweep(*args):
-    return subprocess.run([sys.executable, "-m", "scalesweep", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
+def scalesweep(*args) -> subprocess.CompletedProcess:
+    from conftest import scalesweep_cli
+
+    return scalesweep_cli(*args)  # in this process (tests/conftest.py)
 
 
 def test_the_cli_on_a_campaigns_runs_csv_gives_the_campaigns_verdicts(tmp_path):

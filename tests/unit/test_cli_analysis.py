@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import scalesweep_cli
 from scalesweep.analyse.overhead import VERDICT_COLUMNS
 
 from scalesweep.analyse.collect import RUN_COLUMNS
@@ -19,9 +20,16 @@ from scalesweep.campaign import analysis_cli
 PUBLISHED = Path(__file__).parents[1] / "data" / "published"
 
 
-def scalesweep(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scalesweep", *map(str, args)],
+scalesweep = scalesweep_cli  # in this process (tests/conftest.py)
+
+
+def test_the_console_script_runs(tmp_path):
+    """The real entry point, as a process: ``python -m scalesweep`` on a table."""
+    path = write(tmp_path, "nodes,time_s\n1,10\n2,5.5\n")
+    proc = subprocess.run([sys.executable, "-m", "scalesweep", "scaling", str(path)],
                           capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "efficiency" in proc.stdout
 
 
 def table_from(result: subprocess.CompletedProcess) -> pd.DataFrame:

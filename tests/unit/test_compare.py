@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import REPO
+from conftest import scalesweep_cli, REPO
 from scalesweep.campaign import compare
 from scalesweep.plan.sweep import SweepPoint
 from scalesweep.record.metrics import write_metrics
@@ -50,8 +50,7 @@ def make_campaign(root: Path, name: str, points: dict, repeats=4, noise=0.01, se
 
 
 def scalesweep(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scalesweep", *map(str, args)],
-                          capture_output=True, text=True, timeout=300)
+    return scalesweep_cli(*args)  # in this process (tests/conftest.py)
 
 
 @pytest.fixture

@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import scalesweep_cli
+
 from scalesweep.analyse import fits
 from scalesweep.analyse.frame import TableError
 from scalesweep.report.fit_figure import fit_figure
@@ -221,8 +223,7 @@ def test_figure_for_fitted_and_too_short_series(tmp_path):
 # --- scalesweep fit -------------------------------------------------------------------------
 
 def scalesweep(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scalesweep", *map(str, args)],
-                          capture_output=True, text=True, timeout=300)
+    return scalesweep_cli(*args)  # in this process (tests/conftest.py)
 
 
 def test_fit_command_prints_parameters_quality_and_predictions():

@@ -261,3 +261,16 @@ def test_distributions_read_every_request_with_ttft_from_its_scheduled_arrival(t
     rows = request_rows([str(point / "metrics.json")], runs)
     assert len(rows) == 1 and rows.iloc[0]["rate"] == 2.0
     assert rows.iloc[0]["ttft_s"] == pytest.approx(0.5) and rows.iloc[0]["tpot_s"] == pytest.approx(0.1)
+
+
+def test_a_level_without_its_request_count_is_summarised_not_a_crash():
+    """A record without a level's "n" (an older or hand-edited metrics.json) made
+    load_summary raise (int of NaN); its requests count as 0 and the CI says why."""
+    levels = load_runs(_runs()).drop(columns=["n"])
+    table = load_summary(levels)
+    assert len(table) == 2 * 3 and (table["requests"] == 0).all()
+    row = table[(table["runtime"] == "native") & (table["rate"] == 4.0)].iloc[0]
+    assert row["ttft_p99_ci_method"].startswith("none: a run without its request count")
+    levels = load_runs(_runs())
+    levels.loc[levels.index[:3], "n"] = np.nan
+    assert load_summary(levels)["requests"].sum() == 40 * (8 * 3 - 3)

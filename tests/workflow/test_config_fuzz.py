@@ -245,6 +245,7 @@ def test_bad_load_settings_are_named_before_any_job():
         ({"target": {"ttft_s": 1}}, "target"),
         ({"arrival": "uniform"}, "arrival"),
         ({"client": "elsewhere"}, "client"),
+        ({"target": None}, "workloads.llm.load.max_rate_steps: 2 bisection steps need open-loop rates"),
     ]
     for change, message in bad:
         with pytest.raises(ConfigError) as err:

@@ -111,6 +111,14 @@ def _interval(values: np.ndarray, own_low, own_high) -> tuple[float, float, str]
     return np.nan, np.nan, ""
 
 
+def _request_counts(runs: pd.DataFrame) -> pd.Series:
+    """Each run's request count at a level ("n"); NaN where a run did not record it (an
+    older or hand-edited record): counted as 0 in a sum, never a crash."""
+    if "n" not in runs:
+        return pd.Series(np.nan, index=runs.index, dtype=float)
+    return pd.to_numeric(runs["n"], errors="coerce").astype(float)
+
+
 def load_summary(levels: pd.DataFrame) -> pd.DataFrame:
     """llm_load.csv: per workload, model, runtime, geometry and level, over its valid runs."""
     if levels.empty:
@@ -133,8 +141,9 @@ def load_summary(levels: pd.DataFrame) -> pd.DataFrame:
         good = group[group["_valid"]]
         row = dict(zip(keys, key))
         row["capacity_rps"] = capacity.get(tuple(row[k] for k in series), np.nan)
+        counts = _request_counts(good)
         row.update(n_runs=len(good), n_disturbed=int((~group["_valid"]).sum()),
-                   requests=int(pd.to_numeric(good.get("n"), errors="coerce").sum()) if len(good) else 0)
+                   requests=int(counts.sum()))
         for m in LOAD_METRICS:
             for q in QUANTILES:
                 col = f"{m}_{q}_s"
@@ -151,9 +160,11 @@ def load_summary(levels: pd.DataFrame) -> pd.DataFrame:
                     # a run's own interval of this percentile is unbounded: its requests
                     # cannot bound it, and an interval over the runs would describe their
                     # extremes, not the percentile
-                    n = int(pd.to_numeric(good.get("n"), errors="coerce").min())
+                    n = counts.min()
+                    per_run = (f"{int(n)} requests per run" if np.isfinite(n)
+                               else "a run without its request count")
                     low, high = np.nan, np.nan
-                    method = (f"none: {n} requests per run, at least "
+                    method = (f"none: {per_run}, at least "
                               f"{bounded_ci_min_n(PERCENTILE_Q[q])} for a 95% interval of the {q}")
                 row[f"{m}_{q}_ci95_low_s"], row[f"{m}_{q}_ci95_high_s"] = low, high
                 row[f"{m}_{q}_ci_method"] = method

@@ -154,6 +154,31 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 # --- a campaign's own runs.csv: the campaign's answers, exactly --------------------------
 
+def add_verdict_options(parser: argparse.ArgumentParser) -> None:
+    """``--margin-pct`` and ``--target-ci-pp`` of a command that reads a campaign's
+    runs.csv (``verdict_config``)."""
+    parser.add_argument("--margin-pct", type=non_negative, default=None,
+                        help="equivalence margin (default: the campaign's; else "
+                        f"{EQUIVALENCE_MARGIN_PCT:g})")
+    parser.add_argument("--target-ci-pp", type=non_negative, default=None,
+                        help=f"CI half-width target (default: the campaign's; else "
+                        f"{TARGET_CI_PP:g})")
+
+
+def verdict_config(args, runs: pd.DataFrame) -> tuple[dict, dict | None]:
+    """(config, campaign record) a verdict over ``args.file`` uses: the campaign's own
+    config where its campaign.json is beside the file and no option asks for another
+    analysis (``campaign_of``), else one of the options' margin and CI target (or their
+    defaults)."""
+    record = campaign_of(args, runs, {"--margin-pct": args.margin_pct,
+                                      "--target-ci-pp": args.target_ci_pp})
+    if record is not None:
+        return record["config"], record
+    return {"measurement": {
+        "equivalence_margin_pct": EQUIVALENCE_MARGIN_PCT if args.margin_pct is None else args.margin_pct,
+        "target_ci_pp": TARGET_CI_PP if args.target_ci_pp is None else args.target_ci_pp}}, None
+
+
 def campaign_of(args, runs: pd.DataFrame, overrides: dict) -> dict | None:
     """The campaign record (``collect.campaign_record``: results/summary/campaign.json)
     when ``args.file`` is a campaign's runs.csv with its campaign.json beside it and no

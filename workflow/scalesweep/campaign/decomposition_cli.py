@@ -8,10 +8,9 @@ import argparse
 from pathlib import Path
 
 from scalesweep.analyse.frame import TableError
-from scalesweep.analyse.verdict import EQUIVALENCE_MARGIN_PCT, TARGET_CI_PP
-from scalesweep.campaign.analysis_cli import (campaign_of, note, note_campaign,
-                                              non_negative, print_table, read_table,
-                                              add_format)
+from scalesweep.campaign.analysis_cli import (add_format, add_verdict_options, note,
+                                              note_campaign, print_table, read_table,
+                                              verdict_config)
 from scalesweep.campaign.usage import UsageError
 
 NEEDED = ("workload", "runtime", "arm", "block_id", "payload", "time_s")
@@ -29,12 +28,7 @@ def add_parser(subparsers) -> None:
         "the runs did not record says 'not measured'. Reads a campaign's runs.csv; with "
         "its campaign.json beside it, the campaign's margin, CI target and pairing.")
     parser.add_argument("file", type=Path, help="a campaign's runs.csv")
-    parser.add_argument("--margin-pct", type=non_negative, default=None,
-                        help="equivalence margin (default: the campaign's; else "
-                        f"{EQUIVALENCE_MARGIN_PCT:g})")
-    parser.add_argument("--target-ci-pp", type=non_negative, default=None,
-                        help=f"CI half-width target (default: the campaign's; else "
-                        f"{TARGET_CI_PP:g})")
+    add_verdict_options(parser)
     add_format(parser)
     parser.set_defaults(func=run_decomposition)
 
@@ -47,16 +41,7 @@ def run_decomposition(args: argparse.Namespace) -> int:
     if missing:
         raise UsageError(f"{args.file}: not a campaign's runs.csv (no column "
                          f"{', '.join(missing)})")
-    record = campaign_of(args, runs, {"--margin-pct": args.margin_pct,
-                                      "--target-ci-pp": args.target_ci_pp})
-    if record is not None:
-        config = record["config"]
-    else:
-        measurement = {"equivalence_margin_pct": EQUIVALENCE_MARGIN_PCT
-                       if args.margin_pct is None else args.margin_pct,
-                       "target_ci_pp": TARGET_CI_PP if args.target_ci_pp is None
-                       else args.target_ci_pp}
-        config = {"measurement": measurement}
+    config, record = verdict_config(args, runs)
     logs: list[str] = []
     try:
         table = decomposition_table(runs.reset_index(drop=True), config, logs.append)

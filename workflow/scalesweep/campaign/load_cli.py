@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from scalesweep.analyse.verdict import EQUIVALENCE_MARGIN_PCT, TARGET_CI_PP
-from scalesweep.campaign.analysis_cli import (add_format, campaign_of, non_negative,
-                                              note_campaign, print_table, read_table)
+from scalesweep.campaign.analysis_cli import (add_format, add_verdict_options, note_campaign,
+                                              print_table, read_table, verdict_config)
 from scalesweep.campaign.usage import UsageError
 
 NEEDED = ("workload", "runtime", "arm", "block_id", "load_levels")
@@ -30,10 +29,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("file", type=Path, help="a campaign's runs.csv")
     parser.add_argument("--levels", action="store_true",
                         help="each level's percentiles, goodput and highest rate (llm_load.csv)")
-    parser.add_argument("--margin-pct", type=non_negative, default=None,
-                        help=f"equivalence margin (default: the campaign's; else {EQUIVALENCE_MARGIN_PCT:g})")
-    parser.add_argument("--target-ci-pp", type=non_negative, default=None,
-                        help=f"CI half-width target (default: the campaign's; else {TARGET_CI_PP:g})")
+    add_verdict_options(parser)
     add_format(parser)
     parser.set_defaults(func=run_load)
 
@@ -47,14 +43,7 @@ def run_load(args: argparse.Namespace) -> int:
     if missing:
         raise UsageError(f"{args.file}: not a campaign's runs.csv with LLM load levels (no column "
                          f"{', '.join(missing)})")
-    record = campaign_of(args, runs, {"--margin-pct": args.margin_pct,
-                                      "--target-ci-pp": args.target_ci_pp})
-    if record is not None:
-        config = record["config"]
-    else:
-        config = {"measurement": {
-            "equivalence_margin_pct": EQUIVALENCE_MARGIN_PCT if args.margin_pct is None else args.margin_pct,
-            "target_ci_pp": TARGET_CI_PP if args.target_ci_pp is None else args.target_ci_pp}}
+    config, record = verdict_config(args, runs)
     levels = load_runs(runs.reset_index(drop=True))
     if levels.empty:
         raise UsageError(f"{args.file}: no run measured load levels (workloads.<name>.load)")

@@ -18,6 +18,7 @@ import datetime as _dt
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,17 +41,35 @@ def _run(cmd: list[str], stdin_cmd: list[str] | None = None) -> str:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         feeder_rc = 0
     else:
-        feeder = subprocess.Popen(stdin_cmd, stdout=subprocess.PIPE)
-        try:
-            proc = subprocess.run(cmd, stdin=feeder.stdout, capture_output=True, text=True)
-        finally:
-            feeder.stdout.close()
-            feeder_rc = feeder.wait()
+        with tempfile.TemporaryFile("w+") as feeder_err:
+            feeder = subprocess.Popen(stdin_cmd, stdout=subprocess.PIPE, stderr=feeder_err, text=False)
+            try:
+                proc = subprocess.run(cmd, stdin=feeder.stdout, capture_output=True, text=True)
+            finally:
+                feeder.stdout.close()
+                feeder_rc = feeder.wait()
+            feeder_err.seek(0)
+            warnings = feeder_err.read()
+        if feeder_rc == 1 and Path(stdin_cmd[0]).name == "tar" and _only_ctime_changes(warnings):
+            # GNU tar's exit 1: a file's status changed while it was read. The image's
+            # files are hard links into the image cache, and another campaign placing the
+            # same image links them again (a new ctime, the same content): not a change
+            log(f"tar: {len(warnings.splitlines())} files' status changed as they were read "
+                "(hard links into the image cache made meanwhile); their content is the cache's")
+            feeder_rc = 0
+        elif warnings:
+            sys.stderr.write(warnings)
     if proc.returncode != 0:  # first: a reader that stopped early kills its feeder (SIGPIPE)
         raise BuildError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-800:]}")
     if feeder_rc != 0:
         raise BuildError(f"{' '.join(stdin_cmd)} failed ({feeder_rc})")
     return proc.stdout
+
+
+def _only_ctime_changes(stderr: str) -> bool:
+    """Whether GNU tar's complaints are all "file changed as we read it" (and there is one)."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    return bool(lines) and all(line.endswith("file changed as we read it") for line in lines)
 
 
 def stored_digest(check: list[str]) -> str | None:

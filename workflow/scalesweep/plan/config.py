@@ -262,6 +262,10 @@ def check_payload_bounds(config: dict, directory: str | Path = ".") -> None:
             raise ConfigError(f"{key}.load.output_tokens: {load['output_tokens']} goes past the "
                               f"workload's max_tokens {wl['max_tokens']}: raise max_tokens (it is "
                               "checked against the model's context) or lower the range")
+        if load.get("max_rate_steps") and (not load.get("rates") or load.get("target") is None):
+            raise ConfigError(f"{key}.load.max_rate_steps: {load['max_rate_steps']} bisection steps "
+                              "need open-loop rates (load.rates) and a latency target (load.target) "
+                              "to search between")
         target = load.get("target")
         if target is not None:
             from scalesweep.record.load import target_of
