@@ -46,10 +46,15 @@ def test_archive_holds_measurements_and_config(tmp_path):
     _point(a, 1, 1.0)
     (a / "config").mkdir()
     (a / "config" / "config.yaml").write_text("workloads: {}\n")
+    # the summary's caches (this machine's file identities) stay out; its tables go in
+    (a / "results" / "summary").mkdir(parents=True)
+    for name in ("runs.csv", ".runs-cache.npz", ".verdicts-cache.npz", ".runs-cache.npz.x1.tmp"):
+        (a / "results" / "summary" / name).write_text("x")
     out = subprocess.run([*CLI, "archive", str(a), str(tmp_path / "a.tar.gz")], capture_output=True, text=True)
     assert out.returncode == 0 and "1 finished points" in out.stdout
     names = tarfile.open(tmp_path / "a.tar.gz").getnames()
     assert "config/config.yaml" in names
+    assert [n for n in names if n.startswith("results/summary/")] == ["results/summary/runs.csv"]
     assert "results/runs/cnn_ddp/native/n1-g0-r1-t1/rep1/native/metrics.json" in names
 
 

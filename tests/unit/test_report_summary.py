@@ -677,6 +677,10 @@ def test_report_freshness_times_are_utc(tmp_path):
     os.utime(report, (0, 0))
     fresh = report_freshness(wd)
     assert fresh["report"] == "1970-01-01 00:00:00 UTC" and fresh["stale"] is True
+    # a cache written after the report (an aggregation that failed later) is no table
+    os.utime(report, None)
+    (wd / "results" / "summary" / ".runs-cache.npz").write_bytes(b"x")
+    assert report_freshness(wd)["newest"] != ".runs-cache.npz"
 
 
 # --- the rule's script, with a stand-in for Snakemake's `snakemake` object -----------------------

@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -354,3 +356,38 @@ def test_a_memo_gives_back_what_was_put_for_the_same_inputs_only(tmp_path):
     assert len(again.old) == 1 and Memo(path, "v2").old == {}
     path.write_bytes(b"garbage")
     assert Memo(path, "v1").old == {}
+
+
+def test_huge_inode_numbers_are_kept_and_a_killed_writers_file_is_removed(tmp_path):
+    """Hashed inode numbers of 2^63 and above (int64 overflows) are stored as text; the
+    cache gets the umask's permissions, and a temporary file a killed writer left is
+    removed by the next save (review of #31)."""
+    store = RowStore()
+    big = (1, 2**64 - 5, 10, 2**63 + 1, 7)
+    assert store.add("p", big, {"a": 1.5})
+    left = tmp_path / f".{RUNS_CACHE}.abc.tmp"
+    left.write_bytes(b"half a file")
+    os.utime(left, (time.time() - 2 * runcache.STALE_TMP_S,) * 2)
+    young = tmp_path / f".{RUNS_CACHE}.def.tmp"  # another writer's, still writing
+    young.write_bytes(b"")
+    umask = os.umask(0o022)
+    try:
+        store.save(tmp_path / RUNS_CACHE, "v")
+    finally:
+        os.umask(umask)
+    loaded = RowStore.load(tmp_path / RUNS_CACHE, "v")
+    assert loaded.idents == [big] and loaded.frame([0]).to_dict("records") == [{"a": 1.5}]
+    assert stat.S_IMODE((tmp_path / RUNS_CACHE).stat().st_mode) == 0o644
+    assert not left.exists() and young.exists()
+
+
+def test_a_cache_that_cannot_be_written_never_fails_the_summary(campaign, tmp_path, monkeypatch):
+    root, config, paths = campaign
+    def refuse(*args, **kwargs):
+        raise OverflowError("a value no cache can hold")
+    monkeypatch.setattr(runcache, "save_npz_atomic", refuse)
+    monkeypatch.setattr(rowtext, "save_npz_atomic", refuse)
+    monkeypatch.chdir(root)
+    without = summary(root, config, paths, "plain", cache=False)
+    assert summary(root, config, paths, "unwritable") == without
+    assert not list((root / "unwritable").glob(".*.npz"))

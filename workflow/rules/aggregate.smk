@@ -18,6 +18,9 @@ rule aggregate:
         campaign="results/summary/campaign.json",
     log:
         "logs/aggregate.log",
+    # metrics files read in parallel (scalesweep.analyse.collect: at most MAX_WORKERS
+    # processes), after every point: nothing is measured beside it
+    threads: workflow.cores
     conda:
         "../../envs/scalesweep.yaml"
     script:

@@ -24,4 +24,4 @@ def log(text):
 
 
 write_summary(sm.input.metrics, sm.config, {name: getattr(sm.output, name) for name in OUTPUTS},
-              log)
+              log, workers=sm.threads)

@@ -289,7 +289,7 @@ def collect_runs_keyed(metrics_paths: Iterable[str], config: dict, log=None,
         else:
             missed.append(i)
     parts = _read_all([paths[i] for i in missed], [looked[i][0] for i in missed], config,
-                      workers if workers is not None else default_workers())
+                      min(workers, default_workers()) if workers is not None else default_workers())
     # one store: the cached rows used, then each part's
     hit_rows = sorted(set(hits.values()))
     table = runcache.RowStore.merged([(cached, hit_rows), *((s, range(len(s))) for s, _ in parts)])
@@ -347,7 +347,7 @@ def _keep(cache, version: str, cached: runcache.RowStore, known: dict[str, int],
     try:
         Path(cache).parent.mkdir(parents=True, exist_ok=True)
         runcache.RowStore.merged([(cached, old_rows), (table, fresh_rows)]).save(cache, version)
-    except OSError as exc:
+    except Exception as exc:  # a cache never fails the summary
         log(f"note: the runs cache {cache} was not written ({exc}); the next summary "
             "reads every metrics file again")
 

@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from scalesweep.analyse.runcache import CACHE_FORMAT, _from_text, _text_array
+from scalesweep.analyse.runcache import CACHE_FORMAT, _from_text, _text_array, save_npz_atomic
 
 RUNS_CSV_CACHE = ".runs-csv-cache.npz"  # beside runs.csv
 
@@ -102,15 +102,10 @@ def _save_texts(memo, signature: str, digests: list, texts: list) -> None:
         "offsets": np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
         "text": np.frombuffer(b"".join(t for _, t in kept), dtype=np.uint8),
     }
-    memo, tmp = Path(memo), None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{memo.name}.", suffix=".tmp", dir=memo.parent)
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
-        os.replace(tmp, memo)
-    except OSError:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
+        save_npz_atomic(memo, arrays)
+    except Exception:  # a cache never fails the summary: the next run formats again
+        pass
 
 
 def _drop(memo) -> None:

@@ -342,18 +342,13 @@ class RowStore:
                 arrays[f"s{sid}_{k}"] = values
         arrays["meta"] = _text_array(meta)
         arrays["paths"] = _text_array(self.paths)
-        arrays["idents"] = np.array(self.idents, dtype=np.int64).reshape(len(self), 5)
+        try:
+            arrays["idents"] = np.array(self.idents, dtype=np.int64).reshape(len(self), 5)
+        except OverflowError:  # inode numbers of 2^63 and above (hashed inodes): JSON
+            arrays["idents"] = _text_array([list(i) for i in self.idents])
         arrays["shape_of"] = np.asarray(self.shape_of, dtype=np.int32)
         arrays["index_in"] = np.asarray(self.index_in, dtype=np.int32)
-        path = Path(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, **arrays)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        save_npz_atomic(path, arrays)
 
     @classmethod
     def load(cls, path: str | os.PathLike, version: str) -> "RowStore | None":
@@ -367,7 +362,8 @@ class RowStore:
                 out = cls()
                 out.paths = _from_text(npz["paths"])
                 idents = npz["idents"]
-                out.idents = [tuple(r) for r in idents.tolist()]
+                out.idents = [tuple(r) for r in (_from_text(idents) if idents.ndim == 1
+                                                 else idents.tolist())]
                 out.shape_of = npz["shape_of"].astype(np.int64).tolist()
                 out.index_in = npz["index_in"].astype(np.int64).tolist()
                 for sid, s in enumerate(meta["shapes"]):
@@ -396,12 +392,40 @@ class RowStore:
                         not 0 <= i < out.shapes[s].n for s, i in zip(out.shape_of, out.index_in))):
                     raise ValueError("a row out of its shape")
                 return out
-        except (OSError, ValueError, KeyError, TypeError, IndexError, EOFError,
+        except (OSError, ValueError, KeyError, TypeError, IndexError, EOFError, AttributeError,
                 zipfile.BadZipFile, json.JSONDecodeError):
             return None
 
     def index(self) -> dict[str, int]:
         return {p: i for i, p in enumerate(self.paths)}
+
+
+STALE_TMP_S = 3600  # a cache's temporary file older than this was left by a killed writer
+
+
+def save_npz_atomic(path: str | os.PathLike, arrays: dict) -> None:
+    """``arrays`` into ``path`` (npz) through a temporary file and a rename: a reader sees
+    the old file or the new one, never half a file. The file gets the permissions the
+    umask gives (a campaign shared by a group reads one cache), and temporary files of
+    writers killed mid-write (Snakemake's or Slurm's cancel) are removed."""
+    path = Path(path)
+    for old in path.parent.glob(f".{path.name}.*.tmp"):
+        try:
+            if time.time() - old.stat().st_mtime > STALE_TMP_S:
+                old.unlink()
+        except OSError:
+            pass
+    umask = os.umask(0)
+    os.umask(umask)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _text_array(value: Any) -> np.ndarray:

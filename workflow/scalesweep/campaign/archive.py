@@ -70,6 +70,16 @@ def merge(sources: list[Path], dest: Path) -> dict[str, list[str]]:
     return report
 
 
+def _no_caches(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """The summary's caches (results/summary/.*-cache.npz: rows and file identities of
+    this machine, rebuilt from the runs) stay out of an archive."""
+    name = Path(member.name)
+    if name.parent.as_posix().endswith("results/summary") and name.name.startswith(".") \
+            and name.name.endswith((".npz", ".tmp")):
+        return None
+    return member
+
+
 def archive(campaign: Path, out: Path) -> int:
     """Tar a campaign's measurements, configs and image/model manifests (no images)."""
     if not (campaign / "results").is_dir():
@@ -81,7 +91,7 @@ def archive(campaign: Path, out: Path) -> int:
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     with tarfile.open(tmp, "w:gz") as tar:
         for m in members:
-            tar.add(campaign / m, arcname=m)
+            tar.add(campaign / m, arcname=m, filter=_no_caches)
     os.replace(tmp, out)
     return len(finished_points(campaign))
 

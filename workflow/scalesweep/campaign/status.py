@@ -276,7 +276,7 @@ def report_freshness(directory: Path) -> dict | None:
     try:
         made = report.stat().st_mtime
         files = [(f.stat().st_mtime, f) for f in (Path(directory) / SUMMARY_DIR).iterdir()
-                 if f.is_file()]
+                 if f.is_file() and not f.name.startswith(".")]  # not the caches
     except OSError:
         return None
     if not files:

@@ -57,11 +57,14 @@ def aggregate_paths(metrics: Iterable[str], config: dict) -> list[str]:
 
 def write_summary(metrics: Iterable[str], config: dict, output: Mapping[str, str],
                   log: Callable[[str], None] | None = None, cache: bool = True,
-                  timings: dict | None = None) -> dict[str, pd.DataFrame]:
+                  timings: dict | None = None, workers: int | None = None
+                  ) -> dict[str, pd.DataFrame]:
     """Write every output of the aggregate rule (``output``: name -> file, ``OUTPUTS``)
     from the metrics files ``metrics``; returns the tables by name. ``cache``: read the
     runs through the cache beside runs.csv (``RUNS_CACHE``; False reads every file).
-    ``timings``: where given, the seconds of each step by name (the benchmark's)."""
+    ``timings``: where given, the seconds of each step by name (the benchmark's).
+    ``workers``: processes reading the metrics files (collect_runs: at most MAX_WORKERS;
+    None: the processors this process may use)."""
     import time
 
     log = log or (lambda text: None)
@@ -75,7 +78,8 @@ def write_summary(metrics: Iterable[str], config: dict, output: Mapping[str, str
 
     paths = aggregate_paths(metrics, config)
     summary = Path(output["runs"]).parent
-    runs, keys = collect_runs_keyed(paths, config, log, cache=summary / RUNS_CACHE if cache else None)
+    runs, keys = collect_runs_keyed(paths, config, log, cache=summary / RUNS_CACHE if cache else None,
+                                    workers=workers)
     step("collect_runs")
     # each row's text kept beside it too: a row of an unchanged file in an unchanged
     # block is not formatted again
