@@ -53,8 +53,8 @@ if [[ $want_test -eq 1 ]]; then
 fi
 
 # Python: re-install only when the pins or this script change.
-extras="[llm]"
-[[ $want_test -eq 1 ]] && extras="[llm,test]"
+extras="[llm]" base_extras="" # base: all but the engine, installed while it compiles
+[[ $want_test -eq 1 ]] && extras="[llm,test]" base_extras="[test]"
 stamp=.venv/.scalesweep-installed
 key=$(cat pyproject.toml tools/install.sh | sha256sum | cut -c1-16)"$extras"
 if [[ -x .venv/bin/python && -f $stamp && $(cat "$stamp") == "$key" ]]; then
@@ -62,12 +62,20 @@ if [[ -x .venv/bin/python && -f $stamp && $(cat "$stamp") == "$key" ]]; then
   exit 0
 fi
 "${PYTHON:-python3}" -m venv .venv
-# The LLM engine compiles from source once (minutes); the wheel is cached and reused
-# (also by the container image build).
-PYTHON=.venv/bin/python tools/build_llama_wheel.sh
+# The LLM engine compiles from source once (minutes; the wheel is cached and reused, also
+# by the container image build). It compiles while pip downloads and installs the rest
+# (network and disk, not the compiler's cores); the engine goes in last.
+PYTHON=.venv/bin/python tools/build_llama_wheel.sh &
+llama_build=$!
 wheels="${SCALESWEEP_CACHE:-$HOME/.cache/scalesweep}/wheels"
 # torch first and alone, pinned: nothing else may resolve another torch (GBs of CUDA).
-.venv/bin/pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} torch==2.13.0
+if ! .venv/bin/pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} torch==2.13.0 ||
+   ! .venv/bin/pip install -q -e ".${base_extras}"; then
+  kill "$llama_build" 2>/dev/null || true
+  wait "$llama_build" || true
+  exit 1
+fi
+wait "$llama_build"
 .venv/bin/pip install -q --find-links "$wheels" -e ".${extras}"
 echo "$key" > "$stamp"
 echo "install: .venv ready ($(.venv/bin/python -c 'import torch, snakemake; print("torch", torch.__version__, "snakemake", snakemake.__version__)'))"
