@@ -18,11 +18,11 @@ rule aggregate:
         campaign="results/summary/campaign.json",
     log:
         "logs/aggregate.log",
+    conda:
+        "../../envs/scalesweep.yaml"
     # metrics files read in parallel (scalesweep.analyse.collect: at most MAX_WORKERS
     # processes), after every point: nothing is measured beside it
     threads: workflow.cores
-    conda:
-        "../../envs/scalesweep.yaml"
     script:
         "../scripts/aggregate.py"
 
