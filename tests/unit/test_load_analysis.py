@@ -12,9 +12,9 @@ import pytest
 
 from scalesweep.analyse.pairing import SAME_BLOCK
 from scalesweep.analyse.load import (TARGET_TEXT, load_runs, load_summary, load_verdicts,
-                                     target_text, workload_targets)
+                                     target_text)
 from scalesweep.analyse.summary import campaign_settings
-from scalesweep.plan.kinds.llm import compact_level, load_args
+from scalesweep.plan.kinds.llm import compact_level, load_args, workload_targets
 from scalesweep.record.load import level_summary
 from scalesweep.report.load_figures import (distribution_figure, goodput_figure,
                                             latency_throughput_figure, pareto_front)

@@ -936,7 +936,7 @@ from scalesweep.plan.sweep import RUNTIMES  # noqa: E402
 def load_targets():
     """Each swept LLM workload's latency target (scalesweep.record.load.target_of: None
     where it names none), or None where no LLM workload is swept (no load figures)."""
-    from scalesweep.analyse.load import workload_targets
+    from scalesweep.plan.kinds.llm import workload_targets
 
     names = report_workloads("llm")
     return workload_targets(config, names) if names else None

@@ -316,14 +316,3 @@ def _too_few_requests(table: pd.DataFrame, runs: pd.DataFrame, keys: list[str],
 def _has_baseline(data: pd.DataFrame, keys: list[str], baseline: str) -> pd.Series:
     """Rows of groups with a baseline run (a level only one side measured compares nothing)."""
     return data.groupby(keys, dropna=False)["runtime"].transform(lambda r: (r == baseline).any()).astype(bool)
-
-
-def workload_targets(config: dict, workloads) -> dict[str, dict | None]:
-    """``{workload: its load.target normalised (record.load.target_of), or None}``."""
-    from scalesweep.record.load import target_of
-
-    out = {}
-    for name in workloads:
-        spec = ((config["workloads"][name].get("load") or {}).get("target"))
-        out[name] = target_of(spec) if spec is not None else None
-    return out

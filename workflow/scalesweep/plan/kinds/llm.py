@@ -13,6 +13,7 @@ from scalesweep.plan.kinds.base import Invocation, Merit, WorkloadKind, as_list,
 from scalesweep.platform.runtimes import is_native
 from scalesweep.platform.site import site_of
 from scalesweep.record.geometry import Geometry
+from scalesweep.record.load import target_of
 from scalesweep.record.pointdir import OUTPUTS_JSONL, PAYLOAD_JSON, REQUESTS_JSONL
 
 MODELS_DIR = "resources/models"
@@ -254,3 +255,12 @@ class LLM(WorkloadKind):
         )
         row["model_label"] = model_label(row["model"], row["synthetic_model"])
         return row
+
+
+def workload_targets(config: dict, workloads) -> dict[str, dict | None]:
+    """``{workload: its load.target normalised (record.load.target_of), or None}``."""
+    out = {}
+    for name in workloads:
+        spec = ((config["workloads"][name].get("load") or {}).get("target"))
+        out[name] = target_of(spec) if spec is not None else None
+    return out
