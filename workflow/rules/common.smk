@@ -913,7 +913,8 @@ def launch_comment(wildcards, resources):
     return comment.replace("\n", " ").replace("\r", " ")
 
 
-# run_point's command: with the comment on a Slurm site (params.launch_comment)
+# run_point's params and command: with the comment on a Slurm site (params.launch_comment)
+RUN_POINT_PARAMS = dict(launch_comment=launch_comment) if SLURM_SITE else {}
 RUN_POINT_COMMAND = "".join(
     [RUN_POINT_SHELL, "{params.launch_comment}" if SLURM_SITE else ""]
 )
@@ -1109,9 +1110,9 @@ def report_table_title(name):
 # --- Scaling-law fits (workflow/rules/fits.smk) -------------------------------------------
 def fit_series():
     """The training series swept at enough counts for a fit, as expand(..., zip)
-    keywords: one fit figure each (scalesweep.analyse.fits.figure_series; fits.csv says why
+    keywords: one fit figure each (scalesweep.plan.fitlaws.figure_series; fits.csv says why
     the others have none)."""
-    from scalesweep.analyse.fits import figure_series
+    from scalesweep.plan.fitlaws import figure_series
 
     series = figure_series(POINTS, config)
     return {"workload": [w for w, _ in series], "runtime": [r for _, r in series]}

@@ -1,11 +1,15 @@
 # The publishable report: per-workload figures, container start-up apart from the workloads,
 # and the tables a reader needs to trust them (provenance, missing and failed points).
 # Everything reads the aggregate tables, so it follows analysis.partial like aggregate does.
+# A rule that reads the runs' own files finds them in runs.csv (path: the metrics files the
+# summary used, scalesweep.analyse.collect.summarised_metrics): 10,000 more inputs per rule
+# cost Snakemake about a second of planning each, and runs.csv, made from them all, orders
+# and re-runs the job as they would.
 
 
 rule report_run_tables:
     input:
-        metrics=aggregate_metrics,
+        runs=rules.aggregate.output.runs,
         series=series_final_files(),
     output:
         epochs=report_table("epochs"),
@@ -43,7 +47,6 @@ rule report_tables:
 rule report_decomposition:
     input:
         runs=rules.aggregate.output.runs,
-        metrics=aggregate_metrics,
     output:
         decomposition=report_table("decomposition"),
         differences=report_table("differences"),
@@ -67,7 +70,6 @@ rule report_load:
     input:
         load=rules.aggregate.output.load,
         runs=rules.aggregate.output.runs,
-        metrics=aggregate_metrics,
     output:
         latency=report(
             "results/plots/load/latency_throughput.png",
@@ -210,7 +212,7 @@ rule report_memory:
 
 rule report_memory_tables:
     input:
-        metrics=aggregate_metrics,
+        runs=rules.aggregate.output.runs,
         series=series_final_files(),
     output:
         timeline="results/summary/memory_timeline.csv",

@@ -26,8 +26,9 @@ rule run_point:
         measure=1,
     params:
         # on a Slurm site, the job's sbatch options and the point's srun line, a comment
-        # at the end of the command that dry runs print (common.smk)
-        launch_comment=launch_comment,
+        # at the end of the command that dry runs print (common.smk); none elsewhere
+        # (a params function with resources is evaluated per job: ~10% of planning)
+        **RUN_POINT_PARAMS,
     shell:
         RUN_POINT_COMMAND
 

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # no
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from scalesweep.analyse.collect import readable_runs  # noqa: E402
+from scalesweep.analyse.collect import readable_runs, summarised_metrics  # noqa: E402
 from scalesweep.analyse.decomposition import decomposition_table  # noqa: E402
 from scalesweep.analyse.differences import differences_table  # noqa: E402
 from scalesweep.report.decomposition import decomposition_figure  # noqa: E402
@@ -33,7 +33,7 @@ table.to_csv(sm.output.decomposition, index=False, float_format="%.10g")
 fig = decomposition_figure(table)
 fig.savefig(sm.output.figure, dpi=110)
 plt.close(fig)
-records = [(m, row) for _, m, row in readable_runs(sm.input.metrics, sm.config, log)]
+records = [(m, row) for _, m, row in readable_runs(summarised_metrics(sm.input.runs), sm.config, log)]
 differences = differences_table(records)
 differences.to_csv(sm.output.differences, index=False)
 log(f"{len(runs)} runs: {len(table)} decomposition rows, {len(differences)} difference rows")

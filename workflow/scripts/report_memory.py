@@ -25,9 +25,9 @@ def read(path, workload):
 
 
 if sm.rule == "report_memory_tables":
-    from scalesweep.analyse.collect import readable_runs
+    from scalesweep.analyse.collect import readable_runs, summarised_metrics
 
-    records = readable_runs(sm.input.metrics, sm.config,
+    records = readable_runs(summarised_metrics(sm.input.runs), sm.config,
                             lambda text: print(text, file=sys.stderr))
     timeline = mr.timeline_table(records)
     timeline.to_csv(sm.output.timeline, index=False, float_format="%.6g")

@@ -43,11 +43,8 @@ from scipy import optimize
 from scalesweep.analyse.frame import (TableError, require_positive_times, require_table,
                                       require_valid)
 from scalesweep.analyse.stats import CONFIDENCE
+from scalesweep.plan.fitlaws import MODELS, can_fit, figure_series, min_counts  # noqa: F401
 
-MODELS: dict[str, tuple[str, ...]] = {
-    "amdahl": ("t1_s", "serial_fraction"),
-    "usl": ("t1_s", "sigma", "kappa"),
-}
 MIN_R2_LOG = 0.90
 MAX_LACK_OF_FIT_LOG = 0.10
 DEFAULT_BOOTSTRAP = 1000
@@ -98,11 +95,6 @@ def model_time(model: str, params, counts) -> np.ndarray:
         return t1 * (s + (1 - s) / n)
     t1, sigma, kappa = params
     return t1 * (1 + sigma * (n - 1) + kappa * n * (n - 1)) / n
-
-
-def min_counts(model: str) -> int:
-    """Distinct counts a fit needs: parameters + 1 (one degree of freedom left)."""
-    return len(MODELS[model]) + 1
 
 
 def fit_series(
@@ -471,23 +463,3 @@ def campaign_fits(runs: pd.DataFrame, config: dict) -> list[tuple[dict, pd.DataF
         found = [fit_series(group, model, "count", "time_s", base) for model in MODELS]
         out.append((dict(zip(CAMPAIGN_SERIES, key)), group, found))
     return out
-
-
-def can_fit(counts) -> bool:
-    """Whether a series swept at ``counts`` has enough distinct counts for any law."""
-    return len(set(counts)) >= min(min_counts(model) for model in MODELS)
-
-
-def figure_series(points, config: dict) -> list[tuple[str, str]]:
-    """The (workload, runtime) training series of a sweep that get a fit figure (rule
-    plot_fit): those with a threads-per-rank series whose swept counts ``can_fit``. The
-    others get none (a figure with nothing fitted is not listed); fits.csv says why."""
-    from scalesweep.plan.kinds import kind_of
-
-    counts: dict[tuple, set] = {}
-    for p in points:
-        kind = kind_of(config["workloads"][p.workload])
-        if kind.summary_table == "scaling":
-            counts.setdefault((p.workload, p.runtime, p.threads), set()).add(
-                kind.scaling_count(p))
-    return sorted({(w, r) for (w, r, _), swept in counts.items() if can_fit(swept)})
