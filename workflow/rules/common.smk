@@ -450,6 +450,20 @@ def measurement_threads(wildcards):
         return point_cores(wildcards) if "ranks" in wildcards.keys() else 1
 
 
+def _measurement_threads():
+    """measurement_threads, as a number where it is one for every job (off Slurm, with a
+    core budget): Snakemake calls a threads function for each of 10,000 jobs."""
+    if SLURM_SITE:
+        return measurement_threads
+    try:
+        return max(int(workflow.cores), 1)
+    except WorkflowError:
+        return measurement_threads
+
+
+MEASUREMENT_THREADS = _measurement_threads()
+
+
 # --- Interleaved blocks and adaptive repeats (scalesweep.plan.adaptive) ----------------------
 from scalesweep.plan.sweep import workload_runtimes  # noqa: E402
 from scalesweep.plan.adaptive import (  # noqa: E402

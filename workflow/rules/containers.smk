@@ -168,7 +168,7 @@ rule container_startup:
     conda:
         "../../envs/scalesweep.yaml"
     # a measurement: every local core, so nothing else of ours runs beside it
-    threads: measurement_threads
+    threads: MEASUREMENT_THREADS
     resources:
         measure=1,
     params:

@@ -15,7 +15,7 @@ rule run_point:
         "../../envs/scalesweep.yaml"
     # locally every core Snakemake may use (nothing else of ours runs beside a
     # measurement); on a Slurm site the point's ranks x threads
-    threads: measurement_threads
+    threads: MEASUREMENT_THREADS
     resources:
         # Through Slurm (profiles/local-slurm, frontier, odo): one job per point with the
         # point's exact geometry (scalesweep.run.slurm); declared only on a site whose
