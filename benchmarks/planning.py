@@ -76,7 +76,7 @@ BARE = Path(__file__).resolve().parent / "bare" / "Snakefile"
 # profiles/frontier (compared with bare_functions).
 SITE = "benchmarks/configs/planning.site.yaml"
 SLURM_SITE = "benchmarks/configs/planning-slurm.site.yaml"
-TARGET_RATIO = 1.5  # issue #17: planning within 1.5x of the bare Snakefile
+TARGET_RATIO = 1.3  # issue #31: planning within 1.3x of the bare Snakefile (#17 asked 1.5x)
 # run_point's features that the bare Snakefile can add one at a time (--ablation)
 ABLATION_FEATURES = ("log", "input_function", "threads", "params")
 
