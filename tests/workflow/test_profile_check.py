@@ -41,3 +41,13 @@ def test_the_check_is_no_params_function():
     assert not [p for p in rules if "profile_check" in p.read_text()]
     common = (REPO / "workflow" / "rules" / "common.smk").read_text()
     assert "_PROFILE_PROBLEM = profile_problem(COMMAND_LINE)" in common
+
+
+def test_a_report_without_a_core_budget_is_parsed(campaign):
+    """`snakemake --report` gives no --cores: no rule may need a core budget to be parsed
+    (aggregate's threads were `workflow.cores`, which then refused the whole workflow)."""
+    wd = campaign(tiny_config())
+    proc = run_snakemake(wd, "--report", str(wd / "report.html"), check=False, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert "number of cores" not in out, out[-3000:]
+    assert "results/summary/runs.csv marked for report but does not exist" in out

@@ -22,7 +22,7 @@ rule aggregate:
         "../../envs/scalesweep.yaml"
     # metrics files read in parallel (scalesweep.analyse.collect: at most MAX_WORKERS
     # processes), after every point: nothing is measured beside it
-    threads: workflow.cores
+    threads: all_cores
     script:
         "../scripts/aggregate.py"
 

@@ -464,6 +464,14 @@ def _measurement_threads():
 MEASUREMENT_THREADS = _measurement_threads()
 
 
+def all_cores(wildcards):
+    """Every core Snakemake may use; 1 where it has no core budget (`--report`)."""
+    try:
+        return max(int(workflow.cores), 1)
+    except WorkflowError:
+        return 1
+
+
 # --- Interleaved blocks and adaptive repeats (scalesweep.plan.adaptive) ----------------------
 from scalesweep.plan.sweep import workload_runtimes  # noqa: E402
 from scalesweep.plan.adaptive import (  # noqa: E402
