@@ -13,7 +13,8 @@ import pandas as pd
 
 from scalesweep.analyse.frame import (TableError, as_list, describe_group, grouped,
                                       require_positive_times, require_table, truthy)
-from scalesweep.analyse.pairing import ROW_KEYS, SAME_BLOCK, UNPAIRED, Pairs, side_pairs
+from scalesweep.analyse.pairing import (ROW_KEYS, SAME_BLOCK, UNPAIRED, Pairs, pair_records,
+                                        side_pairs)
 from scalesweep.analyse.stats import CONFIDENCE
 from scalesweep.analyse.verdict import (EQUIVALENCE_MARGIN_PCT, TARGET_CI_PP, overhead_uncertainty,
                                         overhead_pct, overhead_verdict)
@@ -51,7 +52,8 @@ def overhead_table(
     data = df.assign(**{time_col: pd.to_numeric(df[time_col])})
     rows = []
     for key, group in grouped(data, group_cols):
-        is_base = _baseline_mask(group, runtime_col, baseline_runtime, group_cols, key)
+        is_base = _baseline_mask(group[runtime_col].to_numpy(), runtime_col, baseline_runtime,
+                                 group_cols, key)
         native = group.loc[is_base, time_col].to_numpy(float)
         for runtime, runs in group[~is_base].groupby(runtime_col, sort=False):
             container = runs[time_col].to_numpy(float)
@@ -126,7 +128,7 @@ def verdict_table(
     pairs whose two runs ran on the same nodes are preferred (used alone when there are
     at least two of them).
 
-    ``memo`` (scalesweep.analyse.runcache.Memo): each row by everything it is computed
+    ``memo`` (scalesweep.analyse.memo.Memo): each row by everything it is computed
     from (the group, the runtime, the settings, and both sides' rows: times, exclusions,
     pair keys and the columns the pairing reads): a row whose inputs are unchanged since
     it was computed is taken, not computed again (a campaign plus one run changes one).
@@ -154,18 +156,11 @@ def verdict_table(
     pairing = bool(pair_col) and pair_col in data.columns
     if pairing:
         pair_of = data[pair_col].to_numpy()
-        cols = [c for c in data.columns if c in (pair_col, time_col, *ROW_KEYS)]
-        records = [dict(zip(cols, values)) for values in zip(*(data[c].tolist() for c in cols))]
+        records = pair_records(data, pair_col, time_col)
     positions = data[group_cols].reset_index(drop=True).assign(_pos=np.arange(len(data)))
     for key, group in grouped(positions, group_cols):
         at = group["_pos"].to_numpy()
-        runtimes = runtime_of[at]
-        is_base = runtimes == baseline_runtime
-        if not is_base.any():
-            raise TableError(
-                f"no {runtime_col}={baseline_runtime!r} rows in "
-                f"{describe_group(group_cols, key)} ({runtime_col} present: "
-                f"{', '.join(map(str, pd.unique(runtimes)))})")
+        is_base = _baseline_mask(runtime_of[at], runtime_col, baseline_runtime, group_cols, key)
         base = at[is_base]
         others = at[~is_base]
         for runtime in pd.unique(runtime_of[others]):
@@ -254,15 +249,15 @@ def _with_pairing(text: str, pairs: "Pairs", paired: bool) -> str:
     return text + (f"; {', '.join(left)}" if left else "")
 
 
-def _baseline_mask(group: pd.DataFrame, runtime_col: str, baseline_runtime: str,
-                   group_cols: list[str], key: tuple) -> pd.Series:
-    """The rows of ``baseline_runtime`` in ``group``; a TableError naming the group where
-    there are none."""
-    is_base = group[runtime_col] == baseline_runtime
+def _baseline_mask(runtimes: np.ndarray, runtime_col: str, baseline_runtime: str,
+                   group_cols: list[str], key: tuple) -> np.ndarray:
+    """Which of a group's rows (their ``runtimes``) are ``baseline_runtime``'s; a
+    TableError naming the group where there are none."""
+    is_base = runtimes == baseline_runtime
     if not is_base.any():
         raise TableError(
             f"no {runtime_col}={baseline_runtime!r} rows in "
             f"{describe_group(group_cols, key)} ({runtime_col} present: "
-            f"{', '.join(map(str, group[runtime_col].unique()))})"
+            f"{', '.join(map(str, pd.unique(runtimes)))})"
         )
     return is_base

@@ -35,27 +35,19 @@ class Pairs:
         self.surviving = surviving  # the pairs left where fewer than 2 remain
 
 
-def valid_pairs(base: pd.DataFrame, runs: pd.DataFrame, pair_col: str | None,
-                 time_col: str, max_gap_s: float | None = None,
-                 probe_tolerance_pct: float | None = None) -> Pairs:
-    """The valid pairs, matched on ``pair_col`` and in its order (see ``verdict_table``)."""
-    if not pair_col or pair_col not in base.columns or pair_col not in runs.columns:
-        return Pairs()
-    sides = []
-    for side in (base, runs):
-        # the columns block_pairs reads (ROW_KEYS): a table of runs.csv's hundred columns
-        # made into records whole was most of a 100,000-run campaign's verdicts (#31)
-        cols = [c for c in side.columns if c in (pair_col, time_col, *ROW_KEYS)]
-        sides.append((side[pair_col].to_numpy(),
-                      [dict(zip(cols, values)) for values in zip(*(side[c].tolist() for c in cols))]))
-    return side_pairs(sides[0], sides[1], pair_col, time_col, max_gap_s, probe_tolerance_pct)
+def pair_records(df: pd.DataFrame, pair_col: str, time_col: str) -> list[dict]:
+    """Each row of ``df`` as a dict of what side_pairs reads of it (``pair_col``,
+    ``time_col`` and ROW_KEYS): a table of runs.csv's hundred columns made into records
+    whole was most of a 100,000-run campaign's verdicts (#31)."""
+    cols = [c for c in df.columns if c in (pair_col, time_col, *ROW_KEYS)]
+    return [dict(zip(cols, values)) for values in zip(*(df[c].tolist() for c in cols))]
 
 
 def side_pairs(base: tuple[np.ndarray, list[dict]], runs: tuple[np.ndarray, list[dict]],
                pair_col: str, time_col: str, max_gap_s: float | None = None,
                probe_tolerance_pct: float | None = None) -> Pairs:
-    """valid_pairs of two sides given as (their ``pair_col`` values, their rows as dicts
-    of ``time_col`` and ROW_KEYS)."""
+    """The valid pairs, matched on ``pair_col`` and in its order (see ``verdict_table``),
+    of two sides given as (their ``pair_col`` values, their rows: ``pair_records``)."""
     how = SAME_BLOCK if pair_col == "block_id" else SAME_REPEAT
     sides = []
     for keys, records in (base, runs):
