@@ -258,7 +258,7 @@ def test_distributions_read_every_request_with_ttft_from_its_scheduled_arrival(t
                           "runtime": "native", "disturbed": False, "path": str(point / "metrics.json"),
                           "load_levels": json.dumps([{"level": 0, "shape": "closed"},
                                                      {"level": 1, "shape": "poisson", "rate": 2.0}])}])
-    rows = request_rows([str(point / "metrics.json")], runs)
+    rows = request_rows(runs)
     assert len(rows) == 1 and rows.iloc[0]["rate"] == 2.0
     assert rows.iloc[0]["ttft_s"] == pytest.approx(0.5) and rows.iloc[0]["tpot_s"] == pytest.approx(0.1)
 

@@ -439,37 +439,30 @@ DECIDE_FINAL_SHELL = "".join(
 # On a Slurm site a point asks for its own geometry (whole nodes, the site's
 # slurm.exclusive); the local test cluster serialises every job with its profile's
 # `measure` resource (profiles/local-slurm), because its "nodes" share this host's cores.
-def measurement_threads(wildcards):
-    if (
-        SLURM_SITE
-    ):  # a Slurm job of the point's own geometry (profile_problem: never local)
-        return point_cores(wildcards) if "ranks" in wildcards.keys() else 1
-    try:
-        return max(int(workflow.cores), 1)
-    except WorkflowError:  # no core budget yet (e.g. some dry runs)
-        return point_cores(wildcards) if "ranks" in wildcards.keys() else 1
-
-
-def _measurement_threads():
-    """measurement_threads, as a number where it is one for every job (off Slurm, with a
-    core budget): Snakemake calls a threads function for each of 10,000 jobs."""
-    if SLURM_SITE:
-        return measurement_threads
+def core_budget():
+    """Every core Snakemake may use; None where it has no core budget yet (some dry
+    runs, `--report`)."""
     try:
         return max(int(workflow.cores), 1)
     except WorkflowError:
-        return measurement_threads
+        return None
 
 
-MEASUREMENT_THREADS = _measurement_threads()
+def measurement_threads(wildcards):
+    budget = None if SLURM_SITE else core_budget()
+    if budget is None:  # Slurm: a job of the point's own geometry (never local)
+        return point_cores(wildcards) if "ranks" in wildcards.keys() else 1
+    return budget
+
+
+# measurement_threads as a number where it is one for every job (off Slurm, with a core
+# budget): Snakemake calls a threads function for each of 10,000 jobs
+MEASUREMENT_THREADS = (None if SLURM_SITE else core_budget()) or measurement_threads
 
 
 def all_cores(wildcards):
-    """Every core Snakemake may use; 1 where it has no core budget (`--report`)."""
-    try:
-        return max(int(workflow.cores), 1)
-    except WorkflowError:
-        return 1
+    """Every core Snakemake may use; 1 without a core budget."""
+    return core_budget() or 1
 
 
 # --- Interleaved blocks and adaptive repeats (scalesweep.plan.adaptive) ----------------------

@@ -33,7 +33,7 @@ table.to_csv(sm.output.decomposition, index=False, float_format="%.10g")
 fig = decomposition_figure(table)
 fig.savefig(sm.output.figure, dpi=110)
 plt.close(fig)
-records = [(m, row) for _, m, row in readable_runs(summarised_metrics(sm.input.runs), sm.config, log)]
+records = [(m, row) for _, m, row in readable_runs(summarised_metrics(runs), sm.config, log)]
 differences = differences_table(records)
 differences.to_csv(sm.output.differences, index=False)
 log(f"{len(runs)} runs: {len(table)} decomposition rows, {len(differences)} difference rows")

@@ -11,7 +11,6 @@ sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # no
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from scalesweep.analyse.collect import summarised_metrics  # noqa: E402
 from scalesweep.report.load_figures import (distribution_figure, goodput_figure,  # noqa: E402
                                             latency_throughput_figure, request_rows)
 
@@ -27,7 +26,7 @@ def read(path):
 
 load, runs = read(sm.input.load), read(sm.input.runs)
 targets = {w: t for w, t in (sm.params.targets or {}).items() if t}
-requests = request_rows(summarised_metrics(sm.input.runs), runs) if not runs.empty else pd.DataFrame()
+requests = request_rows(runs) if not runs.empty else pd.DataFrame()
 for figure, path in ((latency_throughput_figure(load, targets), sm.output.latency),
                      (goodput_figure(load, targets), sm.output.goodput),
                      (distribution_figure(requests, targets), sm.output.distributions)):

@@ -174,15 +174,17 @@ def _earlier_run(path: str, problem: str, config: dict, log) -> tuple[str, dict,
 
 
 
-def summarised_metrics(runs_csv: str | os.PathLike) -> list[str]:
+def summarised_metrics(runs: str | os.PathLike | pd.DataFrame) -> list[str]:
     """The metrics files a summary was made from: runs.csv's ``path`` column (each run
-    the aggregate rule could read, an earlier run standing in where one did). The report
-    rules that read the runs' own files take them from here, not as 10,000 inputs each."""
-    try:
-        paths = pd.read_csv(runs_csv, usecols=["path"])["path"]
-    except (ValueError, pd.errors.EmptyDataError):  # no runs: a header without "path"
-        return []
-    return [str(p) for p in paths.dropna()]
+    the aggregate rule could read, an earlier run standing in where one did), of the file
+    or of the table already read. The report rules that read the runs' own files take
+    them from here, not as 10,000 inputs each."""
+    if not isinstance(runs, pd.DataFrame):
+        try:
+            runs = pd.read_csv(runs, usecols=["path"])
+        except (ValueError, pd.errors.EmptyDataError):  # no runs: a header without "path"
+            return []
+    return [str(p) for p in runs["path"].dropna()] if "path" in runs else []
 
 
 def readable_runs(metrics_paths: Iterable[str], config: dict,

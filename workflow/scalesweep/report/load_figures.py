@@ -152,12 +152,11 @@ def goodput_figure(table: pd.DataFrame, targets: dict | None = None) -> plt.Figu
                    warnings=[shared_cores_note(table)])
 
 
-def request_rows(metrics_paths, runs: pd.DataFrame) -> pd.DataFrame:
+def request_rows(runs: pd.DataFrame) -> pd.DataFrame:
     """Every request of every valid run's open-loop levels (requests.jsonl beside each
-    metrics.json), with its runtime, geometry and rate."""
+    run's metrics.json, runs.csv's ``path``), with its runtime, geometry and rate."""
     from scalesweep.record.pointdir import REQUESTS_JSONL
 
-    by_path = {str(Path(p).parent): p for p in metrics_paths}
     rows = []
     for _, run in runs.iterrows():
         if truthy(run.get("disturbed")) or not isinstance(run.get("load_levels"), str):
@@ -165,8 +164,6 @@ def request_rows(metrics_paths, runs: pd.DataFrame) -> pd.DataFrame:
         path = Path(str(run["path"]))
         point = path if path.is_dir() else path.parent
         requests = point / REQUESTS_JSONL
-        if str(point) not in by_path and not requests.is_file():
-            continue
         rates = {lv["level"]: lv.get("rate") for lv in json.loads(run["load_levels"])
                  if lv.get("rate") is not None and not lv.get("bisection")}
         try:
