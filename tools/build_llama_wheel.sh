@@ -79,12 +79,28 @@ log="$WHEELS/llama_cpp_python-$VERSION.build.log"
 echo "build_llama_wheel: building llama-cpp-python==$VERSION with $PYTHON"
 echo "build_llama_wheel: CMAKE_ARGS=$CMAKE_ARGS  jobs=$CMAKE_BUILD_PARALLEL_LEVEL  log=$log"
 start=$(date +%s)
-if ! "$PYTHON" -m pip wheel --no-deps --no-cache-dir --no-binary llama-cpp-python \
-        -w "$tmp" "llama-cpp-python==$VERSION" >"$log" 2>&1; then
-    echo "build_llama_wheel: FAILED, see $log" >&2
+fail() {
+    echo "build_llama_wheel: FAILED ($1), see $log" >&2
     tail -n 30 "$log" >&2
     exit 1
-fi
+}
+# The pinned sdist, with one line changed: its CMakeLists.txt forces llama.cpp's "common"
+# library on (LLAMA_BUILD_COMMON ... FORCE, so -D cannot turn it off). That library and
+# the cpp-httplib it pulls in are for llama.cpp's own tools; the Python package never
+# loads libllama-common.so, and they are about half the compile. LLAMA_BUILD_COMMON=OFF is
+# llama.cpp's own switch (its install rule and cpp-httplib follow it).
+"$PYTHON" -m pip download --no-deps --no-cache-dir --no-binary :all: \
+    -d "$tmp/sdist" "llama-cpp-python==$VERSION" >"$log" 2>&1 || fail "download"
+sdists=("$tmp"/sdist/llama_cpp_python-"$VERSION".tar.gz)
+[[ -f ${sdists[0]} ]] || fail "no sdist llama_cpp_python-$VERSION.tar.gz in $tmp/sdist"
+tar -xzf "${sdists[0]}" -C "$tmp/sdist"
+src="$tmp/sdist/llama_cpp_python-$VERSION"
+forced='set(LLAMA_BUILD_COMMON ON CACHE BOOL "Build llama.cpp common library" FORCE)'
+grep -qF "$forced" "$src/CMakeLists.txt" ||
+    fail "the line to change is not in $src/CMakeLists.txt: check this script against $VERSION"
+sed -i "s|${forced}|${forced/ ON / OFF }|" "$src/CMakeLists.txt"
+! grep -qF "$forced" "$src/CMakeLists.txt" || fail "LLAMA_BUILD_COMMON still forced on"
+"$PYTHON" -m pip wheel --no-deps --no-cache-dir -w "$tmp" "$src" >>"$log" 2>&1 || fail "build"
 secs=$(( $(date +%s) - start ))
 built=("$tmp"/llama_cpp_python-"$VERSION"-*.whl)
 if [[ ${#built[@]} -ne 1 ]]; then
@@ -96,7 +112,8 @@ rm -f "$WHEELS"/llama_cpp_python-"$VERSION"-*.whl
 mv "${built[0]}" "$WHEELS/$name"
 cat >"$WHEELS/llama_cpp_python-$VERSION.buildinfo.json" <<EOF
 {"package": "llama-cpp-python", "version": "$VERSION", "wheel": "$name",
- "cpu_level": "$LEVEL", "cmake_args": "$CMAKE_ARGS", "build_seconds": $secs,
+ "cpu_level": "$LEVEL", "cmake_args": "$CMAKE_ARGS", "llama_build_common": false,
+ "build_seconds": $secs,
  "built_on": "$(hostname)", "machine": "$(uname -m)", "date": "$(date -Iseconds)",
  "sha256": "$(sha256sum "$WHEELS/$name" | cut -d' ' -f1)"}
 EOF
