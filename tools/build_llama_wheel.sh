@@ -89,7 +89,7 @@ fail() {
 # the cpp-httplib it pulls in are for llama.cpp's own tools; the Python package never
 # loads libllama-common.so, and they are about half the compile. LLAMA_BUILD_COMMON=OFF is
 # llama.cpp's own switch (its install rule and cpp-httplib follow it).
-"$PYTHON" -m pip download --no-deps --no-cache-dir --no-binary :all: \
+"$PYTHON" -m pip download --no-deps --no-cache-dir --no-binary llama-cpp-python \
     -d "$tmp/sdist" "llama-cpp-python==$VERSION" >"$log" 2>&1 || fail "download"
 sdists=("$tmp"/sdist/llama_cpp_python-"$VERSION".tar.gz)
 [[ -f ${sdists[0]} ]] || fail "no sdist llama_cpp_python-$VERSION.tar.gz in $tmp/sdist"
