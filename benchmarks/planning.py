@@ -13,7 +13,9 @@ The config is written into a temporary campaign directory and passed with --conf
 otherwise). The bare workflow (benchmarks/bare/Snakefile) plans the same number of jobs
 with one plain rule per job kind and no scalesweep code; "bare_functions" is the same
 Snakefile with the per-job functions any per-job-Slurm workflow has (input, threads, params
-and 10 resource functions, all trivial). All dry runs are interleaved (real, bare,
+and 10 resource functions, all trivial); "bare_workflow_profile" is the bare Snakefile
+run with scalesweep's workflow profile (profiles/default: every job's shell command
+printed, keep-going, rerun-triggers), the options every scalesweep run has. All dry runs are interleaved (real, bare,
 bare_functions, variants, real, ...) so that they see the same load; the figure is the ratio
 of the median CPU times (user+sys: the least disturbed by other processes), the wall-time
 ratio is reported too. Round 1 also writes each dry run's output, to count the jobs. With a
@@ -77,6 +79,7 @@ BARE = Path(__file__).resolve().parent / "bare" / "Snakefile"
 SITE = "benchmarks/configs/planning.site.yaml"
 SLURM_SITE = "benchmarks/configs/planning-slurm.site.yaml"
 TARGET_RATIO = 1.3  # issue #31: planning within 1.3x of the bare Snakefile (#17 asked 1.5x)
+SAME_OPTIONS = "bare_workflow_profile"  # the bare Snakefile with scalesweep's profiles/default
 # run_point's features that the bare Snakefile can add one at a time (--ablation)
 ABLATION_FEATURES = ("log", "input_function", "threads", "params")
 
@@ -217,6 +220,14 @@ def main(argv: list[str] | None = None) -> dict:
         bare_extra[name] = ["--configfile", str(bare_wd / "config" / f"{name}.yaml")]
         first[name] = dry_run(BARE, bare_wd, bare_extra[name], out=base / f"{name}.out")
         jobs[name] = job_total((base / f"{name}.out").read_text())
+    # The bare Snakefile with the options scalesweep's workflow profile gives every run
+    # (profiles/default: printshellcmds, keep-going, rerun-triggers): the same dry run's
+    # output, every job's shell command printed, without scalesweep's code.
+    bare_extra[SAME_OPTIONS] = [*bare_extra["bare"], "--workflow-profile",
+                                str(snakefile.parent / "profiles" / "default")]
+    first[SAME_OPTIONS] = dry_run(BARE, bare_wd, bare_extra[SAME_OPTIONS],
+                                  out=base / f"{SAME_OPTIONS}.out")
+    jobs[SAME_OPTIONS] = job_total((base / f"{SAME_OPTIONS}.out").read_text())
 
     # --ablation: the bare Snakefile plus one of scalesweep's run_point features at a time
     # (benchmarks/bare/Snakefile: features), and all of them: where the rest goes.
@@ -240,7 +251,8 @@ def main(argv: list[str] | None = None) -> dict:
         jobs["scalesweep_frontier_profile"] = job_total((base / "frontier.out").read_text())
     cases = {"scalesweep": lambda: dry_run(snakefile, real_wd, real_extra),
              "bare": lambda: dry_run(BARE, bare_wd, bare_extra["bare"]),
-             "bare_functions": lambda: dry_run(BARE, bare_wd, bare_extra["bare_functions"])}
+             "bare_functions": lambda: dry_run(BARE, bare_wd, bare_extra["bare_functions"]),
+             SAME_OPTIONS: lambda: dry_run(BARE, bare_wd, bare_extra[SAME_OPTIONS])}
     for name in ablation:
         cases[name] = (lambda n=name: dry_run(BARE, bare_wd, bare_extra[n]))
     if not args.no_site_profile:
@@ -270,6 +282,8 @@ def main(argv: list[str] | None = None) -> dict:
     figures = {
         "points": len(points), "jobs_scalesweep": jobs["scalesweep"], "jobs_bare": jobs["bare"],
         "sides": sides, "ratio_cpu": ratio, "ratio_wall": main_side["ratio_wall"],
+        "ratio_cpu_same_options": round(main_side["cpu"]["median_s"]
+                                        / sides[SAME_OPTIONS]["cpu"]["median_s"], 3),
         "ratio_median": ratio, "target_ratio": TARGET_RATIO, "target_met": ratio <= TARGET_RATIO,
         "snakefile": str(snakefile), "variants": variants,
     }
@@ -279,7 +293,9 @@ def main(argv: list[str] | None = None) -> dict:
              f"{main_side['cpu']['median_s']:.1f} s CPU ({main_side['wall']['median_s']:.1f} s wall) "
              f"vs bare {sides['bare']['cpu']['median_s']:.1f} s CPU = {ratio:.2f}x CPU, "
              f"{main_side['ratio_wall']:.2f}x wall (target <= {TARGET_RATIO}x: "
-             f"{'met' if ratio <= TARGET_RATIO else 'MISSED'}); bare with per-job functions "
+             f"{'met' if ratio <= TARGET_RATIO else 'MISSED'}); "
+             f"{figures['ratio_cpu_same_options']:.2f}x the bare Snakefile with the workflow "
+             f"profile's options; bare with per-job functions "
              f"{sides['bare_functions']['ratio_cpu']:.2f}x")
     if "scalesweep_frontier_profile" in sides:
         fp = sides["scalesweep_frontier_profile"]

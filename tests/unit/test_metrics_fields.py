@@ -143,3 +143,30 @@ def test_what_older_records_and_their_readers_take_is_not_refused():
     data = record("llm_inference")
     data["engine"] = {**data["engine"], "name": ["llamacpp"]}
     assert field_problem(data) == "engine.name is ['llamacpp'], expected text"
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("bytes", "not UTF-8 text"),  # a byte that is no UTF-8
+    ("digits", "not valid JSON"),  # a number beyond Python's 4,300-digit limit
+    ("directory", "cannot be read"),  # a directory of that name
+    ("huge", "train_s is 1000"),  # a finite field beyond a float's range
+])
+def test_an_unreadable_or_overflowing_file_fails_its_point_naming_it(tmp_path, damage, message):
+    """A point, failed and named, never a traceback that stops the summary (a review)."""
+    data = record("cnn")
+    if damage == "huge":
+        data["train_s"] = 10**400
+    path, config, point = campaign_file(tmp_path, data)
+    if damage == "bytes":
+        path.write_bytes(path.read_bytes().replace(b'"cnn"', b'"cnn\xff"', 1))
+    elif damage == "digits":
+        path.write_text(path.read_text().rstrip().removesuffix("}") + ', "x": ' + "9" * 5000 + "}")
+    elif damage == "directory":
+        path.unlink()
+        path.mkdir()
+    notes = []
+    assert readable_runs([str(path)], config, notes.append) == []
+    assert notes[0].startswith(f"warning: {path}: {message}"), notes
+    states = point_states([point], str(tmp_path / "results"), config=config)
+    # (a directory is no metrics file: the point is missing, as Snakemake's is not)
+    assert states.loc[0, "state"] == ("missing" if damage == "directory" else "failed")

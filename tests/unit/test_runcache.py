@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from scalesweep.analyse import collect, rowtext, runcache
+from scalesweep.analyse import cachefiles, collect, rowtext, runcache
 from scalesweep.analyse.memo import VERDICTS_CACHE
 from scalesweep.analyse.runcache import RUNS_CACHE, RowStore
 from scalesweep.report.aggregate import OUTPUTS, write_summary
@@ -106,7 +106,7 @@ def reads(monkeypatch):
 
     monkeypatch.setattr(collect, "read_run", read_run)
     monkeypatch.setattr(collect, "default_workers", lambda: 1)
-    monkeypatch.setattr(runcache, "_RACY_NS", 0)  # the files were written just now
+    monkeypatch.setattr(cachefiles, "_RACY_NS", 0)  # the files were written just now
     return seen
 
 
@@ -236,7 +236,7 @@ def test_a_cache_of_another_version_or_a_corrupt_one_is_ignored(campaign, reads,
 def test_a_row_just_changed_is_used_but_not_stored(campaign, tmp_path, monkeypatch):
     root, config, paths = campaign
     monkeypatch.chdir(root)
-    monkeypatch.setattr(runcache, "_RACY_NS", 10**18)  # every file "just changed"
+    monkeypatch.setattr(cachefiles, "_RACY_NS", 10**18)  # every file "just changed"
     cache = tmp_path / RUNS_CACHE
     df = collect.collect_runs(paths, config, cache=cache)
     assert len(df) == len(paths) - 1 and not cache.exists()
@@ -367,7 +367,7 @@ def test_huge_inode_numbers_are_kept_and_a_killed_writers_file_is_removed(tmp_pa
     assert store.add("p", big, {"a": 1.5})
     left = tmp_path / f".{RUNS_CACHE}.abc.tmp"
     left.write_bytes(b"half a file")
-    os.utime(left, (time.time() - 2 * runcache.STALE_TMP_S,) * 2)
+    os.utime(left, (time.time() - 2 * cachefiles.STALE_TMP_S,) * 2)
     young = tmp_path / f".{RUNS_CACHE}.def.tmp"  # another writer's, still writing
     young.write_bytes(b"")
     umask = os.umask(0o022)
@@ -391,3 +391,109 @@ def test_a_cache_that_cannot_be_written_never_fails_the_summary(campaign, tmp_pa
     without = summary(root, config, paths, "plain", cache=False)
     assert summary(root, config, paths, "unwritable") == without
     assert not list((root / "unwritable").glob(".*.npz"))
+
+
+MOUNTINFO = """\
+22 1 259:1 / / rw,relatime shared:1 - ext4 /dev/root rw
+30 22 0:40 / /home rw,relatime shared:2 - nfs4 server:/home rw,vers=4.2,acregmax=60
+31 30 0:41 / /home/my\\040project rw shared:3 - lustre 10.0.0.1@o2ib:/orion rw
+32 22 0:42 / /scratch rw master:4 - nfs server:/scratch rw
+"""
+
+
+def test_the_file_system_of_a_path_is_told_from_mountinfo():
+    fs = cachefiles.file_system_type
+    assert fs("/home/me/results", MOUNTINFO) == "nfs4"
+    assert fs("/home/my project/results", MOUNTINFO) == "lustre"  # the longest mount wins
+    assert fs("/scratch", MOUNTINFO) == "nfs" and fs("/scratchpad", MOUNTINFO) == "ext4"
+    assert fs("/tmp", MOUNTINFO) == "ext4" and fs("/x", "garbage\n\n1 2 3") == ""
+    # the devices whose files are opened to be looked at: NFS's, not Lustre's or ext4's
+    assert cachefiles.attribute_cached_devices(MOUNTINFO) == {os.makedev(0, 40),
+                                                            os.makedev(0, 42)}
+    here = cachefiles.file_system_type(REPO)
+    assert here and (here in cachefiles.ATTRIBUTE_CACHED) == bool(
+        cachefiles.attribute_cached_devices() & {os.stat(REPO).st_dev})
+
+
+def test_on_nfs_a_file_the_cache_answers_for_is_opened_not_only_statted(campaign, reads,
+                                                                        tmp_path, monkeypatch):
+    """NFS: a stat may answer from the client's attribute cache, giving a file replaced
+    on another node its old identity for up to a minute; the files the cache would answer
+    for are opened there (close-to-open consistency), and a replaced one is read again."""
+    root, config, paths = campaign
+    shutil.copytree(root / "results", tmp_path / "results")
+    monkeypatch.chdir(tmp_path)
+    cache = tmp_path / "summary" / RUNS_CACHE
+    cache.parent.mkdir()
+    collect.collect_runs(paths, config, cache=cache)
+    old = cachefiles.identities([paths[0]])[0]
+    data = json.loads(Path(paths[0]).read_text())
+    data["final_loss"] = 0.123456
+    new = Path(paths[0]).with_name("metrics.json.new")
+    new.write_text(json.dumps(data, indent=2))
+    os.replace(new, paths[0])
+    real = cachefiles.identities
+
+    def attribute_cache(which, now=None):  # the client's cache: the replaced file's old identity
+        return [old if p == paths[0] else got for p, got in zip(which, real(which, now))]
+
+    monkeypatch.setattr(cachefiles, "identities", attribute_cache)
+    monkeypatch.setattr(cachefiles, "attribute_cached_devices", lambda: frozenset())
+    reads.clear()
+    stale = collect.collect_runs(paths, config, cache=cache).to_csv(index=False)
+    assert "0.123456" not in stale and paths[0] not in reads  # a stat alone: the old row
+    # the metrics files on NFS (the cache's own file system does not matter)
+    monkeypatch.setattr(cachefiles, "attribute_cached_devices",
+                        lambda: frozenset({os.stat(paths[0]).st_dev}))
+    reads.clear()
+    got = collect.collect_runs(paths, config, cache=cache).to_csv(index=False)
+    assert "0.123456" in got and paths[0] in reads
+    assert got == collect.collect_runs(paths, config).to_csv(index=False)
+
+
+def test_the_rows_of_deleted_files_leave_the_cache(campaign, reads, tmp_path, monkeypatch):
+    root, config, paths = campaign
+    shutil.copytree(root / "results", tmp_path / "results")
+    monkeypatch.chdir(tmp_path)
+    cache = tmp_path / RUNS_CACHE
+    version = runcache.cache_version(config)
+    collect.collect_runs(paths, config, cache=cache)
+    assert {paths[3], paths[5]} <= set(RowStore.load(cache, version).index())
+    Path(paths[3]).unlink()  # a run deleted; then a summary of part of the campaign,
+    shutil.copy(paths[12], f"{paths[12]}.x")  # one of whose files changed (a rewrite)
+    os.replace(f"{paths[12]}.x", paths[12])
+    collect.collect_runs(paths[10:20], config, cache=cache)
+    kept = set(RowStore.load(cache, version).index())
+    assert paths[3] not in kept and {paths[5], paths[12]} <= kept
+
+
+def test_a_file_server_whose_clock_is_behind_does_not_make_a_new_file_look_old(
+        tmp_path, monkeypatch):
+    f = tmp_path / "metrics.json"
+    f.write_text("{}")
+    assert cachefiles.identity(str(f))[1]  # written just now: fresh
+    real = time.time_ns
+    monkeypatch.setattr(time, "time_ns", lambda: real() + 10**12)  # our clock 1000 s ahead
+    assert not cachefiles.identities([str(f)])[0][1]  # by our clock alone: "old"
+    now = cachefiles.file_system_now(tmp_path)  # the later of ours and the file system's
+    assert now >= real() + 10**12 - 10**9  # (ours: read a moment before real() here)
+    monkeypatch.setattr(time, "time_ns", lambda: real() - 10**12)  # ours 1000 s behind
+    now = cachefiles.file_system_now(tmp_path)
+    assert cachefiles.identities([str(f)], now)[0][1]  # fresh by the file system's clock
+    assert not list(tmp_path.glob(".now.*"))
+
+
+def test_a_cache_version_that_cannot_be_read_whole_is_still_a_version(tmp_path):
+    """An editor's lock file beside a module (.#collect.py: a symlink to nothing) and an
+    unreadable file neither fail the version nor go unnoticed."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
+    digest = runcache._source_digest.__wrapped__
+    first = digest(str(tmp_path))
+    (tmp_path / "pkg" / ".#a.py").symlink_to(tmp_path / "nowhere")
+    assert digest(str(tmp_path)) == first
+    (tmp_path / "pkg" / "b.py").symlink_to(tmp_path / "nowhere")
+    assert digest(str(tmp_path)) != first
+    (tmp_path / "pkg" / "b.py").unlink()
+    (tmp_path / "pkg" / "a.py").write_text("x = 2\n")
+    assert digest(str(tmp_path)) != first

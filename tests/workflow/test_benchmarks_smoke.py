@@ -57,10 +57,10 @@ def test_planning_smoke(bench_env):
     r = run_bench(bench_env, "planning", "--ablation")
     assert r["points"] == 200
     assert r["jobs_scalesweep"] == r["jobs_bare"] > 200
-    assert r["ratio_median"] > 0
+    assert r["ratio_median"] > 0 and r["ratio_cpu_same_options"] > 0
     # every side plans the same jobs: the Frontier profile's dry run and the ablation's
-    sides = {"bare_functions", "scalesweep_frontier_profile", "bare+log", "bare+input_function",
-             "bare+threads", "bare+params", "bare+all"}
+    sides = {"bare_functions", "bare_workflow_profile", "scalesweep_frontier_profile",
+             "bare+log", "bare+input_function", "bare+threads", "bare+params", "bare+all"}
     assert sides <= set(r["sides"])
     assert {r["sides"][s]["jobs"] for s in sides} == {r["jobs_bare"]}
 

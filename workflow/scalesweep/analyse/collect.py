@@ -11,7 +11,7 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from scalesweep.analyse import runcache
+from scalesweep.analyse import cachefiles, runcache
 from scalesweep.analyse.components import COMPONENT_COLUMNS, component_columns
 from scalesweep.measure.probe import summary as probe_summary
 from scalesweep.plan.kinds import SweepError, kind_of
@@ -139,7 +139,7 @@ def read_run(path: str | Path, config: dict) -> tuple[dict, dict]:
     try:
         row = run_row(m, str(path), kind)
     # a field FIELDS does not declare yet: still a failed point, never a traceback
-    except (KeyError, TypeError, ValueError, ZeroDivisionError, IndexError,
+    except (KeyError, TypeError, ValueError, ArithmeticError, IndexError,
             AttributeError) as exc:
         raise MetricsError(f"{path}: missing or malformed field ({type(exc).__name__}: "
                            f"{exc})") from None
@@ -152,7 +152,7 @@ def read_run(path: str | Path, config: dict) -> tuple[dict, dict]:
 def _finite(value) -> bool:
     try:
         return bool(np.isfinite(float(value)))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return False
 
 
@@ -285,18 +285,33 @@ def collect_runs_keyed(metrics_paths: Iterable[str], config: dict, log=None,
                        workers: int | None = None) -> tuple[pd.DataFrame, list]:
     """collect_runs, and per row of it the identity of the file it was read from: (path,
     (device, inode, size, mtime_ns, ctime_ns)), None for a row whose file may change
-    unseen (runcache.RACY_S) or that stands in for another (an earlier run). A row of
+    unseen (cachefiles.RACY_S) or that stands in for another (an earlier run). A row of
     the same identity, code and config has the same values (runcache.cache_version)."""
     log = log or (lambda text: None)
     paths = [str(p) for p in metrics_paths]
-    version = runcache.cache_version(config) if cache is not None else ""
+    version = ""
+    if cache is not None:
+        try:
+            version = runcache.cache_version(config)
+        except Exception as exc:  # noqa: BLE001 - a cache never fails the summary
+            log(f"note: the runs cache {cache} is not used ({exc}); every metrics file is read")
+            cache = None
     cached = runcache.RowStore.load(cache, version) if cache is not None else None
     cached = cached if cached is not None else runcache.RowStore()
     known = cached.index()
-    looked = runcache.identities(paths)
+    now = cachefiles.file_system_now(Path(cache).parent if cache is not None and
+                                   Path(cache).parent.is_dir() else None)
+    looked = cachefiles.identities(paths, now)
     hits, missed = {}, []  # position in paths -> row of the cache; positions to read
+    # on NFS a stat may answer from the client's attribute cache: a file replaced on
+    # another node moments ago would keep its old identity, and its old row be used. The
+    # files the cache would answer for are opened there (close-to-open consistency).
+    reopen = cachefiles.attribute_cached_devices() if known else frozenset()
     for i, (path, (ident, _)) in enumerate(zip(paths, looked)):
         j = known.get(path)
+        if j is not None and ident is not None and cached.idents[j] == ident and ident[0] in reopen:
+            looked[i] = cachefiles.opened_identity(path, now)
+            ident = looked[i][0]
         if j is not None and ident is not None and cached.idents[j] == ident:
             hits[i] = j
         else:
@@ -326,7 +341,8 @@ def collect_runs_keyed(metrics_paths: Iterable[str], config: dict, log=None,
     keys = [k for k, r in zip(keys, order) if r is not None]
     order = [r for r in order if r is not None]
     if cache is not None:
-        _keep(cache, version, cached, known, table, paths, looked, missed, placed, log)
+        runcache.keep_rows(cache, version, cached, known, table, paths, looked, missed,
+                           placed, log)
     if not order:
         return pd.DataFrame(columns=RUN_COLUMNS), []
     df = with_blocks(table.frame(order))
@@ -335,34 +351,6 @@ def collect_runs_keyed(metrics_paths: Iterable[str], config: dict, log=None,
         ["workload", "runtime", "count", "threads", "repeat"])
     keys = [keys[i] for i in df.index]
     return df.reset_index(drop=True), keys
-
-
-
-def _keep(cache, version: str, cached: runcache.RowStore, known: dict[str, int],
-          table: runcache.RowStore, paths: list[str], looked: list, missed: list[int],
-          placed: list, log) -> None:
-    """Rewrite the cache where it changed: the rows just read (not those of files changed
-    moments ago: runcache.RACY_S), the cached rows still valid, and those of files not
-    asked for this time (kept for a later summary of more of the campaign); never the
-    rows of files changed, replaced, deleted or unreadable since."""
-    stale = {paths[i] for i in missed}  # read now, or unreadable: their old rows go
-    new = [value for i, (what, value) in zip(missed, placed)
-           if what == "stored" and looked[i][0] is not None and not looked[i][1]]
-    if not new and not any(p in known for p in stale):
-        return  # nothing to change
-    kept_new = set()
-    fresh_rows = []
-    for row in new:
-        if table.paths[row] not in kept_new:
-            kept_new.add(table.paths[row])
-            fresh_rows.append(row)
-    old_rows = [j for p, j in known.items() if p not in stale and p not in kept_new]
-    try:
-        Path(cache).parent.mkdir(parents=True, exist_ok=True)
-        runcache.RowStore.merged([(cached, old_rows), (table, fresh_rows)]).save(cache, version)
-    except Exception as exc:  # a cache never fails the summary
-        log(f"note: the runs cache {cache} was not written ({exc}); the next summary "
-            "reads every metrics file again")
 
 
 

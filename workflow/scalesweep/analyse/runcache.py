@@ -5,12 +5,15 @@ A campaign's summary is made from every metrics file of it (collect.collect_runs
 cache (``RUNS_CACHE``, results/summary/.runs-cache.npz) keeps each file's row, keyed by
 the file's identity: its path and (device, inode, size, mtime_ns, ctime_ns). A file
 whose identity changed (rewritten, replaced, touched, deleted) is read again; a file
-changed within ``RACY_S`` of being looked at is read, but not kept (a change inside the
+changed within ``cachefiles.RACY_S`` of being looked at is read, but not kept (a change inside the
 file system's time-stamp resolution could leave its identity unchanged; git's "racily
-clean" entries). The cache carries a version (``cache_version``: this format, the
-source of the scalesweep package and of the workload kinds the config uses, the config's
-workload -> payload mapping): a cache of other code or another config is ignored, and so
-is one that cannot be read; either is rewritten.
+clean" entries). How a file is looked at (by an open on NFS, whose clients cache
+attributes; "a moment ago" by the file system's clock as well as ours) is
+scalesweep.analyse.cachefiles. The rows of files not asked for stay while their files
+exist. The cache carries a version (``cache_version``: this format, the source of the
+scalesweep package and of the workload kinds the config uses, the processor's
+instruction set, the config's workload -> payload mapping): a cache of other code or
+another config is ignored, and so is one that cannot be read; either is rewritten.
 
 Rows are kept as their raw values (the Python objects run_row returned: float, int,
 bool, str, None and their numpy scalar kinds, each restored with its own type), not as
@@ -30,9 +33,6 @@ import inspect
 import json
 import os
 import sys
-import tempfile
-import time
-import zipfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -41,10 +41,10 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from scalesweep.analyse.cachefiles import Identity, save_npz_atomic
+
 RUNS_CACHE = ".runs-cache.npz"  # beside runs.csv (results/summary/)
 CACHE_FORMAT = 1
-RACY_S = 3.0
-_RACY_NS = int(RACY_S * 1e9)
 
 # the types a stored value may have: name -> (type, numpy dtype of its column or None)
 _TYPES: dict[type, tuple[str, Any]] = {
@@ -55,32 +55,6 @@ _TYPES: dict[type, tuple[str, Any]] = {
 }
 _BY_NAME = {name: (t, dtype) for t, (name, dtype) in _TYPES.items()}
 
-Identity = tuple  # (dev, ino, size, mtime_ns, ctime_ns)
-
-
-def identity(path: str) -> tuple[Identity | None, bool]:
-    """(identity, fresh) of a file: fresh when it changed less than RACY_S ago (its row
-    is used, not stored). (None, False) for a file that cannot be looked at."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None, False
-    ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    return ident, time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < _RACY_NS
-
-
-def identities(paths: Sequence[str]) -> list[tuple[Identity | None, bool]]:
-    """identity of each file (fresh: changed less than RACY_S before this call began)."""
-    now, stat, out = time.time_ns(), os.stat, []
-    for path in paths:
-        try:
-            st = stat(path)
-        except OSError:
-            out.append((None, False))
-            continue
-        out.append(((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns),
-                    now - max(st.st_mtime_ns, st.st_ctime_ns) < _RACY_NS))
-    return out
 
 
 @dataclass
@@ -392,40 +366,11 @@ class RowStore:
                         not 0 <= i < out.shapes[s].n for s, i in zip(out.shape_of, out.index_in))):
                     raise ValueError("a row out of its shape")
                 return out
-        except (OSError, ValueError, KeyError, TypeError, IndexError, EOFError, AttributeError,
-                zipfile.BadZipFile, json.JSONDecodeError):
-            return None
+        except Exception:  # noqa: BLE001 - whatever is there (a stray file, an encrypted
+            return None  # or truncated zip): not a cache of ours, ignored and rewritten
 
     def index(self) -> dict[str, int]:
         return {p: i for i, p in enumerate(self.paths)}
-
-
-STALE_TMP_S = 3600  # a cache's temporary file older than this was left by a killed writer
-
-
-def save_npz_atomic(path: str | os.PathLike, arrays: dict) -> None:
-    """``arrays`` into ``path`` (npz) through a temporary file and a rename: a reader sees
-    the old file or the new one, never half a file. The file gets the permissions the
-    umask gives (a campaign shared by a group reads one cache), and temporary files of
-    writers killed mid-write (Snakemake's or Slurm's cancel) are removed."""
-    path = Path(path)
-    for old in path.parent.glob(f".{path.name}.*.tmp"):
-        try:
-            if time.time() - old.stat().st_mtime > STALE_TMP_S:
-                old.unlink()
-        except OSError:
-            pass
-    umask = os.umask(0)
-    os.umask(umask)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _text_array(value: Any) -> np.ndarray:
@@ -438,27 +383,87 @@ def _from_text(array: np.ndarray) -> Any:
     return json.loads(array.tobytes().decode())
 
 
+def keep_rows(cache, version: str, cached: RowStore, known: dict[str, int],
+              table: RowStore, paths: list[str], looked: list, missed: list[int],
+              placed: list, log) -> None:
+    """Rewrite the cache ``cache`` after collect.collect_runs_keyed read ``paths`` (their
+    identities ``looked``, those at positions ``missed`` read into ``table``, ``placed``)
+    where it changed: the rows just read (not those of files changed moments ago:
+    cachefiles.RACY_S), the cached rows still valid, and those of files not asked for
+    this time while they exist (kept for a later summary of more of the
+    campaign); never the rows of files changed, replaced, deleted or unreadable since."""
+    stale = {paths[i] for i in missed}  # read now, or unreadable: their old rows go
+    new = [value for i, (what, value) in zip(missed, placed)
+           if what == "stored" and looked[i][0] is not None and not looked[i][1]]
+    if not new and not any(p in known for p in stale):
+        return  # nothing to change
+    kept_new = set()
+    fresh_rows = []
+    for row in new:
+        if table.paths[row] not in kept_new:
+            kept_new.add(table.paths[row])
+            fresh_rows.append(row)
+    asked = set(paths)
+    # the rows of files not asked for stay while their file does: a summary of part of
+    # the campaign keeps the rest's, and a campaign's deleted runs leave the cache
+    old_rows = [j for p, j in known.items() if p not in stale and p not in kept_new
+                and (p in asked or os.path.exists(p))]
+    try:
+        Path(cache).parent.mkdir(parents=True, exist_ok=True)
+        RowStore.merged([(cached, old_rows), (table, fresh_rows)]).save(cache, version)
+    except Exception as exc:  # a cache never fails the summary
+        log(f"note: the runs cache {cache} was not written ({exc}); the next summary "
+            "reads every metrics file again")
+
+
 # -- the version a cache is valid for ---------------------------------------------------
 @lru_cache(maxsize=None)
 def _source_digest(root: str) -> str:
     """A digest of every Python file under ``root`` (path and contents)."""
     h = hashlib.sha256()
     for f in sorted(Path(root).rglob("*.py")):
-        if "__pycache__" in f.parts:
+        rel = f.relative_to(root)
+        # not an editor's lock or backup (.#collect.py: a symlink to nothing), not bytecode
+        if "__pycache__" in rel.parts or any(p.startswith(".") for p in rel.parts):
             continue
-        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+        try:
+            data = f.read_bytes() if f.is_file() else b"(not a file)"
+        except OSError as exc:  # unreadable: its state is part of the version
+            data = f"(unreadable: {exc.errno})".encode()
+        h.update(str(rel).encode() + b"\0" + data + b"\0")
     return h.hexdigest()
 
 
+@lru_cache(maxsize=None)
+def _instruction_set() -> str:
+    """The processor's architecture and the instruction-set extensions it reports: numpy's
+    and the BLAS's code paths (AVX-512 or not) may round a last bit differently, so a
+    value computed on one kind of node is not taken for another on a shared file system."""
+    import platform
+
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith(("flags", "Features")):
+                    flags = " ".join(sorted(line.split(":", 1)[1].split()))
+                    break
+    except OSError:
+        pass
+    return f"{platform.machine()} {hashlib.sha256(flags.encode()).hexdigest()[:16]}"
+
+
 def code_version() -> str:
-    """This format, Python, numpy, pandas and scipy, and the source of the scalesweep
-    package: what a value computed by the package depends on besides its inputs."""
+    """This format, Python, numpy, pandas and scipy, the processor's instruction set and
+    the source of the scalesweep package: what a value computed by the package depends on
+    besides its inputs."""
     import scipy
 
     package = Path(__file__).resolve().parents[1]
     return "\n".join([f"format {CACHE_FORMAT}", f"python {sys.version_info[:3]}",
                       f"numpy {np.__version__}", f"pandas {pd.__version__}",
-                      f"scipy {scipy.__version__}", _source_digest(str(package))])
+                      f"scipy {scipy.__version__}", f"cpu {_instruction_set()}",
+                      _source_digest(str(package))])
 
 
 def cache_version(config: dict) -> str:
@@ -479,6 +484,9 @@ def cache_version(config: dict) -> str:
         except Exception:  # noqa: BLE001 - an unknown kind: its files fail to be read
             continue
         if source and package not in Path(source).resolve().parents:
-            parts.append(hashlib.sha256(Path(source).read_bytes()).hexdigest())
+            try:
+                parts.append(hashlib.sha256(Path(source).read_bytes()).hexdigest())
+            except OSError as exc:
+                parts.append(f"{source}: unreadable ({exc.errno})")
     parts.append(json.dumps(payloads, sort_keys=True, default=str))
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()

@@ -13,6 +13,7 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -54,7 +55,14 @@ class Field(NamedTuple):
 
 def _is_number(value: Any, finite: bool = False) -> bool:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return ok and (not finite or math.isfinite(value))
+    if not ok or not finite:
+        return ok
+    # an int beyond a float's range is no finite float (and math.isfinite overflows on it)
+    return abs(value) <= sys.float_info.max if isinstance(value, int) else math.isfinite(value)
+
+
+def _is_whole(value: Any) -> bool:
+    return _is_number(value) and (isinstance(value, int) or value.is_integer())
 
 
 # the statistics of a set of values a payload records (infer_llm.summarize); a summary of
@@ -65,7 +73,7 @@ KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "number": ("a number", _is_number),
     "finite": ("a finite number", lambda v: _is_number(v, True)),
     "count": ("a whole number >= 0",
-              lambda v: _is_number(v) and float(v).is_integer() and v >= 0),
+              lambda v: _is_whole(v) and v >= 0),
     "text": ("text", lambda v: isinstance(v, str)),
     "flag": ("true or false", lambda v: isinstance(v, bool)),
     "mapping": ("a mapping", lambda v: isinstance(v, dict)),
@@ -81,7 +89,7 @@ KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
                 lambda v: isinstance(v, dict) and all(
                     v.get(k) is None or _is_number(v[k], True) for k in SUMMARY_STATS)),
     "job": ("text or a whole number", lambda v: isinstance(v, str)
-            or (_is_number(v) and float(v).is_integer())),
+            or _is_whole(v)),
 }
 
 # every sweep point's record, whatever its payload (harness, launcher, interference)
@@ -331,7 +339,11 @@ def read_metrics(path: str | os.PathLike) -> dict[str, Any]:
         data = json.loads(path.read_text())
     except FileNotFoundError as exc:
         raise MetricsError(f"{path}: no such metrics file") from exc
-    except json.JSONDecodeError as exc:
+    except OSError as exc:  # a directory of that name, no permission, an I/O error
+        raise MetricsError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise MetricsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except ValueError as exc:  # JSONDecodeError, or a number beyond Python's digit limit
         raise MetricsError(f"{path}: not valid JSON ({exc})") from exc
     if not isinstance(data, dict) or data.get("schema") != SCHEMA_NAME:
         raise MetricsError(f"{path}: not a scalesweep metrics file")

@@ -107,7 +107,12 @@ def write_summary(metrics: Iterable[str], config: dict, output: Mapping[str, str
     # q values (Benjamini-Hochberg) beside the p values: many comparisons in one campaign
     # each verdict kept beside the summary too, by its inputs: a campaign plus one run
     # computes the verdict that run is in, not every one
-    memo = Memo(summary / VERDICTS_CACHE) if cache else None
+    memo = None
+    if cache:
+        try:
+            memo = Memo(summary / VERDICTS_CACHE)
+        except Exception as exc:  # noqa: BLE001 - a cache never fails the summary
+            log(f"note: the verdicts cache is not used ({exc}); every verdict is computed")
     tables["overhead"] = add_q_values(overhead_summary(runs, config, log, memo=memo))
     if memo is not None:
         memo.save()

@@ -1,0 +1,170 @@
+"""How the summary's caches look at files and write them: a file's identity (path, device,
+inode, size, mtime_ns, ctime_ns) and whether it changed too recently to be trusted
+(``RACY_S``, by this host's clock or the file system's), looked at by a stat, or by an
+open where the file system's clients cache attributes (NFS: ``attribute_cached_devices``);
+and a cache file written whole or not at all (``save_npz_atomic``).
+Used by scalesweep.analyse.runcache, rowtext and memo."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+RACY_S = 3.0
+_RACY_NS = int(RACY_S * 1e9)
+
+Identity = tuple  # (dev, ino, size, mtime_ns, ctime_ns)
+
+
+def _looked(st: os.stat_result, now: int) -> tuple[Identity, bool]:
+    return ((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns),
+            now - max(st.st_mtime_ns, st.st_ctime_ns) < _RACY_NS)
+
+
+def file_system_now(directory: str | os.PathLike | None = None) -> int:
+    """Now, in ns, as late as this host's clock or the file system's (the modification
+    time of a file made in ``directory`` now): a file server whose clock is behind ours
+    must not make a file written a moment ago look older than RACY_S."""
+    now = time.time_ns()
+    if directory is None:
+        return now
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".now.", suffix=".tmp") as fh:
+            return max(now, os.fstat(fh.fileno()).st_mtime_ns)
+    except OSError:
+        return now
+
+
+def identity(path: str, now: int | None = None) -> tuple[Identity | None, bool]:
+    """(identity, fresh) of a file: fresh when it changed less than RACY_S before ``now``
+    (its row is used, not stored). (None, False) for a file that cannot be looked at."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None, False
+    return _looked(st, time.time_ns() if now is None else now)
+
+
+def identities(paths: Sequence[str], now: int | None = None) -> list[tuple[Identity | None, bool]]:
+    """identity of each file (fresh: changed less than RACY_S before ``now``, by default
+    when this call began)."""
+    now, stat, out = time.time_ns() if now is None else now, os.stat, []
+    for path in paths:
+        try:
+            st = stat(path)
+        except OSError:
+            out.append((None, False))
+            continue
+        out.append(_looked(st, now))
+    return out
+
+
+def opened_identity(path: str, now: int | None = None) -> tuple[Identity | None, bool]:
+    """identity() of the file as an open() finds it: on NFS the open revalidates the
+    name and the attributes a stat may have taken from the client's cache."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None, False
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return _looked(st, time.time_ns() if now is None else now)
+
+
+# File systems whose clients cache a file's attributes and its name's lookup: there a
+# stat may give a file replaced on another node its old identity for up to the mount's
+# acregmax (60 s by default on NFS); an open revalidates them (close-to-open
+# consistency). Lustre, GPFS and local file systems are coherent: their stat is current.
+ATTRIBUTE_CACHED = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "fuse.sshfs")
+
+
+def _mounts(text: str | None = None) -> list[tuple[int, str, str]]:
+    """(device number, mount point, file system type) of every mount in ``text``
+    (proc(5)'s mountinfo; by default this process's)."""
+    if text is None:
+        try:
+            with open("/proc/self/mountinfo") as fh:
+                text = fh.read()
+        except OSError:
+            return []
+    out = []
+    for line in text.splitlines():
+        fields = line.split()
+        if "-" not in fields[6:] or len(fields) < fields.index("-", 6) + 2:
+            continue
+        try:
+            major, minor = (int(x) for x in fields[2].split(":"))
+        except ValueError:
+            continue
+        mount = fields[4]
+        for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"),
+                           ("\\134", "\\")):
+            mount = mount.replace(code, char)
+        out.append((os.makedev(major, minor), mount, fields[fields.index("-", 6) + 1]))
+    return out
+
+
+def file_system_type(path: str | os.PathLike, mountinfo: str | None = None) -> str:
+    """The type of the file system ``path`` is on ("" where it cannot be told)."""
+    real = os.path.realpath(path)
+    best, kind = "", ""
+    for _dev, mount, fstype in _mounts(mountinfo):
+        inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best):
+            best, kind = mount, fstype
+    return kind
+
+
+def attribute_cached_devices(mountinfo: str | None = None) -> frozenset[int]:
+    """The device numbers (st_dev) of the mounted file systems whose clients cache
+    attributes (ATTRIBUTE_CACHED): a file on one of them is opened to be looked at."""
+    return frozenset(dev for dev, _mount, fstype in _mounts(mountinfo)
+                     if fstype in ATTRIBUTE_CACHED)
+
+
+STALE_TMP_S = 3600  # a cache's temporary file older than this was left by a killed writer
+
+
+def save_npz_atomic(path: str | os.PathLike, arrays: dict) -> None:
+    """``arrays`` into ``path`` (npz) through a temporary file and a rename: a reader sees
+    the old file or the new one, never half a file. The file gets the permissions the
+    umask gives (a campaign shared by a group reads one cache), and temporary files of
+    writers killed mid-write (Snakemake's or Slurm's cancel) are removed."""
+    path = Path(path)
+    for old in path.parent.glob(f".{path.name}.*.tmp"):
+        try:
+            if time.time() - old.stat().st_mtime > STALE_TMP_S:
+                old.unlink()
+        except OSError:
+            pass
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:  # closes fd, whatever follows
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
+            np.savez(fh, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (os.umask sets it, for every
+    thread, while it is read): /proc/self/status's Umask (Linux 4.7 and later)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o022)  # where /proc cannot tell: set and put back at once
+    os.umask(umask)
+    return umask
