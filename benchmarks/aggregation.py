@@ -214,7 +214,7 @@ def measure(root: Path, stage: str, code: Path, profile: str | None) -> dict:
     output["load"], output["load_overhead"] = str(out / "llm_load.csv"), str(out / "llm_load_overhead.csv")
     if stage == "update":
         paths.append(extra_run(root, config, paths))
-        # older than the cache's "just changed" window (runcache.RACY_S), so that its
+        # older than the cache's "just changed" window (cachefiles.RACY_S), so that its
         # row is stored too: the update measured whole, cache rewrite included
         time.sleep(3.5)
     t0 = time.perf_counter()

@@ -93,7 +93,7 @@ fail() {
     -d "$tmp/sdist" "llama-cpp-python==$VERSION" >"$log" 2>&1 || fail "download"
 sdists=("$tmp"/sdist/llama_cpp_python-"$VERSION".tar.gz)
 [[ -f ${sdists[0]} ]] || fail "no sdist llama_cpp_python-$VERSION.tar.gz in $tmp/sdist"
-tar -xzf "${sdists[0]}" -C "$tmp/sdist"
+tar -xzf "${sdists[0]}" -C "$tmp/sdist" || fail "unpack ${sdists[0]}"
 src="$tmp/sdist/llama_cpp_python-$VERSION"
 forced='set(LLAMA_BUILD_COMMON ON CACHE BOOL "Build llama.cpp common library" FORCE)'
 grep -qF "$forced" "$src/CMakeLists.txt" ||

@@ -149,6 +149,7 @@ def test_what_older_records_and_their_readers_take_is_not_refused():
     ("bytes", "not UTF-8 text"),  # a byte that is no UTF-8
     ("digits", "not valid JSON"),  # a number beyond Python's 4,300-digit limit
     ("directory", "cannot be read"),  # a directory of that name
+    ("nested", "not valid JSON (nested too deeply)"),  # [[[[... deeper than the parser goes
     ("huge", "train_s is 1000"),  # a finite field beyond a float's range
 ])
 def test_an_unreadable_or_overflowing_file_fails_its_point_naming_it(tmp_path, damage, message):
@@ -161,6 +162,8 @@ def test_an_unreadable_or_overflowing_file_fails_its_point_naming_it(tmp_path, d
         path.write_bytes(path.read_bytes().replace(b'"cnn"', b'"cnn\xff"', 1))
     elif damage == "digits":
         path.write_text(path.read_text().rstrip().removesuffix("}") + ', "x": ' + "9" * 5000 + "}")
+    elif damage == "nested":
+        path.write_text("[" * 200_000 + "]" * 200_000)
     elif damage == "directory":
         path.unlink()
         path.mkdir()

@@ -473,14 +473,26 @@ def test_a_file_server_whose_clock_is_behind_does_not_make_a_new_file_look_old(
     f.write_text("{}")
     assert cachefiles.identity(str(f))[1]  # written just now: fresh
     real = time.time_ns
-    monkeypatch.setattr(time, "time_ns", lambda: real() + 10**12)  # our clock 1000 s ahead
+    # our clock 1000 s ahead of the file system's (its server's clock behind ours)
+    monkeypatch.setattr(time, "time_ns", lambda: real() + 10**12)
     assert not cachefiles.identities([str(f)])[0][1]  # by our clock alone: "old"
-    now = cachefiles.file_system_now(tmp_path)  # the later of ours and the file system's
-    assert now >= real() + 10**12 - 10**9  # (ours: read a moment before real() here)
-    monkeypatch.setattr(time, "time_ns", lambda: real() - 10**12)  # ours 1000 s behind
-    now = cachefiles.file_system_now(tmp_path)
+    now = cachefiles.file_system_now(tmp_path)  # the earlier of ours and the file system's
+    assert now < real() + 10**9
     assert cachefiles.identities([str(f)], now)[0][1]  # fresh by the file system's clock
+    # our clock behind: ours, and the file is fresh by it
+    monkeypatch.setattr(time, "time_ns", lambda: real() - 10**12)
+    assert cachefiles.file_system_now(tmp_path) < real() - 10**12 + 10**9
+    assert cachefiles.identities([str(f)], cachefiles.file_system_now(tmp_path))[0][1]
+    monkeypatch.setattr(time, "time_ns", real)
     assert not list(tmp_path.glob(".now.*"))
+    # a killed summary's temporary file: removed by a later one once it is old
+    left = tmp_path / ".now.abc.tmp"
+    left.write_bytes(b"")
+    cachefiles.file_system_now(tmp_path)
+    assert left.exists()
+    os.utime(left, (time.time() - 2 * cachefiles.STALE_TMP_S,) * 2)
+    cachefiles.file_system_now(tmp_path)
+    assert not left.exists()
 
 
 def test_a_cache_version_that_cannot_be_read_whole_is_still_a_version(tmp_path):

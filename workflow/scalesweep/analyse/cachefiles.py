@@ -3,7 +3,7 @@ inode, size, mtime_ns, ctime_ns) and whether it changed too recently to be trust
 (``RACY_S``, by this host's clock or the file system's), looked at by a stat, or by an
 open where the file system's clients cache attributes (NFS: ``attribute_cached_devices``);
 and a cache file written whole or not at all (``save_npz_atomic``).
-Used by scalesweep.analyse.runcache, rowtext and memo."""
+Used by scalesweep.analyse.collect, runcache and rowtext."""
 
 from __future__ import annotations
 
@@ -27,15 +27,18 @@ def _looked(st: os.stat_result, now: int) -> tuple[Identity, bool]:
 
 
 def file_system_now(directory: str | os.PathLike | None = None) -> int:
-    """Now, in ns, as late as this host's clock or the file system's (the modification
-    time of a file made in ``directory`` now): a file server whose clock is behind ours
-    must not make a file written a moment ago look older than RACY_S."""
+    """Now, in ns, by the earlier of this host's clock and the file system's (the
+    modification time of a file made in ``directory`` now): a file changed less than
+    RACY_S ago by either clock is "just changed". A file server whose clock is behind ours
+    stamps a file written a moment ago with a time that looks old by ours alone. A
+    killed summary's temporary file there is removed by a later one."""
     now = time.time_ns()
     if directory is None:
         return now
+    _remove_stale(Path(directory), ".now.*.tmp")
     try:
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".now.", suffix=".tmp") as fh:
-            return max(now, os.fstat(fh.fileno()).st_mtime_ns)
+            return min(now, os.fstat(fh.fileno()).st_mtime_ns)
     except OSError:
         return now
 
@@ -138,12 +141,7 @@ def save_npz_atomic(path: str | os.PathLike, arrays: dict) -> None:
     umask gives (a campaign shared by a group reads one cache), and temporary files of
     writers killed mid-write (Snakemake's or Slurm's cancel) are removed."""
     path = Path(path)
-    for old in path.parent.glob(f".{path.name}.*.tmp"):
-        try:
-            if time.time() - old.stat().st_mtime > STALE_TMP_S:
-                old.unlink()
-        except OSError:
-            pass
+    _remove_stale(path.parent, f".{path.name}.*.tmp")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:  # closes fd, whatever follows
@@ -153,6 +151,17 @@ def save_npz_atomic(path: str | os.PathLike, arrays: dict) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _remove_stale(directory: Path, pattern: str) -> None:
+    """Remove the files of ``pattern`` in ``directory`` older than STALE_TMP_S: the
+    temporary files of writers killed mid-write (Snakemake's or Slurm's cancel)."""
+    for old in directory.glob(pattern):
+        try:
+            if time.time() - old.stat().st_mtime > STALE_TMP_S:
+                old.unlink()
+        except OSError:
+            pass
 
 
 def _umask() -> int:

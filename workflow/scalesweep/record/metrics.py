@@ -336,7 +336,7 @@ def read_metrics(path: str | os.PathLike) -> dict[str, Any]:
     """Read a metrics file, refusing other schemas with an error naming the file."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_bytes())  # UTF-8 (or -16/-32, as JSON allows)
     except FileNotFoundError as exc:
         raise MetricsError(f"{path}: no such metrics file") from exc
     except OSError as exc:  # a directory of that name, no permission, an I/O error
@@ -345,6 +345,8 @@ def read_metrics(path: str | os.PathLike) -> dict[str, Any]:
         raise MetricsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     except ValueError as exc:  # JSONDecodeError, or a number beyond Python's digit limit
         raise MetricsError(f"{path}: not valid JSON ({exc})") from exc
+    except RecursionError as exc:
+        raise MetricsError(f"{path}: not valid JSON (nested too deeply)") from exc
     if not isinstance(data, dict) or data.get("schema") != SCHEMA_NAME:
         raise MetricsError(f"{path}: not a scalesweep metrics file")
     if data.get("schema_version") != SCHEMA_VERSION:
