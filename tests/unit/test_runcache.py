@@ -509,3 +509,40 @@ def test_a_cache_version_that_cannot_be_read_whole_is_still_a_version(tmp_path):
     (tmp_path / "pkg" / "b.py").unlink()
     (tmp_path / "pkg" / "a.py").write_text("x = 2\n")
     assert digest(str(tmp_path)) != first
+
+
+def test_runs_and_points_written_beside_the_other_tables_are_the_same_bytes(
+        campaign, reads, monkeypatch):
+    """A large campaign's runs.csv and points.csv are written by a second process while
+    the first makes the other tables: the same files, the same log lines; its failure
+    fails the summary, naming it."""
+    from scalesweep.report import aggregate
+
+    root, config, paths = campaign
+    monkeypatch.chdir(root)
+    alone = summary(root, config, paths, "alone", cache=False)
+    notes_alone: list = []
+    summary(root, config, paths, "alone", cache=False, notes=notes_alone)
+    monkeypatch.setattr(aggregate, "BESIDE_MIN_ROWS", 1)
+    monkeypatch.setattr(aggregate, "default_workers", lambda: 2)
+    started = []
+    real = aggregate.in_second_process
+    monkeypatch.setattr(aggregate, "in_second_process",
+                        lambda fn: started.append(fn) or real(fn))
+    notes: list = []
+    assert summary(root, config, paths, "beside", notes=notes) == alone
+    assert summary(root, config, paths, "beside", notes=notes) == alone  # (warm)
+    assert len(started) == 2
+    assert sorted(notes[:len(notes_alone)]) == sorted(notes_alone)
+    timings: dict = {}
+    files = outputs(root / "beside")
+    tables = write_summary(paths, config, files, None, timings=timings)
+    assert {"runs_csv", "point_states", "beside_wait"} <= set(timings)
+    assert tables["points"].to_csv(index=False).encode() == alone["points"]
+
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(aggregate, "write_csv", broken)
+    with pytest.raises(RuntimeError, match="second process failed.*No space left on device"):
+        write_summary(paths, config, files, None)

@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Mapping
 
 import pandas as pd
 
-from scalesweep.analyse.collect import collect_runs_keyed, point_states, runs_points
+from scalesweep.analyse.collect import collect_runs_keyed, default_workers, point_states, runs_points
 from scalesweep.analyse.load import load_runs, load_summary, load_verdicts
 from scalesweep.analyse.rowtext import RUNS_CSV_CACHE, write_csv
 from scalesweep.analyse.memo import VERDICTS_CACHE, Memo
@@ -39,6 +39,9 @@ from scalesweep.report.significance import add_q_values
 # the rule's outputs, by the names of its `output:` (workflow/rules/aggregate.smk)
 OUTPUTS = ("runs", "scaling", "llm", "overhead", "load", "load_overhead", "points", "campaign")
 FLOATS = "%.10g"
+# from this many runs, runs.csv and points.csv are written by a second process while the
+# first makes the other tables (where the rule has more than one core)
+BESIDE_MIN_ROWS = 20_000
 
 
 def aggregate_paths(metrics: Iterable[str], config: dict) -> list[str]:
@@ -87,12 +90,26 @@ def write_summary(metrics: Iterable[str], config: dict, output: Mapping[str, str
         blocks = zip(*(runs[c] if c in runs else [None] * len(runs)
                        for c in ("block_start", "block_end")))
         keys = [None if k is None else (k, *b) for k, b in zip(keys, blocks)]
-    write_csv(runs, output["runs"], keys if cache else None,
-              summary / RUNS_CSV_CACHE if cache else None, cache_version(config) if cache else "")
-    step("runs_csv")
-    if not runs.empty and runs["disturbed"].any():
-        log(f"{int(runs['disturbed'].sum())} disturbed runs kept in runs.csv, left out of "
-            "the statistics")
+
+    def files(log, step):  # runs.csv and points.csv: the two largest files
+        write_csv(runs, output["runs"], keys if cache else None,
+                  summary / RUNS_CSV_CACHE if cache else None,
+                  cache_version(config) if cache else "")
+        step("runs_csv")
+        if not runs.empty and runs["disturbed"].any():
+            log(f"{int(runs['disturbed'].sum())} disturbed runs kept in runs.csv, left out "
+                "of the statistics")
+        states = points_table(runs, config, output["points"], log)
+        step("point_states")
+        return states
+
+    # a campaign of thousands of runs: written by a second process while this one makes
+    # the other tables (the rule's threads; nothing is measured beside a summary)
+    beside = None
+    if len(runs) >= BESIDE_MIN_ROWS and (workers if workers is not None else default_workers()) > 1:
+        beside = in_second_process(files)
+    else:
+        states = files(log, step)
 
     # With a partial sweep a series may lack its baseline, or a point its native twin:
     # such series are left out of the derived tables (and named in the log); points.csv
@@ -131,8 +148,17 @@ def write_summary(metrics: Iterable[str], config: dict, output: Mapping[str, str
     write_json_atomic(output["campaign"], campaign_record(config, runs))
     step("campaign_json")
 
-    # Every requested point, and every repeat whose metrics came in (adaptive repeats add
-    # repeats beyond the config's); metrics already read by collect_runs are not read again.
+    if beside is not None:
+        states = beside(log, timings)  # (raises what the second process raised)
+        step("beside_wait")
+    tables["points"] = states
+    return tables
+
+
+def points_table(runs: pd.DataFrame, config: dict, output: str, log) -> pd.DataFrame:
+    """points.csv (``output``): every requested point, and every repeat whose metrics came
+    in (adaptive repeats add repeats beyond the config's), with its state; metrics
+    already read by collect_runs are not read again."""
     points = sorted(set(sweep_points(config)) | set(runs_points(runs)), key=POINT_ORDER)
     disturbed = (dict(zip(runs.loc[runs["disturbed"], "path"],
                           runs.loc[runs["disturbed"], "disturbed_reason"]))
@@ -146,8 +172,57 @@ def write_summary(metrics: Iterable[str], config: dict, output: Mapping[str, str
         states.at[i, "reason"] = "; ".join(
             r for r in (states.at[i, "reason"] or "", f"the summary uses the earlier run {used}")
             if r)
-    states.to_csv(output["points"], index=False)
+    states.to_csv(output, index=False)
     log(states["state"].value_counts().to_string())
-    tables["points"] = states
-    step("point_states")
-    return tables
+    return states
+
+
+def in_second_process(fn: Callable) -> Callable:
+    """Start ``fn(log, step)`` in a forked process now; return ``wait(log, timings)``,
+    which waits for it, passes its log lines to ``log`` and its step times into
+    ``timings``, and returns what ``fn`` returned (or raises, with the error ``fn``
+    raised, where it failed or the process died). A ``wait`` never called (the caller
+    failed first) leaves no process behind: it is terminated when this one exits."""
+    import multiprocessing
+    import time
+    import traceback
+
+    ctx = multiprocessing.get_context("fork")  # as collect_runs's readers
+    receive, send = ctx.Pipe(duplex=False)
+
+    def child():
+        lines: list[str] = []
+        times: dict[str, float] = {}
+        clock = [time.perf_counter()]
+
+        def step(name):
+            now = time.perf_counter()
+            times[name] = round(now - clock[0], 3)
+            clock[0] = now
+
+        try:
+            send.send(("ok", fn(lines.append, step), lines, times))
+        except BaseException as exc:  # noqa: BLE001 - handed to the parent, whole
+            send.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}",
+                       lines, times))
+
+    proc = ctx.Process(target=child, daemon=True)
+    proc.start()
+    send.close()
+
+    def wait(log, timings: dict | None = None):
+        try:
+            kind, value, lines, times = receive.recv()
+        except EOFError:
+            kind, value, lines, times = "error", "it ended without a word", [], {}
+        proc.join()
+        for line in lines:
+            log(line)
+        if timings is not None:
+            timings.update(times)
+        if kind != "ok":
+            raise RuntimeError(f"writing runs.csv and points.csv in a second process failed "
+                               f"(exit code {proc.exitcode}): {value}")
+        return value
+
+    return wait
