@@ -401,18 +401,20 @@ MOUNTINFO = """\
 """
 
 
-def test_the_file_system_of_a_path_is_told_from_mountinfo():
-    fs = cachefiles.file_system_type
-    assert fs("/home/me/results", MOUNTINFO) == "nfs4"
-    assert fs("/home/my project/results", MOUNTINFO) == "lustre"  # the longest mount wins
-    assert fs("/scratch", MOUNTINFO) == "nfs" and fs("/scratchpad", MOUNTINFO) == "ext4"
-    assert fs("/tmp", MOUNTINFO) == "ext4" and fs("/x", "garbage\n\n1 2 3") == ""
+def test_the_file_systems_files_are_opened_on_are_told_from_mountinfo():
+    mounts = cachefiles._mounts(MOUNTINFO)
+    assert mounts == [(os.makedev(259, 1), "/", "ext4"), (os.makedev(0, 40), "/home", "nfs4"),
+                      (os.makedev(0, 41), "/home/my project", "lustre"),  # (an escaped space)
+                      (os.makedev(0, 42), "/scratch", "nfs")]
+    assert cachefiles._mounts("garbage\n\n1 2 3") == []
     # the devices whose files are opened to be looked at: NFS's, not Lustre's or ext4's
     assert cachefiles.attribute_cached_devices(MOUNTINFO) == {os.makedev(0, 40),
                                                             os.makedev(0, 42)}
-    here = cachefiles.file_system_type(REPO)
-    assert here and (here in cachefiles.ATTRIBUTE_CACHED) == bool(
-        cachefiles.attribute_cached_devices() & {os.stat(REPO).st_dev})
+    # this machine's: the repository's device is a mount's, and opened where it is NFS's
+    here = {dev: fstype for dev, _mount, fstype in cachefiles._mounts()}
+    dev = os.stat(REPO).st_dev
+    assert dev in here
+    assert (here[dev] in cachefiles.ATTRIBUTE_CACHED) == (dev in cachefiles.attribute_cached_devices())
 
 
 def test_on_nfs_a_file_the_cache_answers_for_is_opened_not_only_statted(campaign, reads,
@@ -471,7 +473,7 @@ def test_a_file_server_whose_clock_is_behind_does_not_make_a_new_file_look_old(
         tmp_path, monkeypatch):
     f = tmp_path / "metrics.json"
     f.write_text("{}")
-    assert cachefiles.identity(str(f))[1]  # written just now: fresh
+    assert cachefiles.identities([str(f)])[0][1]  # written just now: fresh
     real = time.time_ns
     # our clock 1000 s ahead of the file system's (its server's clock behind ours)
     monkeypatch.setattr(time, "time_ns", lambda: real() + 10**12)

@@ -43,16 +43,6 @@ def file_system_now(directory: str | os.PathLike | None = None) -> int:
         return now
 
 
-def identity(path: str, now: int | None = None) -> tuple[Identity | None, bool]:
-    """(identity, fresh) of a file: fresh when it changed less than RACY_S before ``now``
-    (its row is used, not stored). (None, False) for a file that cannot be looked at."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None, False
-    return _looked(st, time.time_ns() if now is None else now)
-
-
 def identities(paths: Sequence[str], now: int | None = None) -> list[tuple[Identity | None, bool]]:
     """identity of each file (fresh: changed less than RACY_S before ``now``, by default
     when this call began)."""
@@ -68,7 +58,7 @@ def identities(paths: Sequence[str], now: int | None = None) -> list[tuple[Ident
 
 
 def opened_identity(path: str, now: int | None = None) -> tuple[Identity | None, bool]:
-    """identity() of the file as an open() finds it: on NFS the open revalidates the
+    """A file's (identity, fresh), as identities() gives them, as an open() finds it: on NFS the open revalidates the
     name and the attributes a stat may have taken from the client's cache."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -100,7 +90,8 @@ def _mounts(text: str | None = None) -> list[tuple[int, str, str]]:
     out = []
     for line in text.splitlines():
         fields = line.split()
-        if "-" not in fields[6:] or len(fields) < fields.index("-", 6) + 2:
+        sep = fields.index("-", 6) if "-" in fields[6:] else len(fields)
+        if len(fields) < sep + 2:  # no separator, or no file system type after it
             continue
         try:
             major, minor = (int(x) for x in fields[2].split(":"))
@@ -110,19 +101,8 @@ def _mounts(text: str | None = None) -> list[tuple[int, str, str]]:
         for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"),
                            ("\\134", "\\")):
             mount = mount.replace(code, char)
-        out.append((os.makedev(major, minor), mount, fields[fields.index("-", 6) + 1]))
+        out.append((os.makedev(major, minor), mount, fields[sep + 1]))
     return out
-
-
-def file_system_type(path: str | os.PathLike, mountinfo: str | None = None) -> str:
-    """The type of the file system ``path`` is on ("" where it cannot be told)."""
-    real = os.path.realpath(path)
-    best, kind = "", ""
-    for _dev, mount, fstype in _mounts(mountinfo):
-        inside = real == mount or real.startswith(mount.rstrip("/") + "/")
-        if inside and len(mount) >= len(best):
-            best, kind = mount, fstype
-    return kind
 
 
 def attribute_cached_devices(mountinfo: str | None = None) -> frozenset[int]:

@@ -68,17 +68,8 @@ def write_summary(metrics: Iterable[str], config: dict, output: Mapping[str, str
     ``timings``: where given, the seconds of each step by name (the benchmark's).
     ``workers``: processes reading the metrics files (collect_runs: at most MAX_WORKERS;
     None: the processors this process may use)."""
-    import time
-
     log = log or (lambda text: None)
-    clock = [time.perf_counter()]
-
-    def step(name):
-        now = time.perf_counter()
-        if timings is not None:
-            timings[name] = round(now - clock[0], 3)
-        clock[0] = now
-
+    step = stepper(timings)
     paths = aggregate_paths(metrics, config)
     summary = Path(output["runs"]).parent
     runs, keys = collect_runs_keyed(paths, config, log, cache=summary / RUNS_CACHE if cache else None,
@@ -155,6 +146,22 @@ def write_summary(metrics: Iterable[str], config: dict, output: Mapping[str, str
     return tables
 
 
+def stepper(timings: dict | None) -> Callable[[str], None]:
+    """``step(name)``: the seconds since the last step (or since this call) into
+    ``timings[name]``, where ``timings`` is given."""
+    import time
+
+    clock = [time.perf_counter()]
+
+    def step(name: str) -> None:
+        now = time.perf_counter()
+        if timings is not None:
+            timings[name] = round(now - clock[0], 3)
+        clock[0] = now
+
+    return step
+
+
 def points_table(runs: pd.DataFrame, config: dict, output: str, log) -> pd.DataFrame:
     """points.csv (``output``): every requested point, and every repeat whose metrics came
     in (adaptive repeats add repeats beyond the config's), with its state; metrics
@@ -184,7 +191,6 @@ def in_second_process(fn: Callable) -> Callable:
     raised, where it failed or the process died). A ``wait`` never called (the caller
     failed first) leaves no process behind: it is terminated when this one exits."""
     import multiprocessing
-    import time
     import traceback
 
     ctx = multiprocessing.get_context("fork")  # as collect_runs's readers
@@ -193,15 +199,8 @@ def in_second_process(fn: Callable) -> Callable:
     def child():
         lines: list[str] = []
         times: dict[str, float] = {}
-        clock = [time.perf_counter()]
-
-        def step(name):
-            now = time.perf_counter()
-            times[name] = round(now - clock[0], 3)
-            clock[0] = now
-
         try:
-            send.send(("ok", fn(lines.append, step), lines, times))
+            send.send(("ok", fn(lines.append, stepper(times)), lines, times))
         except BaseException as exc:  # noqa: BLE001 - handed to the parent, whole
             send.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}",
                        lines, times))
