@@ -307,12 +307,13 @@ def collect_runs_keyed(metrics_paths: Iterable[str], config: dict, log=None,
     # another node moments ago would keep its old identity, and its old row be used. The
     # files the cache would answer for are opened there (close-to-open consistency).
     reopen = cachefiles.attribute_cached_devices() if known else frozenset()
-    for i, (path, (ident, _)) in enumerate(zip(paths, looked)):
-        j = known.get(path)
-        if j is not None and ident is not None and cached.idents[j] == ident and ident[0] in reopen:
+    for i, path in enumerate(paths):
+        j, ident = known.get(path), looked[i][0]
+        same = j is not None and ident is not None and cached.idents[j] == ident
+        if same and ident[0] in reopen:  # the stat's answer, checked by an open
             looked[i] = cachefiles.opened_identity(path, now)
-            ident = looked[i][0]
-        if j is not None and ident is not None and cached.idents[j] == ident:
+            same = cached.idents[j] == looked[i][0]
+        if same:
             hits[i] = j
         else:
             missed.append(i)
