@@ -286,7 +286,7 @@ def run_overhead(args: argparse.Namespace) -> int:
                                     key_role="runtime")
     if args.time_col in runs.columns:
         _require_positive(args.file, runs, args.time_col)
-    runs = keyed(runs, groups)
+    runs = keyed(drop_warmup(args, runs), groups)
     # runs of one block were measured together: paired on it where the table has it
     repeat = ("block_id" if "block_id" in runs.columns and runs["block_id"].notna().all()
               else repeat_column(runs))
@@ -297,6 +297,10 @@ def run_overhead(args: argparse.Namespace) -> int:
                     target_ci_pp=args.target_ci_pp)
     if table.empty:
         raise UsageError(f"{args.file}: no runtime other than {args.baseline_runtime!r}")
+    from scalesweep.analyse.multiplicity import adjust_verdicts
+
+    # the table's comparisons are one family, as a campaign's are
+    table = adjust_verdicts(table)
     if args.statistic != "mean":
         table = _with_statistic(args, runs, table, groups)
     note_ignored(args, runs, ignored, groups)
@@ -444,9 +448,24 @@ def keyed(runs: pd.DataFrame, groups: list[str]) -> pd.DataFrame:
     return runs
 
 
+def drop_warmup(args, runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs not marked in a ``warmup`` column (a campaign's warm-up blocks:
+    measurement.warmup_blocks), said in a note where some were; UsageError when none is
+    left."""
+    if "warmup" not in runs.columns:
+        return runs
+    warmup = runs["warmup"].map(truthy).astype(bool)
+    if warmup.all():
+        raise UsageError(f"{args.file}: every run is marked warmup; nothing to analyse")
+    if warmup.any():
+        note(args, f"{int(warmup.sum())} run(s) marked warmup (warm-up blocks) left out")
+    return runs[~warmup]
+
+
 def drop_disturbed(args, runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
-    """(the runs not marked in a ``disturbed`` column, how many were); UsageError when
-    none is left."""
+    """(the runs marked neither in a ``warmup`` column (``drop_warmup``) nor in a
+    ``disturbed`` one, how many were disturbed); UsageError when none is left."""
+    runs = drop_warmup(args, runs)
     if "disturbed" not in runs.columns:
         return runs, 0
     disturbed = runs["disturbed"].map(truthy).astype(bool)

@@ -10,8 +10,9 @@ change = (mean B - mean A) / mean A x 100 (positive = B slower), its 95% CI (Fie
 interval for the ratio of means with Welch-Satterthwaite degrees of freedom, as for
 container overhead: ``scalesweep.analyse.overhead.overhead_table``) and Welch's p-value. A point is a
 ``regression`` when B is slower by more than the threshold and the difference is
-significant (p < alpha), an ``improvement`` when faster by more than the threshold and
-significant, ``within_threshold`` only when the whole 95% CI lies inside +-threshold, and
+significant (p < alpha, and q < alpha: Benjamini-Hochberg over every matched point's test,
+so a campaign of many points does not name chance differences), an ``improvement`` when
+faster by more than the threshold and significant, ``within_threshold`` only when the whole 95% CI lies inside +-threshold, and
 ``inconclusive`` when the CI reaches past +-threshold without a significant change beyond
 it (the data cannot tell whether B changed by more than the threshold); ``untested``
 without a CI or a test (fewer than 2 repeats on a side). ``--fail-on-regression`` exits 1
@@ -35,6 +36,7 @@ import pandas as pd
 
 from scalesweep.analyse.frame import TableError
 from scalesweep.analyse.overhead import overhead_table
+from scalesweep.analyse.stats import fdr_adjust
 from scalesweep.analyse.collect import collect_runs
 from scalesweep.campaign.analysis_cli import add_format, non_negative, print_table
 from scalesweep.campaign.usage import UsageError
@@ -57,7 +59,7 @@ EXIT_UNDECIDED = 3  # --strict: no regression, but a point is inconclusive or un
 CI_METHOD = "Fieller 95% CI of the ratio of means (Welch-Satterthwaite df)"
 
 COLUMNS = [*POINT_KEYS, "verdict", "n_a", "n_b", "a_s", "b_s", "change_pct",
-           "change_ci95_low_pct", "change_ci95_high_pct", "p_value"]
+           "change_ci95_low_pct", "change_ci95_high_pct", "p_value", "q_value"]
 # what the provenance columns may differ in without a note
 PROVENANCE = ("git_commit", "torch", "image_digest", "launcher")
 
@@ -106,13 +108,30 @@ def campaign_runs(directory: Path) -> tuple[pd.DataFrame, list[str]]:
                            f"elsewhere in this campaign, {kind} here")
             continue
         paths.append(path)
-    config = {"workloads": {name: {"payload": kind} for name, kind in kinds.items()}}
+    config = {"workloads": {name: {"payload": kind} for name, kind in kinds.items()},
+              "measurement": _measurement_of(Path(directory))}
     runs = collect_runs(paths, config)
     if "disturbed" in runs and len(runs):  # kept on disk, left out of the comparison
         disturbed = runs["disturbed"].fillna(False).astype(bool)
         skipped += [f"{p}: disturbed run (interference), left out" for p in runs.loc[disturbed, "path"]]
         runs = runs[~disturbed].reset_index(drop=True)
+    if "warmup" in runs and len(runs):  # the warm-up blocks (measurement.warmup_blocks)
+        warmup = runs["warmup"].fillna(False).astype(bool)
+        skipped += [f"{p}: warm-up run, left out" for p in runs.loc[warmup, "path"]]
+        runs = runs[~warmup].reset_index(drop=True)
     return runs, skipped
+
+
+def _measurement_of(directory: Path) -> dict:
+    """The campaign's measurement settings as its last summary recorded them
+    (results/summary/campaign.json; its warmup_blocks), else none (the defaults)."""
+    import json
+
+    try:
+        record = json.loads((directory / "results" / "summary" / "campaign.json").read_text())
+        return dict((record.get("config") or {}).get("measurement") or {})
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
 
 
 def compare_runs(a: pd.DataFrame, b: pd.DataFrame, threshold: float = 5.0,
@@ -157,6 +176,13 @@ def compare_runs(a: pd.DataFrame, b: pd.DataFrame, threshold: float = 5.0,
             rows.append({**dict(zip(POINT_KEYS, key)), "verdict": f"only_in_{side}",
                          f"n_{side}": len(mine), f"{side}_s": mine[metric].mean()})
     table = pd.DataFrame(rows, columns=COLUMNS)
+    # a regression or improvement holds over every matched point, not one at a time:
+    # Benjamini-Hochberg at alpha over their tests (as a campaign's verdicts,
+    # scalesweep.analyse.multiplicity); one significant alone is inconclusive
+    table["q_value"] = fdr_adjust(pd.to_numeric(table["p_value"], errors="coerce")
+                                  .to_numpy(float))
+    claimed = table["verdict"].isin(["regression", "improvement"])
+    table.loc[claimed & ~(table["q_value"] < alpha), "verdict"] = "inconclusive"
     order = {v: i for i, v in enumerate(VERDICTS)}
     table = table.assign(_order=table["verdict"].map(order)).sort_values(
         ["_order", *POINT_KEYS], kind="stable", ignore_index=True).drop(columns="_order")

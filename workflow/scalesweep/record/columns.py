@@ -94,7 +94,8 @@ COLUMNS: dict[str, Column] = {c.name: c for c in [
     Column("node_used_peak_mb", MEASUREMENT, "MiB"),
     # provenance: where, when and how a run was made, and what happened around it
     *_prov("block_start", "block_end", "mpi_library", "mpi_library_version", "mpi_origin",
-           "disturbed", "disturbed_reason", "exclusive", "shared_cores", "order_position",
+           "disturbed", "disturbed_reason", "warmup", "exclusive", "shared_cores",
+           "order_position",
            "hosts", "launcher", "image", "image_source", "image_digest", "slurm_job_id",
            "git_commit", "torch", "start", "end", "path",
            # how max_rate_rps was found: bisection, "at least" (every rate met the target), none
@@ -115,6 +116,7 @@ _STATISTICS_OF_TIME = [Column(n, MEASUREMENT, "s") for n in (
 SUMMARY_COLUMNS: dict[str, Column] = {c.name: c for c in [
     Column("n", MEASUREMENT, "runs"), Column("n_native", MEASUREMENT, "runs"),
     Column("n_disturbed", MEASUREMENT, "runs"), Column("repeats_needed", MEASUREMENT, "runs"),
+    Column("n_warmup", MEASUREMENT, "runs"),
     Column("baseline_count", DERIVED),
     *_STATISTICS_OF_TIME,
     Column("cv", MEASUREMENT, "1"),
@@ -122,7 +124,9 @@ SUMMARY_COLUMNS: dict[str, Column] = {c.name: c for c in [
     *(Column(n, MEASUREMENT, "%") for n in (
         "efficiency_pct", "efficiency_ci95_low_pct", "efficiency_ci95_high_pct",
         "overhead_pct", "overhead_ci95_low_pct", "overhead_ci95_high_pct",
-        "overhead_mean_pct", "overhead_median_pct", "overhead_min_pct", "margin_pct")),
+        "overhead_mean_pct", "overhead_median_pct", "overhead_min_pct", "margin_pct",
+        "equivalence_ci90_low_pct", "equivalence_ci90_high_pct")),
+    Column("comparisons", MEASUREMENT, "1"),
     *(Column(n, MEASUREMENT, "pp") for n in ("ci_half_width_pp", "target_ci_pp")),
     *(Column(n, MEASUREMENT, "p") for n in (
         "p_value", "q_value", "equivalence_p_value", "equivalence_q_value",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from scalesweep.analyse.multiplicity import adjust_verdicts
 from scalesweep.analyse.stats import expected_false_positives, fdr_adjust
 from scalesweep.record.geometry import AXES, Geometry
 
@@ -20,21 +21,12 @@ SHOWN = 3  # rows named in an evidence text before "and k more"
 
 
 def add_q_values(overhead: pd.DataFrame) -> pd.DataFrame:
-    """overhead.csv with ``q_value`` (Benjamini-Hochberg over the campaign's finite
-    ``p_value`` of the difference tests) and ``equivalence_q_value`` (the same over
-    ``equivalence_p_value``) added after ``p_value`` / ``equivalence_p_value``. A row
-    with q < alpha is a discovery at a false discovery rate of alpha over every comparison
-    of the table. The verdicts are not changed (they are per comparison)."""
-    table = overhead.copy()
-    for p_col, q_col in (("p_value", "q_value"), ("equivalence_p_value", "equivalence_q_value")):
-        if p_col not in table.columns:
-            continue
-        q = fdr_adjust(pd.to_numeric(table[p_col], errors="coerce").to_numpy(float))
-        if q_col in table.columns:
-            table[q_col] = q
-        else:
-            table.insert(table.columns.get_loc(p_col) + 1, q_col, q)
-    return table
+    """overhead.csv (or load_overhead.csv) with its verdicts decided over the table's
+    comparisons: ``scalesweep.analyse.multiplicity.adjust_verdicts`` (``q_value`` after
+    ``p_value``, ``equivalence_q_value`` after ``equivalence_p_value``, ``comparisons``,
+    ``verdict_unadjusted``; a claim whose q is not below alpha is inconclusive).
+    Idempotent: overhead_summary has already decided them, and the same table comes back."""
+    return adjust_verdicts(overhead)
 
 
 def row_label(row: pd.Series) -> str:
@@ -100,6 +92,9 @@ def significance_table(overhead: pd.DataFrame | None, alpha: float = 0.05) -> pd
             "", index=overhead.index)
         claimed = verdicts.isin(CLAIMS[column]).to_numpy()
         weak = overhead[claimed & ~(q < alpha)]
+        own = (overhead["verdict_unadjusted"].astype(str) if "verdict_unadjusted" in overhead
+               else verdicts)
+        alone = overhead[own.isin(CLAIMS[column]).to_numpy() & ~claimed]
         level = f"{alpha * 100:g}%"
         if m == 0:
             statement = f"no {what} comparison with a test in overhead.csv"
@@ -113,12 +108,12 @@ def significance_table(overhead: pd.DataFrame | None, alpha: float = 0.05) -> pd
                 f"chance alone would give about {expected:.1f}. Benjamini-Hochberg at a "
                 f"false discovery rate of {level} over these {m}: {d} remain "
                 f"({q_col} < {alpha:g}). "
-                f"The verdicts are per comparison at {level}, not adjusted: "
-                + (f"no {what} verdict." if not claimed.any() else
-                   f"{int(claimed.sum())} {what} verdict{'s' if claimed.sum() != 1 else ''}, "
-                   + (f"{len(weak)} of them not significant after the adjustment ("
-                      f"{named_rows(weak)})." if len(weak) else
-                      "all of them significant after it.")))
+                f"The verdicts are decided over the campaign: "
+                + (f"no {what} verdict" if not claimed.any() else
+                   f"{int(claimed.sum())} {what} verdict{'s' if claimed.sum() != 1 else ''}")
+                + (f"; {len(alone)} comparison{'s' if len(alone) != 1 else ''} {what} alone "
+                   f"but not over the campaign, inconclusive ({named_rows(alone)})."
+                   if len(alone) else "."))
         rows.append({"family": family, "column": column, "tests": m, "alpha": alpha,
                      "significant": k, "expected_by_chance": expected, "bh_significant": d,
                      "claims": int(claimed.sum()),
