@@ -54,8 +54,11 @@ def tiny_config(**overrides) -> dict:
         # a fixed number of repeats: tests that exercise adaptive repeats switch it on.
         # No run is flagged disturbed by what else this machine runs (the Slurm test
         # cluster's daemons, another test's cleanup): the tests of interference set
-        # their own thresholds (tests/unit/test_interference.py, test_status_disturbed.py)
-        "measurement": {"adaptive": False, "max_outside_cpu_pct": 100, "max_steal_pct": 100},
+        # their own thresholds (tests/unit/test_interference.py, test_status_disturbed.py).
+        # No warm-up block (the schema's default is 1): tests count their runs; those of
+        # the warm-up set it (tests/unit/test_warmup.py)
+        "measurement": {"adaptive": False, "max_outside_cpu_pct": 100, "max_steal_pct": 100,
+                        "warmup_blocks": 0},
     }
     for key, value in overrides.items():
         config[key] = value

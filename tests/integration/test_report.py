@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from conftest import REPO, have, measured_by, payload_pids, run_snakemake, tiny_config
+from scalesweep.report.pages import forest_labels
 
 pytestmark = pytest.mark.integration
 PROFILE = str(REPO / "profiles" / "local")
@@ -163,6 +164,14 @@ PROBE = r"""
     if (verdicts) {
       out.verdicts = {head: texts(verdicts.tHead.rows[0].cells), rows: rows(verdicts),
                       seen: Array.prototype.map.call(verdicts.tBodies[0].rows, seen)};
+    }
+    var forest = document.getElementById("scalesweep-forest");
+    if (forest) {
+      var box = forest.getBoundingClientRect();
+      out.forest = {top: box.top, bottom: box.bottom, width: box.width, height: box.height,
+                    on_screen: box.height > 0 && box.top >= 0 && box.bottom <= innerHeight,
+                    texts: texts(forest.querySelectorAll("text")),
+                    table_top: verdicts ? verdicts.getBoundingClientRect().top : null};
     }
     var caveats = document.getElementById("scalesweep-caveats");
     if (caveats) {
@@ -373,8 +382,9 @@ def test_partial_report_renders_in_chromium(partial_campaign, tmp_path):
 
 def test_first_screen_shows_the_verdicts_and_tables_render_in_chromium(partial_campaign,
                                                                        tmp_path):
-    """report.html as it opens, no click, in a 1400x900 window: the verdict table with
-    overhead.csv's verdicts and numbers, every row on the screen; the caveats name the
+    """report.html as it opens, no click, in a 1400x900 window: the forest plot of
+    overhead.csv's rows above the verdict table, whole on the screen; the verdict table
+    with overhead.csv's verdicts and numbers, every row on the screen; the caveats name the
     failed point; every figure decodes and draws something; a table item opens as a table
     (provenance: one row per run, every column either in the table or listed once above
     it, sorting on a click)."""
@@ -394,7 +404,14 @@ def test_first_screen_shows_the_verdicts_and_tables_render_in_chromium(partial_c
     overhead = pd.read_csv(wd / "results/summary/overhead.csv")
     if overhead.empty:
         assert "verdicts" not in seen and "No container comparison" in seen["front"]
+        assert "forest" not in seen
     else:
+        # the forest plot above the table, whole on the first screen, a row label per row
+        forest = seen["forest"]
+        assert forest["on_screen"] and forest["width"] > 300, forest
+        assert forest["bottom"] <= forest["table_top"], forest
+        labels = [t.removesuffix("  [A/A]") for t in forest["texts"]]
+        assert [t for t in labels if t in forest_labels(overhead)] == forest_labels(overhead)
         shown = seen["verdicts"]
         assert shown["head"][:4] == ["workload", "point", "runtime", "verdict"], shown["head"]
         assert len(shown["rows"]) == len(overhead) and all(shown["seen"]), shown

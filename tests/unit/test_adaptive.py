@@ -17,7 +17,7 @@ def _config(runtimes=("native", "charliecloud"), **measurement):
     cfg = tiny_config()
     cfg["sweep"]["runtimes"] = list(runtimes)
     cfg["sweep"]["repeats"] = 3
-    cfg["measurement"] = {"adaptive": True, "max_repeats": 6, **measurement}
+    cfg["measurement"] = {"adaptive": True, "max_repeats": 6, "warmup_blocks": 0, **measurement}
     return cfg
 
 
@@ -74,18 +74,86 @@ def test_a_tight_comparison_is_enough_after_the_minimum():
     assert d["comparisons"]["charliecloud"]["target_met"]
 
 
-def test_a_noisy_comparison_asks_for_more_until_the_maximum():
+def _ratios(log_ratios, wall_s=None):
+    """A series whose same-block pairs have these log ratios ln(container / native)."""
+    rows = _runs([10.0] * len(log_ratios), list(10.0 * np.exp(log_ratios)))
+    if wall_s is not None:
+        for row in rows:
+            row["harness_wall_s"] = wall_s
+    return rows
+
+
+def test_a_decided_but_unsettled_comparison_asks_for_more_until_the_maximum():
+    cfg = _config()
+    # slower by ~6% (sd 4%): the 95% CI excludes 0 (p 0.03) but is wider than the
+    # target, and p is not below the settled level 5%/(2 comparisons x 2 looks)
+    d = decide(SERIES, 5, _ratios(0.06 + 0.04 * np.array([-1.2, -0.5, 0.0, 0.5, 1.2])), cfg)
+    c = d["comparisons"]["charliecloud"]
+    assert c["verdict"] == "slower" and not c["settled"] and not c["futile"], c
+    assert not d["enough"] and d["more"]
+    assert "half-width" in d["reasons"][0]
+    six = 0.06 + 0.04 * np.array([-1.2, -0.5, 0.0, 0.5, 1.2, 0.3])
+    stopped = decide(SERIES, 6, _ratios(six), cfg)
+    assert not stopped["more"] and not wants_more(stopped, cfg)  # max_repeats = 6
+    # a raised maximum continues a series that stopped at the old one
+    cfg["measurement"]["max_repeats"] = 8
+    assert wants_more(stopped, cfg) == (not stopped["comparisons"]["charliecloud"]["settled"])
+
+
+def test_a_series_that_cannot_settle_within_max_repeats_stops_early_and_says_what_it_needs():
+    """Futility (issue 39): at 10% from run to run, 6 blocks cannot decide anything; the
+    series stops at its first decision with the blocks and the wall time it would need."""
     cfg = _config()
     rng = np.random.default_rng(0)
     native, cont = 10 + rng.normal(0, 1, 6), 10 + rng.normal(0, 1, 6)
-    d = decide(SERIES, 5, _runs(native, cont), cfg)
-    assert not d["enough"] and d["more"]
-    assert "half-width" in d["reasons"][0]
-    assert not decide(SERIES, 6, _runs(native, cont), cfg)["more"]  # max_repeats = 6
-    # a raised maximum continues a series that stopped at the old one
-    stopped = decide(SERIES, 6, _runs(native, cont), cfg)
-    cfg["measurement"]["max_repeats"] = 8
-    assert wants_more(stopped, cfg)
+    runs = _runs(native, cont)
+    for row in runs:
+        row["harness_wall_s"] = 12.0  # 24 s per block
+    d = decide(SERIES, 5, runs, cfg)
+    c = d["comparisons"]["charliecloud"]
+    assert c["verdict"] == "inconclusive" and c["futile"] and not c["target_met"]
+    assert d["enough"] and not d["more"] and not wants_more(d, cfg)
+    need = c["pairs_to_decide"]
+    assert need > 6 and need == 5 + c["repeats_to_decide"]
+    [text] = d["futility"]
+    assert text in d["reasons"]
+    assert (f"cannot settle within max_repeats=6 at the measured spread: needs about {need} "
+            f"blocks ({need - 5} more than the 5 measured, ~{(need - 5) * 24 / 60:.0f} min "
+            "more of wall time at this series' 24 s per block") in text, text
+    # judged again under the current config: a maximum that reaches it continues
+    cfg["measurement"]["max_repeats"] = need
+    assert wants_more(d, cfg)
+    # before 5 pairs no projection is trusted (MIN_COMPARED): the series goes on
+    early = decide(SERIES, 4, runs, cfg)
+    assert not early["comparisons"]["charliecloud"]["futile"] and wants_more(early, cfg)
+
+
+def test_a_settled_verdict_stops_before_its_ci_meets_the_target():
+    """Settled (issue 39): slower by ~20%, p far below 5%/(m x looks): the verdict holds
+    over the campaign whatever the others give, so the series stops although its CI is
+    wider than the target. In a campaign of 1000 comparisons the same p is not enough."""
+    cfg = _config()
+    runs = _ratios(0.18 + 0.05 * np.array([-1.2, -0.5, 0.0, 0.5, 1.2]))
+    d = decide(SERIES, 5, runs, cfg)
+    c = d["comparisons"]["charliecloud"]
+    assert c["verdict"] == "slower" and c["settled"] and not c["target_met"], c
+    assert c["settle_p"] == pytest.approx(0.05 / 2 / 2)  # 2 comparisons, looks 5 and 6
+    assert d["campaign_comparisons"] == 2
+    assert d["enough"] and not d["more"] and not wants_more(d, cfg)
+    assert any("settled, slower" in r for r in d["reasons"]), d["reasons"]
+    many = decide(SERIES, 5, runs, cfg, comparisons=1000)
+    assert not many["comparisons"]["charliecloud"]["settled"] and wants_more(many, cfg)
+
+
+def test_blocks_at_spread_follows_the_same_stops():
+    from scalesweep.analyse.decision import blocks_at_spread
+
+    cfg = _config()
+    assert blocks_at_spread(SERIES, cfg, {"charliecloud": (0.0, 0.005)}) == MIN_COMPARED
+    # futile from the first decision on: no more blocks than the first one it can trust
+    assert blocks_at_spread(SERIES, cfg, {"charliecloud": (0.0, 0.15)}) == MIN_COMPARED
+    # decided, neither settled nor narrow enough: up to the maximum
+    assert blocks_at_spread(SERIES, cfg, {"charliecloud": (0.05, 0.04)}) == 6
 
 
 def test_disturbed_runs_do_not_count():
@@ -177,6 +245,25 @@ def test_the_repeats_a_decision_asked_for_are_points_status_knows(tmp_path):
     # the current config's maximum bounds the walk, as in the workflow
     cfg["measurement"]["max_repeats"] = 3
     assert asked_points(minimum, cfg, tmp_path) == sorted(minimum)
+
+
+def test_status_says_which_series_stopped_as_futile_and_what_they_need(tmp_path):
+    """The futility statement of a series' last decision (final.json, as rule series_done
+    writes it) reaches `scalesweep status` (issue 39)."""
+    from scalesweep.campaign.status import futile_series
+    from scalesweep.plan.adaptive import final_path
+
+    cfg = _config()
+    rng = np.random.default_rng(0)
+    d = decide(SERIES, 5, _runs(10 + rng.normal(0, 1, 5), 10 + rng.normal(0, 1, 5)), cfg)
+    assert d["futility"]
+    final = final_path(tmp_path, SERIES)
+    final.parent.mkdir(parents=True)
+    final.write_text(json.dumps({"series": SERIES.as_dict(), "last_decision": d}))
+    problems = []
+    [line] = futile_series(cfg, tmp_path, problems)
+    assert line.startswith(SERIES.path) and "cannot settle within max_repeats=6" in line
+    assert not problems
 
 
 # --- decision files: one path, and a file of another shape (review of #26) ----------------

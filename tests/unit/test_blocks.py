@@ -30,7 +30,7 @@ def base_config(**measurement):
         "sweep": {"runtimes": ["native", "charliecloud"], "nodes": [1],
                   "ranks_per_node": [1, 2], "threads_per_rank": [1], "repeats": 3},
         "measurement": {"order": "alternate", "equivalence_margin_pct": 5.0,
-                        "target_ci_pp": 3.0, **measurement},
+                        "target_ci_pp": 3.0, "warmup_blocks": 0, **measurement},
         "workloads": {"cnn": {"payload": "cnn", "parallel": "ddp", "dataset": "d"}},
     })
 

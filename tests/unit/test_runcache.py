@@ -154,6 +154,26 @@ def test_every_table_is_the_same_with_and_without_the_cache(campaign, reads, mon
         assert df.to_csv(index=False).encode() == plain["runs"]
 
 
+def test_a_changed_warmup_blocks_labels_every_run_anew(campaign, reads, monkeypatch):
+    """runs.csv's warmup comes from the config, not from a file's cached row or text."""
+    root, config, paths = campaign
+    monkeypatch.chdir(root)
+
+    def with_warmup(n):
+        return {**config, "measurement": {**(config.get("measurement") or {}),
+                                          "warmup_blocks": n}}
+
+    summary(root, with_warmup(0), paths, "warm")
+    reads.clear()
+    labelled = summary(root, with_warmup(1), paths, "warm")
+    assert not set(reads) & set(paths[:7])  # the rows came from the caches
+    runs = pd.read_csv(root / "warm" / "runs.csv")
+    assert runs["warmup"].any() and (runs["warmup"] == (runs["repeat"] <= 1)).all()
+    assert labelled == summary(root, with_warmup(1), paths, "warm-plain", cache=False)
+    points = pd.read_csv(root / "warm" / "points.csv")
+    assert (points["warmup"] == (points["repeat"] <= 1)).all()
+
+
 def test_a_changed_replaced_or_deleted_file_is_read_again(campaign, reads, tmp_path,
                                                          monkeypatch):
     root, config, paths = campaign

@@ -28,7 +28,8 @@ from scalesweep.record.metrics import write_metrics
 
 KEYS = {"n_native", "n", "paired", "overhead_pct", "ci95_low_pct", "ci95_high_pct",
         "ci_half_width_pp", "p_value", "equivalence_p_value", "verdict", "verdict_text",
-        "repeats_needed", "target_met", "ci_method", "normality_p_value"}
+        "repeats_needed", "target_met", "ci_method", "normality_p_value", "ci90_low_pct",
+        "ci90_high_pct"}
 NATIVE = [10.02, 9.97, 10.05, 10.01, 9.95]
 CONTAINER = [10.10, 10.03, 10.08, 10.09, 10.00]
 
@@ -406,3 +407,20 @@ def test_pairs_on_the_same_nodes_are_preferred():
     row = verdict_table(pd.DataFrame(rows)).iloc[0]
     assert bool(row["paired"]) and row["n"] == 3
     assert row["overhead_pct"] < 1.5
+
+
+def test_equivalence_shows_the_90_percent_interval_it_was_decided_on():
+    """TOST at 5% is the 90% CI inside the margin: the text shows that interval (scipy's t
+    interval at 90%), so a 95% CI reaching past the margin is no contradiction."""
+    rng = np.random.default_rng(14)  # a sample whose 95% CI reaches past +5%
+    native = np.exp(rng.normal(0, 0.01, 12))
+    container = native * np.exp(rng.normal(0.0, 0.055, 12))
+    v = overhead_verdict(native, container, paired=True, margin_pct=5.0)
+    d = np.log(container / native)
+    low, high = stats.t.interval(0.90, d.size - 1, loc=d.mean(), scale=stats.sem(d))
+    assert v["ci90_low_pct"] == pytest.approx(np.expm1(low) * 100)
+    assert v["ci90_high_pct"] == pytest.approx(np.expm1(high) * 100)
+    assert -5.0 < v["ci90_low_pct"] and v["ci90_high_pct"] < 5.0 < v["ci95_high_pct"]
+    assert v["verdict"] == "equivalent"
+    assert (f"two one-sided tests' 90% CI {v['ci90_low_pct']:.1f}% .. "
+            f"{v['ci90_high_pct']:.1f}%, 95% CI") in v["verdict_text"]

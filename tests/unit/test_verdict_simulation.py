@@ -46,7 +46,7 @@ from scipy import optimize, stats
 
 from scalesweep.analyse.verdict import overhead_verdict
 from scalesweep.analyse.decision import decide
-from scalesweep.plan.adaptive import Series, repeat_bounds, wants_more
+from scalesweep.plan.adaptive import MIN_COMPARED, Series, repeat_bounds, wants_more
 from scalesweep.plan.sweep import block_order
 
 LLM_RATES = np.array([148, 205, 226, 217, 207, 169, 149, 127], dtype=float)  # tokens/s
@@ -58,7 +58,8 @@ BASE_S = 60.0  # a run's time before the noise (the rates only fix its spread)
 # config/config.yaml's adaptive repeats, on one LLM geometry with the A/A runtime
 CONFIG = {
     "sweep": {"runtimes": ["native", "native-aa"], "repeats": 3},
-    "measurement": {"max_repeats": 8, "target_ci_pp": 3.0, "equivalence_margin_pct": 5.0},
+    "measurement": {"max_repeats": 8, "target_ci_pp": 3.0, "equivalence_margin_pct": 5.0,
+                    "warmup_blocks": 0},
     "workloads": {"llm": {"payload": "llm"}},
 }
 
@@ -181,7 +182,7 @@ def simulate(noise: Noise, campaigns: int, seed: int, effect: float = 0.0,
                 })
         for stop in range(low, high + 1):
             measured = [r for r in rows if r["repeat"] <= stop]
-            if not wants_more(decide(series, stop, measured, config), config):
+            if not wants_more(decide(series, stop, measured, config, comparisons=1), config):
                 break
         times = {(r["runtime"], r["repeat"]): r["time_s"] for r in rows}
 
@@ -222,9 +223,11 @@ def test_the_fits_reproduce_the_llm_runs():
 def test_aa_false_faster_slower_rate_is_at_most_5_percent_under_llm_drift(fit):
     result = simulate(fit(), CAMPAIGNS, seed=25)
     assert result["false"] <= LIMIT, result
-    # The LLM's runs vary too much for the 3 pp target in 8 blocks: almost every
-    # campaign measures all 8 and ends honestly inconclusive, not "equivalent".
-    assert result["blocks"].get(8, 0) >= 0.98 * CAMPAIGNS
+    # The LLM's runs vary too much for the 3 pp target, or any verdict, in 8 blocks: most
+    # campaigns stop at their first decision from MIN_COMPARED pairs on as futile (issue
+    # 39; before, almost every one measured all 8) and end honestly inconclusive, not
+    # "equivalent".
+    assert result["blocks"].get(MIN_COMPARED, 0) >= 0.75 * CAMPAIGNS
     assert result["inconclusive"] >= 0.9 and result["equivalent"] < 0.02
 
 
@@ -246,11 +249,12 @@ def test_aa_false_rate_under_a_mean_reverting_drift_with_random_order():
     assert result["false"] <= LIMIT, result
 
 
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=False, reason=(
     "ABBA under a drift that reverts from run to run: 6.96% false verdicts over 10 000 "
     "campaigns. Consecutive blocks in opposite order see opposite halves of the same "
     "reversion, so their log ratios correlate (lag-1 about +0.11) and the t interval is "
-    "too narrow; random order (measurement.order: random) gives 5.3% (test above)."))
+    "too narrow; random order (measurement.order: random) gives 5.3% (test above). Since "
+    "futile series stop at 5 blocks (issue 39), 6.1% of these 2000, at the limit (6.15%)."))
 def test_aa_false_rate_under_a_mean_reverting_drift_with_abba_order():
     result = simulate(fit_ar1(), CAMPAIGNS, seed=26)
     assert result["false"] <= LIMIT, result
@@ -273,3 +277,171 @@ def test_the_harness_finds_a_real_10_percent_slowdown():
     assert cnn["slower"] >= 0.95
     llm = simulate(fit_random_walk(), 300, seed=29, effect=0.10)
     assert llm["slower"] > 3 * ALPHA and llm["faster"] < 0.01
+
+
+# --- Issue 39: campaigns of 6 comparisons, the drift seen, and the adaptive rule's stops --
+#
+# A campaign of the embedded default with its A/A check compares 6 (series, runtime)
+# pairs: CNN 1 and 2 ranks and the LLM, each Charliecloud and native-aa against native.
+# A/A: no runtime differs, so any "faster"/"slower" after the campaign's
+# Benjamini-Hochberg adjustment (scalesweep.analyse.multiplicity) is a false one, and the
+# campaign's false-difference rate must stay at most 5%.
+# The noise stated in BENCHMARKS.md: the two runs of a CNN block differ by sd ~2.5% (log
+# ratio), an LLM block's by ~7%: a random walk plus between-run noise of that pair sd.
+# The drift seen (issue 39): the epoch time of BOTH arms rose 3.6 -> 4.6 s over nine
+# minutes (a linear rise of ln(4.6/3.6) over a series' 16 runs at 8 blocks), and one
+# block's two runs differed by 17% (a run now and then slower by 17%: here 1 run in 20).
+CNN_PAIR = Noise(1.0, 0.010, 0.0154)  # pair sd sqrt(0.010^2 + 2 x 0.0154^2) = 2.5%
+LLM_PAIR = Noise(1.0, 0.030, 0.045)  # pair sd 7.0%
+
+
+@dataclasses.dataclass(frozen=True)
+class Drift:
+    rise: float = 0.0  # log time, both arms, over the runs of max_repeats blocks
+    jump_p: float = 0.0  # chance that a run is slower by ``jump``
+    jump: float = math.log(1.17)
+
+
+NO_DRIFT = Drift()
+DRIFT_SEEN = Drift(rise=math.log(4.6 / 3.6), jump_p=0.05)
+
+CAMPAIGN_CONFIG = {
+    "sweep": {"runtimes": ["native", "charliecloud"], "repeats": 3},
+    "measurement": {"max_repeats": 8, "target_ci_pp": 3.0, "equivalence_margin_pct": 5.0,
+                    "warmup_blocks": 0, "aa_calibration": True},
+    "workloads": {"cnn_ddp": {"payload": "cnn"}, "llm": {"payload": "llm"}},
+}
+CAMPAIGN = tuple((Series(w, 1, 0, ranks, 1, arm), noise)
+                 for w, ranks, noise in (("cnn_ddp", 1, CNN_PAIR), ("cnn_ddp", 2, CNN_PAIR),
+                                         ("llm", 1, LLM_PAIR))
+                 for arm in ("charliecloud", "native-aa"))
+COMPARISONS = len(CAMPAIGN)  # the campaign's m
+
+
+def _stop_rules(m: int, looks_: int) -> dict:
+    """name -> rule(comparison of a decision, blocks left): whether it stops there (from
+    MIN_COMPARED pairs on). "settled at 5%/(m x looks)" is decide's own (the test checks
+    that wants_more agrees), the others the alternatives it was chosen from."""
+    from scalesweep.plan.adaptive import is_futile
+
+    def claim_p(c):
+        p = {"equivalent": c["equivalence_p_value"], "slower": c["p_value"],
+             "faster": c["p_value"]}.get(c["verdict"])
+        return p if p is not None else math.nan
+
+    def target(c, left):
+        return c["ci_half_width_pp"] is not None and c["ci_half_width_pp"] <= 3.0
+
+    def settled(level):
+        return lambda c, left: (target(c, left) or claim_p(c) < level
+                                or is_futile(c, left))
+
+    return {
+        "CI target (before)": target,
+        "CI target + futility": lambda c, left: target(c, left) or is_futile(c, left),
+        "settled at 5%/m + futility": settled(ALPHA / m),
+        "settled at 5%/(m x looks) + futility": settled(ALPHA / m / looks_),
+    }
+
+
+CHOSEN = "settled at 5%/(m x looks) + futility"
+
+
+def simulate_campaigns(drift: Drift, campaigns: int, seed: int, effect: float = 0.0,
+                       check_rule: bool = True) -> dict:
+    """``campaigns`` simulated campaigns of CAMPAIGN (Charliecloud slower by ``effect``;
+    native-aa never differs), each series walked by ``decide`` after every block from the
+    minimum on, and stopped by each rule of ``_stop_rules`` on the same runs; the final
+    verdicts adjusted over the campaign (``adjust_verdicts``). Per rule: ``false``, the
+    share of campaigns with any false faster/slower (native-aa always, Charliecloud too
+    when ``effect`` is 0); ``conclusive``, the share of comparisons with a verdict after
+    the adjustment; ``blocks``: the median blocks per workload, and their mean per
+    campaign."""
+    import pandas as pd
+
+    from scalesweep.analyse.decision import looks
+    from scalesweep.analyse.multiplicity import adjust_verdicts
+
+    config = copy.deepcopy(CAMPAIGN_CONFIG)
+    low, high = repeat_bounds(config, "cnn_ddp")
+    rules = _stop_rules(COMPARISONS, looks(low, high))
+    rng = np.random.default_rng(seed)
+    runs = 2 * high
+    orders = {s: [block_order(s.point("native", b), config) for b in range(1, high + 1)]
+              for s, _ in CAMPAIGN}
+    out = {name: {"false": 0, "conclusive": 0, "blocks": {"cnn_ddp": [], "llm": []},
+                  "campaign_blocks": [], "verdicts": Counter()} for name in rules}
+    for _ in range(campaigns):
+        rows_of = {name: [] for name in rules}
+        for series, noise in CAMPAIGN:
+            steps = rng.normal(0, noise.step_sd, runs)
+            steps[0] = 0.0
+            log_time = (np.cumsum(steps) + rng.normal(0, noise.run_sd, runs)
+                        + drift.rise * np.arange(runs) / (runs - 1)
+                        + drift.jump * (rng.random(runs) < drift.jump_p))
+            other = series.arm
+            factor = 1.0 + (effect if other == "charliecloud" else 0.0)
+            rows = []
+            for block in range(1, high + 1):
+                for position, runtime in enumerate(orders[series][block - 1]):
+                    rows.append({"runtime": runtime, "repeat": block, "disturbed": False,
+                                 "time_s": BASE_S * (factor if runtime == other else 1.0)
+                                 * math.exp(log_time[2 * (block - 1) + position])})
+            stopped: dict[str, tuple[int, dict]] = {}
+            for stop in range(low, high + 1):
+                d = decide(series, stop, [r for r in rows if r["repeat"] <= stop], config,
+                           comparisons=COMPARISONS)
+                c = d["comparisons"][other]
+                walked = CHOSEN not in stopped  # (decide's own rule had not stopped it)
+                enough_pairs = min(c["n"], c["n_native"]) >= MIN_COMPARED
+                for name, rule in rules.items():
+                    if name not in stopped and (stop == high or (
+                            enough_pairs and rule(c, high - stop))):
+                        stopped[name] = (stop, c)
+                if check_rule and walked and stop < high:
+                    assert wants_more(d, config) == (CHOSEN not in stopped), d
+                if len(stopped) == len(rules):
+                    break
+            for name, (stop, c) in stopped.items():
+                out[name]["blocks"][series.workload].append(stop)
+                rows_of[name].append({
+                    "runtime": other, "difference": other == "charliecloud" and effect != 0,
+                    "blocks": stop, "verdict": c["verdict"], "verdict_text": c["verdict_text"],
+                    "p_value": c["p_value"], "equivalence_p_value": c["equivalence_p_value"],
+                    "overhead_ci95_low_pct": c["ci95_low_pct"],
+                    "overhead_ci95_high_pct": c["ci95_high_pct"]})
+        for name, rows in rows_of.items():
+            table = adjust_verdicts(pd.DataFrame(rows).astype({"p_value": float,
+                                                               "equivalence_p_value": float}))
+            said = table["verdict"].isin(("slower", "faster"))
+            out[name]["false"] += bool((said & ~table["difference"]).any())
+            out[name]["conclusive"] += int((table["verdict"] != "inconclusive").sum())
+            out[name]["campaign_blocks"].append(int(table["blocks"].sum()))
+            out[name]["verdicts"].update(table["verdict"])
+    result = {}
+    for name, r in out.items():
+        result[name] = {
+            "false": r["false"] / campaigns,
+            "conclusive": r["conclusive"] / (campaigns * COMPARISONS),
+            "median_blocks": {w: float(np.median(b)) for w, b in r["blocks"].items()},
+            "mean_campaign_blocks": float(np.mean(r["campaign_blocks"])),
+            "verdicts": dict(r["verdicts"]),
+        }
+    return result
+
+
+def test_campaigns_of_6_comparisons_under_the_drift_seen():
+    """Issue 39: a campaign of 6 A/A comparisons under the drift seen, stopped by decide's
+    rule (a settled verdict at 5%/(m x looks), futility, the CI target) and, on the same
+    runs, by the CI target alone (before): no more false faster/slower over the campaign
+    (after Benjamini-Hochberg), and fewer blocks (futile LLM series stop at their first
+    decision). benchmarks/stopping_simulation.py runs it at 4000 campaigns."""
+    n = 100
+    result = simulate_campaigns(DRIFT_SEEN, n, seed=39)
+    print(result)
+    before, chosen = result["CI target (before)"], result[CHOSEN]
+    assert chosen["false"] <= before["false"] + 1 / n, result
+    assert chosen["false"] <= stats.binom.ppf(0.99, n, ALPHA) / n, result
+    assert chosen["mean_campaign_blocks"] < 0.85 * before["mean_campaign_blocks"], result
+    assert chosen["median_blocks"]["llm"] == MIN_COMPARED
+    assert chosen["conclusive"] >= before["conclusive"] - 0.05, result

@@ -33,10 +33,12 @@ def scalesweep(*args) -> subprocess.CompletedProcess:
 
 
 def frontier_like(directory: Path, nodes=(1, 100), max_runtime_min=240, repeats=1,
-                  site_cap=0) -> dict:
+                  site_cap=0, warmup_blocks: int | None = 0) -> dict:
     """A small self-contained config (no dependency on config/*.yaml) on Frontier, or, for
     a ``site_cap`` other than its 120 minutes, on a Frontier whose retries are capped
-    there (0: never), a site file in ``directory`` that extends sites/frontier.yaml."""
+    there (0: never), a site file in ``directory`` that extends sites/frontier.yaml.
+    ``warmup_blocks``: measurement.warmup_blocks (none by default: the tests count the
+    points of ``repeats`` blocks; None: no measurement section)."""
     site = "frontier" if site_cap == 120 else write_site(
         directory, "frontier-uncapped" if site_cap == 0 else f"frontier-cap{site_cap}",
         extends="frontier", slurm={"max_runtime_min": site_cap})
@@ -48,6 +50,7 @@ def frontier_like(directory: Path, nodes=(1, 100), max_runtime_min=240, repeats=
                               "images_per_class": 8, "image_size": 64}},
         "workloads": {"cnn_ddp": {"payload": "cnn", "parallel": "ddp", "dataset": "imgs",
                                   "max_runtime_min": max_runtime_min}},
+        **({} if warmup_blocks is None else {"measurement": {"warmup_blocks": warmup_blocks}}),
     })
 
 
@@ -83,11 +86,13 @@ def frontier_configs(tmp_path):
 def repeat_bounds_by_hand(config: dict, attempts: int = 1) -> dict:
     """Runs and node-hours (attempt 1; every attempt) of a sweep at ``blocks`` repeats
     per series, counted from the sweep's points: a series (workload, arm, geometry)
-    measures each of its runtimes once per block; ``sweep.repeats`` blocks at the
-    least, ``measurement.max_repeats`` at the most."""
+    measures each of its runtimes once per block; its warm-up blocks
+    (``measurement.warmup_blocks``), then ``sweep.repeats`` blocks at the least,
+    ``measurement.max_repeats`` at the most."""
     points = [p for p in sweep_points(config) if p.repeat == 1]
-    low = config["sweep"]["repeats"]
-    high = max(low, config["measurement"]["max_repeats"])
+    warmup = config["measurement"]["warmup_blocks"]
+    low = warmup + config["sweep"]["repeats"]
+    high = warmup + max(config["sweep"]["repeats"], config["measurement"]["max_repeats"])
     per_block = sum(p.nodes * runtime_min(config["workloads"][p.workload], config["_site"], 1)
                     for p in points) / 60
     every = sum(p.nodes * runtime_min(config["workloads"][p.workload], config["_site"], a)
@@ -118,12 +123,14 @@ def test_frontier_sweep_node_hours_and_queue_limits(frontier_configs):
     assert maximum["runs"] == bound["max_runs"]
     assert maximum["requested_node_h"] == pytest.approx(bound["max_node_h"] + support_h)
     assert totals["worst_node_h"] == pytest.approx(bound["worst_node_h"] + support_h * attempts)
-    # the minimum: each series stops once it may: after sweep.repeats blocks, and a
-    # comparison needs MIN_COMPARED pairs
-    low = max(config["sweep"]["repeats"], MIN_COMPARED)
-    assert totals["point_jobs"] == totals["repeats"]["minimum"]["runs"] == len(points) // config["sweep"]["repeats"] * low
+    # the minimum: each series stops once it may: after its warm-up and sweep.repeats
+    # blocks, and a comparison needs MIN_COMPARED pairs (after the warm-up)
+    warmup = config["measurement"]["warmup_blocks"]
+    low = warmup + max(config["sweep"]["repeats"], MIN_COMPARED)
+    assert totals["point_jobs"] == totals["repeats"]["minimum"]["runs"] == \
+        len(points) // (warmup + config["sweep"]["repeats"]) * low
     assert totals["requested_node_h"] == pytest.approx(
-        bound["max_node_h"] * low / config["measurement"]["max_repeats"] + support_h)
+        bound["max_node_h"] * low / (warmup + config["measurement"]["max_repeats"]) + support_h)
     assert totals["expected_node_h"] == pytest.approx(totals["requested_node_h"])
     assert totals["repeats"]["expected"]["runs"] is None  # nothing measured before
     jobs = totals["jobs"]
@@ -312,13 +319,17 @@ def test_embedded_default_repeats_minimum_expected_maximum(tmp_path):
     write_pairs(before, sd, 6)
     totals = run_plan(*args, "--from-campaign", before, "--assume-spread-pct", "3")["totals"]
     repeats = totals["repeats"]
-    assert repeats["maximum"]["runs"] == bound["max_runs"] == 3 * 2 * m["max_repeats"]
+    warmup = m["warmup_blocks"]  # every count of blocks includes the warm-up ones
+    assert warmup == 1  # the schema's default
+    assert repeats["maximum"]["runs"] == bound["max_runs"] == 3 * 2 * (warmup + m["max_repeats"])
     assert repeats["maximum"]["requested_node_h"] == pytest.approx(
         bound["max_node_h"] + 2 * 60 / 60)  # + staging and verification, 60 min each
-    low = max(config["sweep"]["repeats"], MIN_COMPARED)
+    counted = max(config["sweep"]["repeats"], MIN_COMPARED)
+    low = warmup + counted
     assert repeats["minimum"]["runs"] == totals["point_jobs"] == 3 * 2 * low
-    expected = blocks_for_target(sd, 0.01, m["target_ci_pp"], low, m["max_repeats"])
-    assert low < expected < m["max_repeats"]  # the spread asks for more than the minimum
+    expected = warmup + blocks_for_target(sd, 0.01, m["target_ci_pp"], counted,
+                                          m["max_repeats"])
+    assert low < expected < warmup + m["max_repeats"]  # the spread asks for more
     assert repeats["expected"]["runs"] == 3 * 2 * expected
     assert repeats["expected"]["complete"] and repeats["expected"]["blocks"] == str(expected)
     text = scalesweep("plan", *args, "--from-campaign", before).stdout
@@ -338,10 +349,12 @@ def test_plan_reads_the_measurement_settings_validation_filled_in(tmp_path):
     measurement = schema["properties"]["measurement"]["properties"]
     source = "".join((REPO / "workflow" / "scalesweep" / "campaign" / f"{name}.py").read_text()
                      for name in ("cost", "estimate", "history", "profile", "dry_run"))
-    for key in ("max_repeats", "target_ci_pp"):
+    for key in ("max_repeats", "target_ci_pp", "warmup_blocks"):
         assert not re.search(rf"""get\(\s*['"]{key}['"]\s*,""", source), key
-    cfg = frontier_like(tmp_path, nodes=(1,), repeats=3)
+    cfg = frontier_like(tmp_path, nodes=(1,), repeats=3, warmup_blocks=None)
     assert "measurement" not in cfg
     rule = run_plan(*write_config(tmp_path, cfg))["repeats_rule"]
     assert rule["max_repeats"] == measurement["max_repeats"]["default"]
+    assert rule["warmup_blocks"] == measurement["warmup_blocks"]["default"] == 1
+    assert rule["blocks_first"] == "4"  # the warm-up block, then sweep.repeats
     assert rule["target_ci_pp"] == measurement["target_ci_pp"]["default"]

@@ -18,7 +18,7 @@ from scalesweep.record.metrics import write_metrics
 def _campaign(tmp_path, adaptive: bool, measured: int):
     cfg = tiny_config()
     cfg["sweep"].update(runtimes=["native"], ranks_per_node=[1], repeats=3)
-    cfg["measurement"] = {"adaptive": adaptive, "max_repeats": 4}
+    cfg["measurement"] = {"adaptive": adaptive, "max_repeats": 4, "warmup_blocks": 0}
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
     point = sweep_points(cfg)[0]

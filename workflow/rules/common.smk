@@ -473,10 +473,10 @@ from scalesweep.plan.adaptive import (  # noqa: E402
     SERIES_DIR,
     Series,
     asked_blocks,
+    block_bounds,
     is_adaptive,
     read_decision,
     recorded_decision,
-    repeat_bounds,
     run_priority,
     series_of,
     walks_decisions,
@@ -559,7 +559,7 @@ def aggregate_metrics(wildcards):
             f
             for s in SERIES
             for f in series_point_metrics(
-                s, range(1, repeat_bounds(config, s.workload)[1] + 1)
+                s, range(1, block_bounds(config, s.workload)[1] + 1)
             )
         ]
     else:

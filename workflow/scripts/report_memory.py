@@ -27,8 +27,12 @@ def read(path, workload):
 if sm.rule == "report_memory_tables":
     from scalesweep.analyse.collect import readable_runs, summarised_metrics
 
+    from scalesweep.plan.sweep import is_warmup
+
     records = readable_runs(summarised_metrics(sm.input.runs), sm.config,
                             lambda text: print(text, file=sys.stderr))
+    # the warm-up blocks' runs (measurement.warmup_blocks) are in no statistic
+    records = [r for r in records if not is_warmup(sm.config, r[2]["repeat"])]
     timeline = mr.timeline_table(records)
     timeline.to_csv(sm.output.timeline, index=False, float_format="%.6g")
     mr.peak_table(records).to_csv(sm.output.peaks, index=False, float_format="%.6g")

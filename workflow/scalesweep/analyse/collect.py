@@ -18,7 +18,7 @@ from scalesweep.plan.kinds import SweepError, kind_of
 from scalesweep.plan.kinds.cnn import steady_epoch_time  # noqa: F401  (re-exported)
 from scalesweep.plan.kinds.llm import SYNTHETIC_LABEL, model_label  # noqa: F401  (re-exported)
 from scalesweep.analyse.runcache import RowStore
-from scalesweep.plan.sweep import BLOCK_DIR, HISTORY_DIR, SweepPoint
+from scalesweep.plan.sweep import BLOCK_DIR, HISTORY_DIR, SweepPoint, warmup_blocks
 from scalesweep.platform.runtimes import mode_of as run_mode
 from scalesweep.record.geometry import AXES as GEOMETRY
 from scalesweep.record.metrics import MetricsError, field_problem, read_metrics
@@ -35,7 +35,7 @@ RUN_COLUMNS = [
     "data_load_s", "staging_s",
     "model", "model_label", "synthetic_model",
     "peak_rss_mb", "harness_wall_s", "harness_overhead_s",
-    "disturbed", "disturbed_reason", "outside_cpu_pct", "steal_pct", "load1_max",
+    "warmup", "disturbed", "disturbed_reason", "outside_cpu_pct", "steal_pct", "load1_max",
     "exclusive", "shared_cores", "order_position",
     "probe_gflops", "probe_gbps", "probe_change_pct", "within_run_cv_pct",
     "hosts", "launcher", "image_digest", "slurm_job_id", "git_commit", "torch", "start", "end",
@@ -346,12 +346,19 @@ def collect_runs_keyed(metrics_paths: Iterable[str], config: dict, log=None,
                            placed, log)
     if not order:
         return pd.DataFrame(columns=RUN_COLUMNS), []
-    df = with_blocks(table.frame(order))
+    df = with_warmup(with_blocks(table.frame(order)), config)
     cols = [c for c in RUN_COLUMNS if c in df.columns]
     df = df[cols + [c for c in df.columns if c not in cols]].sort_values(
         ["workload", "runtime", "count", "threads", "repeat"])
     keys = [keys[i] for i in df.index]
     return df.reset_index(drop=True), keys
+
+
+
+def with_warmup(df: pd.DataFrame, config: dict) -> pd.DataFrame:
+    """``warmup``: whether a run is in a warm-up block (measurement.warmup_blocks), from
+    its repeat and the config here, never from a cache of its file's row (runcache)."""
+    return df.assign(warmup=(pd.to_numeric(df["repeat"]) <= warmup_blocks(config)).to_numpy(bool))
 
 
 
@@ -411,7 +418,10 @@ def point_states(
     statistics; the workflow measures further repeats to replace it. With ``config``, a
     metrics file read here is checked as the aggregation reads it (read_run: every field
     the tables need), so a point the summary had to leave out is listed as failed.
+    ``warmup``: the point is in a warm-up block (measurement.warmup_blocks; False without
+    ``config``), a flag beside its state: a warm-up run is done, failed ... as any other.
     """
+    warm = warmup_blocks(config) if config is not None else 0
     done = {_clean_path(str(f)) for f in done}
     disturbed = {_clean_path(str(f)): r for f, r in (disturbed or {}).items()}
     runs_dir = str(Path(results) / "runs")
@@ -436,9 +446,10 @@ def point_states(
         elif os.path.isfile(failure_path := f"{runs_dir}/{path}/{FAILURE_JSON}"):
             failure = json.loads(Path(failure_path).read_text())
             state, reason, log = "failed", failure.get("reason", ""), failure.get("log", "")
-        rows.append((*vars(p).values(), path, state, reason, log))
+        rows.append((*vars(p).values(), path, state, reason, log, p.repeat <= warm))
     # (the rows as tuples: pandas makes the same table of them as of dicts, faster)
-    return pd.DataFrame.from_records(rows, columns=[*fields, "path", "state", "reason", "log"])
+    return pd.DataFrame.from_records(rows, columns=[*fields, "path", "state", "reason", "log",
+                                                    "warmup"])
 
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from scalesweep.analyse.frame import truthy
+from scalesweep.analyse.frame import flag_column, truthy
 from scalesweep.analyse.stats import cv_pct, rate_stats
 from scalesweep.plan.kinds import kinds, summarised_in
 from scalesweep.record.geometry import AXES as GEOMETRY
@@ -106,7 +106,9 @@ def _kernel(payload, df: pd.DataFrame) -> str:
 def drift_table(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per series (``DRIFT_KEYS``): see the module's doc. Statistics over the
     undisturbed runs; n counts them, n_disturbed those left out, n_probed those with a
-    probe figure."""
+    probe figure. Warm-up runs (runs.csv's warmup) are left out before anything."""
+    if runs is not None and not runs.empty:
+        runs = runs[~flag_column(runs, "warmup")]
     if runs is None or runs.empty or any(k not in runs.columns for k in DRIFT_KEYS):
         return pd.DataFrame([{"note": "no runs"}], columns=DRIFT_COLUMNS)
     rows = []

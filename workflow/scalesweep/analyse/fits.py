@@ -40,8 +40,8 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from scalesweep.analyse.frame import (TableError, require_positive_times, require_table,
-                                      require_valid)
+from scalesweep.analyse.frame import (TableError, left_out, require_positive_times,
+                                      require_table, require_valid)
 from scalesweep.analyse.stats import CONFIDENCE
 from scalesweep.plan.fitlaws import MODELS, can_fit, figure_series, min_counts  # noqa: F401
 
@@ -438,16 +438,14 @@ CAMPAIGN_SERIES = ["workload", "runtime", "threads"]  # as scaling.csv groups th
 
 
 def campaign_training_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs scaling.csv is made of (CNN training, disturbed runs left out)."""
+    """The runs scaling.csv is made of (CNN training, disturbed and warm-up runs left
+    out: ``frame.left_out``)."""
     if "payload" not in runs:
         return runs.iloc[0:0]
     from scalesweep.plan.kinds import summarised_in
 
     runs = runs[runs["payload"].isin(summarised_in("scaling"))]
-    if "disturbed" in runs:  # kept in runs.csv, left out of every statistic
-        runs = runs[~runs["disturbed"].map(lambda v: str(v).strip().lower() in
-                                           ("true", "1", "yes"))]
-    return runs
+    return runs[~left_out(runs)]  # kept in runs.csv, left out of every statistic
 
 
 def campaign_fits(runs: pd.DataFrame, config: dict) -> list[tuple[dict, pd.DataFrame, list]]:

@@ -6,6 +6,7 @@ group).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 
 import numpy as np
@@ -24,6 +25,43 @@ def truthy(value) -> bool:
         return bool(value) and not pd.isna(value)
     except (TypeError, ValueError):
         return False
+
+
+def flag_column(runs: pd.DataFrame, col: str) -> pd.Series:
+    """A flag column of ``runs`` read back (``truthy``); False where it has no such column."""
+    if col not in runs.columns:
+        return pd.Series(False, index=runs.index, dtype=bool)
+    return runs[col].map(truthy).astype(bool)
+
+
+# What marks a run that no statistic uses, kept in runs.csv: interference during its
+# measurement (``disturbed``), or a warm-up block of its series (``warmup``:
+# measurement.warmup_blocks, scalesweep.plan.sweep.is_warmup).
+LEFT_OUT = ("disturbed", "warmup")
+
+
+def left_out(runs: pd.DataFrame) -> pd.Series:
+    """Which runs every statistic leaves out (``LEFT_OUT``): disturbed or warm-up."""
+    mask = pd.Series(False, index=runs.index, dtype=bool)
+    for col in LEFT_OUT:
+        mask |= flag_column(runs, col)
+    return mask
+
+
+def without_warmup(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` less the warm-up runs (``warmup``): those a table that counts its
+    disturbed runs (n_disturbed) leaves out before anything."""
+    if runs is None or "warmup" not in getattr(runs, "columns", ()):
+        return runs
+    return runs[~flag_column(runs, "warmup")]
+
+
+def over_counted_runs(fn):
+    """``fn(runs, ...)`` over ``without_warmup(runs)``."""
+    @functools.wraps(fn)
+    def over(runs, *args, **kwargs):
+        return fn(without_warmup(runs), *args, **kwargs)
+    return over
 
 
 def as_list(cols: Iterable[str]) -> list[str]:

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from scalesweep.analyse.collect import SHARED_CORES_NOTE, with_blocks
-from scalesweep.analyse.frame import truthy
+from scalesweep.analyse.frame import truthy, without_warmup
 from scalesweep.analyse.overhead import verdict_table
 from scalesweep.analyse.stats import CONFIDENCE, t_quantile
 from scalesweep.plan.kinds.llm import LOAD_METRICS, QUANTILES, level_label
@@ -33,7 +33,7 @@ from scalesweep.record.load import bounded_ci_min_n
 
 RUN_KEYS = ["workload", "model_label", "arm", "runtime", "nodes", "gpus", "threads"]
 LEVEL_KEYS = ["shape", "rate", "concurrency"]
-IDENTITY = ["repeat", "block_id", "disturbed", "shared_cores", "synthetic_model", "start", "end",
+IDENTITY = ["repeat", "block_id", "disturbed", "warmup", "shared_cores", "synthetic_model", "start", "end",
             "hosts", "path", "payload", "probe_gflops", "probe_gbps", "client_placement"]
 # what the verdicts compare, each as a "time" (higher is worse): (column, what it is)
 VERDICT_METRICS = {
@@ -120,7 +120,9 @@ def _request_counts(runs: pd.DataFrame) -> pd.Series:
 
 
 def load_summary(levels: pd.DataFrame) -> pd.DataFrame:
-    """llm_load.csv: per workload, model, runtime, geometry and level, over its valid runs."""
+    """llm_load.csv: per workload, model, runtime, geometry and level, over its valid runs
+    (warm-up runs left out: ``without_warmup``; disturbed ones counted, n_disturbed)."""
+    levels = without_warmup(levels)
     if levels.empty:
         return pd.DataFrame()
     keys = [k for k in (*RUN_KEYS, *LEVEL_KEYS, "level_label") if k != "arm"]
@@ -205,7 +207,9 @@ def load_summary(levels: pd.DataFrame) -> pd.DataFrame:
 
 def load_verdicts(levels: pd.DataFrame, settings: dict) -> pd.DataFrame:
     """llm_load_overhead.csv: every container runtime against native, per level and metric
-    (and once per geometry for the highest rate within the target)."""
+    (and once per geometry for the highest rate within the target); warm-up runs left
+    out (``without_warmup``)."""
+    levels = without_warmup(levels)
     if levels.empty or levels["runtime"].nunique() < 2:
         return pd.DataFrame()
     data = levels[levels["arm"] != REFERENCE] if "arm" in levels else levels

@@ -82,7 +82,8 @@ VERDICT_COLUMNS = [
     "paired", "pairing", "n_native", "n", "n_disturbed", "n_pairs_split",
     "n_pairs_machine_differs", "native_s", "time_s", "overhead_pct",
     "overhead_ci95_low_pct", "overhead_ci95_high_pct", "ci_half_width_pp", "ci_method",
-    "normality_p_value", "p_value", "significant", "equivalence_p_value", "margin_pct",
+    "normality_p_value", "p_value", "significant", "equivalence_p_value",
+    "equivalence_ci90_low_pct", "equivalence_ci90_high_pct", "margin_pct",
     "verdict", "verdict_text", "repeats_needed", "target_ci_pp", "target_met",
 ]
 
@@ -110,7 +111,8 @@ def verdict_table(
     together), n_pairs_machine_differs (pairs whose machine-speed probes differ), native_s,
     time_s, overhead_pct, overhead_ci95_low_pct, overhead_ci95_high_pct,
     ci_half_width_pp, ci_method, normality_p_value, p_value, significant (p_value < 1 -
-    confidence), equivalence_p_value, margin_pct, verdict, verdict_text, repeats_needed,
+    confidence), equivalence_p_value, equivalence_ci90_low_pct and
+    equivalence_ci90_high_pct (the interval the equivalence test decides on), margin_pct, verdict, verdict_text, repeats_needed,
     target_ci_pp, target_met.
 
     Rows where ``exclude_col`` is true (disturbed runs) are counted and left out. The
@@ -223,6 +225,9 @@ def verdict_table(
                 "p_value": p_value,
                 "significant": pd.NA if np.isnan(p_value) else bool(p_value < 1 - confidence),
                 "equivalence_p_value": v["equivalence_p_value"],
+                # the (1 - 2 alpha) interval the two one-sided tests decide on
+                "equivalence_ci90_low_pct": v["ci90_low_pct"],
+                "equivalence_ci90_high_pct": v["ci90_high_pct"],
                 "margin_pct": margin_pct,
                 "verdict": v["verdict"],
                 "verdict_text": _with_pairing(v["verdict_text"], pairs, paired),

@@ -1,8 +1,9 @@
 """The text of runs.csv's rows, kept beside it (``RUNS_CSV_CACHE``,
 results/summary/.runs-csv-cache.npz): ``write_csv`` writes a table as pandas' to_csv does,
 byte for byte, formatting only the rows it has not written before (a row's key:
-what determines its values exactly; for runs.csv the identity of its metrics file and its
-block's start and end, scalesweep.analyse.collect.collect_runs_keyed). At 100,000 runs
+what determines its values exactly; for runs.csv the identity of its metrics file, its
+block's start and end and its warm-up label, scalesweep.analyse.collect.collect_runs_keyed
+and scalesweep.report.aggregate). At 100,000 runs
 formatting runs.csv took seconds; after one more run all but a few rows are as before.
 """
 
@@ -32,7 +33,7 @@ def write_csv(df: pd.DataFrame, path: str | os.PathLike, keys: Sequence | None =
     ``keys``: per row, what determines its values exactly (and so its text, with the
     table's columns and their types), or None for a row always formatted: for runs.csv
     the identity of the row's metrics file (collect.collect_runs_keyed) with its block's
-    start and end. ``version``: what else the values depend on (cache_version). A memo of
+    start and end and its warm-up label (from the config, not the file). ``version``: what else the values depend on (cache_version). A memo of
     other columns, types, options, versions or pandas is not used; one that cannot be read
     is ignored; either is rewritten."""
     if memo is None or keys is None or df.empty or len(keys) != len(df) or not all(

@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 
 from scalesweep.analyse.collect import SHARED_CORES_NOTE, with_blocks
-from scalesweep.analyse.frame import truthy
+from scalesweep.analyse.frame import left_out, truthy
 from scalesweep.analyse.overhead import verdict_table
+from scalesweep.analyse.multiplicity import adjust_verdicts
 from scalesweep.analyse.scaling import SCALING_COLUMNS, scaling_table
 from scalesweep.analyse.stats import describe_rates, describe_repeats
 from scalesweep.plan.kinds import summarised_in
@@ -23,7 +24,7 @@ from scalesweep.record.geometry import AXES as GEOMETRY
 SCALING_SERIES = ["workload", "runtime", "threads"]
 LLM_KEYS = ["workload", "model_label", "runtime", "nodes", "gpus", "threads"]
 OVERHEAD_KEYS = ["workload", "arm", *GEOMETRY]
-ROW_NOTES = ["n_disturbed", "shared_cores", "note"]
+ROW_NOTES = ["n_disturbed", "n_warmup", "shared_cores", "note"]
 
 
 
@@ -35,26 +36,31 @@ def _flags(runs: pd.DataFrame, col: str) -> pd.Series:
 
 
 def valid_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs the statistics use: every run not marked disturbed."""
-    return runs[~_flags(runs, "disturbed")]
+    """The runs the statistics use: every run neither disturbed nor warm-up
+    (``frame.left_out``)."""
+    return runs[~left_out(runs)]
 
 
 
 def _row_notes(table: pd.DataFrame, runs: pd.DataFrame, keys: list[str],
                count_disturbed: bool = True) -> pd.DataFrame:
-    """n_disturbed (runs left out), shared_cores (any run of the row on shared cores) and
+    """n_disturbed and n_warmup (runs left out: disturbed, warm-up; a warm-up run is
+    counted as warm-up only), shared_cores (any run of the row on shared cores) and
     note (the shared-cores label) for each row of ``table``, matched on ``keys``."""
     if table.empty:
         return table.assign(**{c: pd.Series(dtype=object) for c in ROW_NOTES})
-    flags = runs.assign(_disturbed=_flags(runs, "disturbed").astype(int),
-                        _shared=_flags(runs, "shared_cores"))
+    warmup = _flags(runs, "warmup")
+    flags = runs.assign(_disturbed=(_flags(runs, "disturbed") & ~warmup).astype(int),
+                        _warmup=warmup.astype(int), _shared=_flags(runs, "shared_cores"))
     per_row = flags.groupby(keys, dropna=False).agg(n_disturbed=("_disturbed", "sum"),
+                                                    n_warmup=("_warmup", "sum"),
                                                     shared_cores=("_shared", "any"))
     out = table.merge(per_row.reset_index(), on=keys, how="left")
     if not count_disturbed:
         out = out.drop(columns="n_disturbed")
     else:
         out["n_disturbed"] = out["n_disturbed"].fillna(0).astype(int)
+    out["n_warmup"] = out["n_warmup"].fillna(0).astype(int)
     out["shared_cores"] = out["shared_cores"].fillna(False).astype(bool)
     out["note"] = np.where(out["shared_cores"], SHARED_CORES_NOTE, "")
     return out
@@ -80,13 +86,14 @@ def scaling_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame:
         if df.empty or (baseline is not None and baseline not in set(df["count"])):
             at = baseline if baseline is not None else every["count"].min()
             series = ", ".join(f"{c}={v}" for c, v in zip(SCALING_SERIES, key))
-            n = int((every["count"] == at).sum())  # all disturbed
+            n = int((every["count"] == at).sum())  # all disturbed or warm-up
             if not n:  # a partial sweep: points.csv says what is missing
                 log(f"scaling: {series}: no finished run of its baseline count {at}; left out")
                 continue
             also = ", as every other run of the series" if df.empty and len(every) > n else ""
             why = (f"no numbers: no undisturbed run of its baseline count {at} ({n} "
-                   f"disturbed{also}; `scalesweep status` says how to replace them)")
+                   f"disturbed or warm-up{also}; `scalesweep status` says how to replace "
+                   "them)")
             log(f"scaling: {series}: {why}; left out of the scaling statistics")
             left_out.append({**dict(zip(SCALING_SERIES, key)), "count": at, "n": 0,
                              "baseline_count": at, "scaling": mode, "_why": why})
@@ -220,6 +227,7 @@ def campaign_record(config: dict, runs: pd.DataFrame) -> dict:
         "settings": campaign_settings(config),
         "runs": int(len(runs)),
         "disturbed": int(_flags(runs, "disturbed").sum()) if len(runs) else 0,
+        "warmup": int(_flags(runs, "warmup").sum()) if len(runs) else 0,
         "first_start": iso(start.min()) if start is not None else None,
         "last_end": iso(end.max()) if end is not None else None,
         "git_commits": (sorted({str(c) for c in runs["git_commit"].dropna()})
@@ -233,8 +241,8 @@ def overhead_summary(runs: pd.DataFrame, config: dict, log=None, memo=None) -> p
     """overhead.csv: overhead.verdict_table of every other runtime (containers, and the
     A/A runtime native-aa) against native at the same point (workload, nodes, gpus,
     ranks, threads, and the model for LLM inference), each in its own arm (sweep.BLOCK_DIR):
-    paired on the block the two runs were measured in (same-block pairs), disturbed runs
-    left out and counted, pairs not measured together or on a machine whose speed
+    paired on the block the two runs were measured in (same-block pairs), disturbed and
+    warm-up runs left out and counted (n_disturbed, n_warmup), pairs not measured together or on a machine whose speed
     differed left out and counted; margin, CI target and pairing from
     ``campaign_settings``. Points with no native run are left out (and logged).
     ``memo``: verdict_table's (rows of unchanged inputs not computed again)."""
@@ -266,6 +274,11 @@ def overhead_summary(runs: pd.DataFrame, config: dict, log=None, memo=None) -> p
     keys = [*OVERHEAD_KEYS, "model_label"]
     # the reference runs measured alone (arm native) compare nothing
     data = data[data["arm"] != REFERENCE]
+    # warm-up runs (measurement.warmup_blocks: runs.csv's warmup) left out, counted
+    # apart from the disturbed ones (n_warmup, both sides)
+    warm = _flags(data, "warmup")
+    n_warmup = data[warm].groupby([*keys, "runtime"], dropna=False).size().to_dict()
+    data = data[~warm]
     if data.empty:
         return empty
     has_native = (data["runtime"] == REFERENCE).groupby([data[k] for k in keys]).transform("any")
@@ -290,7 +303,14 @@ def overhead_summary(runs: pd.DataFrame, config: dict, log=None, memo=None) -> p
         bool(shared.get((*k, REFERENCE), False) or shared.get((*k, rt), False))
         for k, rt in zip(table[keys].itertuples(index=False, name=None), table["runtime"])]
     table["note"] = np.where(table["shared_cores"], SHARED_CORES_NOTE, "")
+    table.insert(list(table.columns).index("n_disturbed") + 1 if "n_disturbed" in table
+                 else len(table.columns), "n_warmup",
+                 [int(n_warmup.get((*k, REFERENCE), 0) + n_warmup.get((*k, rt), 0))
+                  for k, rt in zip(table[keys].itertuples(index=False, name=None),
+                                   table["runtime"])])
     table = _with_spread(table, data, keys)
+    # the verdicts over the campaign's comparisons, not one at a time (multiplicity)
+    table = adjust_verdicts(table, settings["confidence"])
     return table[columns + [c for c in table.columns if c not in columns]]
 
 

@@ -93,6 +93,8 @@ def overhead_verdict(native, container, *, paired: bool = False,
     ``ci_method``: one of CI_METHODS (the unpaired path: UNPAIRED_METHOD);
     ``normality_p_value``: the Shapiro-Wilk p of the log ratios, NaN where not computed
     (unpaired, fewer than 3 pairs, zero spread).
+    ``repeats_to_decide``: the extra repeats per runtime until the projected CIs (at the
+    observed overhead and spread) decide one way or the other (0 once decided).
     """
     native = np.asarray(native, dtype=float).ravel()
     container = np.asarray(container, dtype=float).ravel()
@@ -109,6 +111,7 @@ def overhead_verdict(native, container, *, paired: bool = False,
         "n_native": int(native.size), "n": int(container.size), "paired": bool(paired),
         "overhead_pct": np.nan, "ci95_low_pct": np.nan, "ci95_high_pct": np.nan,
         "ci_half_width_pp": np.nan, "p_value": np.nan, "equivalence_p_value": np.nan,
+        "ci90_low_pct": np.nan, "ci90_high_pct": np.nan,
         "verdict": "inconclusive", "verdict_text": "", "repeats_needed": 0,
         "target_met": False, "ci_method": PAIRED_T if paired else UNPAIRED_METHOD,
         "normality_p_value": np.nan,
@@ -139,8 +142,19 @@ def overhead_verdict(native, container, *, paired: bool = False,
         # the repeats until the projected CIs decide one way or the other
         to_decide = _repeats_for(stats_["decides_at"], n_used, None)
     out["verdict_text"] = _verdict_text(out, margin_pct, to_decide)
+    # the extra repeats until the projected CIs decide one way or the other at this
+    # spread, whatever the CI target (the adaptive rule's futility: scalesweep.analyse.
+    # decision); 0 once decided, MAX_REPEATS - n where not even MAX_REPEATS would do
+    if out["verdict"] != "inconclusive":
+        out["repeats_to_decide"] = 0
+    elif n_used < 2:
+        out["repeats_to_decide"] = int(out["repeats_needed"])
+    else:
+        out["repeats_to_decide"] = int(to_decide if to_decide and out["target_met"] else
+                                       _repeats_for(stats_["decides_at"], n_used, None))
     for key in ("overhead_pct", "ci95_low_pct", "ci95_high_pct", "ci_half_width_pp",
-                "p_value", "equivalence_p_value", "normality_p_value"):
+                "p_value", "equivalence_p_value", "normality_p_value", "ci90_low_pct",
+                "ci90_high_pct"):
         out[key] = float(out[key])
     out["repeats_needed"] = int(out["repeats_needed"])
     return out
@@ -177,6 +191,10 @@ def _paired_evidence(native, container, margin_pct, confidence):
     evidence["ci95_low_pct"] = float(np.expm1(low) * 100)
     evidence["ci95_high_pct"] = float(np.expm1(high) * 100)
     evidence["ci_half_width_pp"] = (evidence["ci95_high_pct"] - evidence["ci95_low_pct"]) / 2
+    # the interval the two one-sided tests decide on: (1 - 2 alpha)
+    low90, high90 = interval(n, 2 * confidence - 1)
+    evidence["ci90_low_pct"] = float(np.expm1(low90) * 100)
+    evidence["ci90_high_pct"] = float(np.expm1(high90) * 100)
     if sd == 0:
         evidence["equivalence_p_value"] = 0.0 if bounds[0] < mean < bounds[1] else 1.0
     else:
@@ -216,6 +234,9 @@ def _rank_evidence(d: np.ndarray, bounds: tuple[float, float], confidence: float
         evidence["ci95_high_pct"] = float(np.expm1(high) * 100)
         evidence["ci_half_width_pp"] = (evidence["ci95_high_pct"]
                                         - evidence["ci95_low_pct"]) / 2
+        low90, high90 = rank_interval(walsh, n, 2 * confidence - 1)
+        evidence["ci90_low_pct"] = float(np.expm1(low90) * 100)
+        evidence["ci90_high_pct"] = float(np.expm1(high90) * 100)
         evidence["equivalence_p_value"] = max(
             signed_rank_p(walsh, n, bounds[0], "greater"),  # H0: shift <= lower bound
             signed_rank_p(walsh, n, bounds[1], "less"))  # H0: shift >= upper bound
@@ -266,13 +287,15 @@ def _unpaired_evidence(native, container, margin_pct, confidence):
         # mean of equal floats can miss them by an ulp)
         point = float(overhead_pct(native[0], container[0]))
         evidence.update(overhead_pct=point, ci95_low_pct=point, ci95_high_pct=point,
-                        ci_half_width_pp=0.0,
+                        ci90_low_pct=point, ci90_high_pct=point, ci_half_width_pp=0.0,
                         equivalence_p_value=0.0 if abs(point) < margin_pct else 1.0)
         return {"evidence": evidence, "half_width_at": None,
                 "decides_at": lambda size: True}
     low, high, p_value = overhead_uncertainty(native, container, True)
     evidence.update(ci95_low_pct=low, ci95_high_pct=high, p_value=p_value,
                     ci_half_width_pp=(high - low) / 2)
+    low90, high90 = fieller_from_moments(a, var_a, nc, b, var_b, nn, 2 * confidence - 1)
+    evidence.update(ci90_low_pct=(low90 - 1) * 100, ci90_high_pct=(high90 - 1) * 100)
     evidence["equivalence_p_value"] = max(
         ratio_test(a, var_a, nc, b, var_b, nn, 1 - margin_pct / 100, "greater"),
         ratio_test(a, var_a, nc, b, var_b, nn, 1 + margin_pct / 100, "less"))
@@ -362,7 +385,14 @@ def _verdict_text(v: dict, margin_pct: float, more: int) -> str:
               "interval")
     overhead = v["overhead_pct"]
     if v["verdict"] == "equivalent":
-        return f"equivalent within +-{margin_pct:g}% (overhead {pct(overhead)}, {ci}, {n_text})"
+        # decided on the (1 - 2 alpha) interval (two one-sided tests): the one shown first,
+        # so that a 95% CI reaching past the margin does not read as a contradiction
+        tost = ""
+        if np.isfinite(v.get("ci90_low_pct", np.nan)) and np.isfinite(v.get("ci90_high_pct", np.nan)):
+            tost = (f"two one-sided tests' 90% {kind}CI {pct(v['ci90_low_pct'])} .. "
+                    f"{pct(v['ci90_high_pct'])}, ")
+        return (f"equivalent within +-{margin_pct:g}% (overhead {pct(overhead)}, {tost}{ci}, "
+                f"{n_text})")
     if v["verdict"] == "slower":
         return f"slower by {pct(overhead)} ({ci}, {n_text})"
     if v["verdict"] == "faster":

@@ -124,14 +124,16 @@ def campaign_runs(directory: Path) -> tuple[pd.DataFrame, list[str]]:
 
 def _measurement_of(directory: Path) -> dict:
     """The campaign's measurement settings as its last summary recorded them
-    (results/summary/campaign.json; its warmup_blocks), else none (the defaults)."""
+    (results/summary/campaign.json): its warm-up blocks are left out as its own summary
+    left them out; none where it recorded none (a campaign from before warm-up blocks, or
+    never summarised: every run counts)."""
     import json
 
     try:
         record = json.loads((directory / "results" / "summary" / "campaign.json").read_text())
-        return dict((record.get("config") or {}).get("measurement") or {})
+        return {"warmup_blocks": 0, **((record.get("config") or {}).get("measurement") or {})}
     except (OSError, ValueError, AttributeError, TypeError):
-        return {}
+        return {"warmup_blocks": 0}
 
 
 def compare_runs(a: pd.DataFrame, b: pd.DataFrame, threshold: float = 5.0,

@@ -128,10 +128,13 @@ def repeats_rule(config: dict, points: pd.DataFrame, series: pd.DataFrame) -> di
     target (``measurement``), the pairs a comparison needs, the runs a first dry run
     lists (``sweep.repeats`` blocks of every series)."""
     m = config["measurement"]  # validated: the schema's defaults filled in
+    warmup = int(m["warmup_blocks"])  # blocks_first counts them: sweep.repeats does not
     return {
         "adaptive": bool((series["blocks_max"] > series["blocks_first"]).any()),
         "runtimes_selected": Selection.of(config).runtimes is not None,
-        "sweep_repeats": _span(series["blocks_first"]) if len(series) else "0",
+        "sweep_repeats": _span(series["blocks_first"] - warmup) if len(series) else "0",
+        "warmup_blocks": warmup,
+        "blocks_first": _span(series["blocks_first"]) if len(series) else "0",
         "max_repeats": m["max_repeats"],
         "target_ci_pp": float(m["target_ci_pp"]),
         "min_pairs": MIN_COMPARED,
@@ -185,13 +188,17 @@ def _print_text(configs, args, site, totals, cost, summary, support, warnings, r
               f"a time until every comparison has {rule['min_pairs']} same-block pairs and a "
               f"95% CI half-width <= measurement.target_ci_pp ({rule['target_ci_pp']:g} pp), "
               f"at most measurement.max_repeats ({rule['max_repeats']}) blocks. A first dry "
-              f"run lists the first {rule['sweep_repeats']} blocks "
+              f"run lists the first {rule['blocks_first']} blocks "
               f"({rule['first_dry_run_runs']} runs); the workflow adds the others.")
     else:
         why = ("a selection of runtimes (only:) makes no decision" if rule["runtimes_selected"]
                else "measurement.adaptive is off, or max_repeats <= sweep.repeats")
         print(f"Repeats are fixed: sweep.repeats ({rule['sweep_repeats']}) blocks per series "
               f"({why}).")
+    if rule["warmup_blocks"]:
+        print(f"Before them every series measures {rule['warmup_blocks']} warm-up block(s) "
+              "(measurement.warmup_blocks: kept, left out of every statistic); every count "
+              "below includes them.")
     repeats = totals["repeats"]
     print(f"\nruns (one {kind[:-1]} each) and node-hours requested (nodes x attempt 1's "
           "runtime), by the number of repeats:")

@@ -39,9 +39,11 @@ campaigns given with ``--from-campaign`` (the mean over their repeats):
 
 Repeats (``scalesweep.plan.adaptive``): a series (one arm of one geometry of a workload)
 measures its runtimes together, in blocks of one run each (native and the runtime it is
-compared with: ``sweep.arms_of``, ``block_runtimes``); after each block from
-``sweep.repeats`` on, the workflow's decision says whether it needs another, up to
-``measurement.max_repeats``. Per series:
+compared with: ``sweep.arms_of``, ``block_runtimes``); its first
+``measurement.warmup_blocks`` blocks are warm-up (measured, in no statistic), and every
+count below includes them; after each block from ``sweep.repeats`` on (after the
+warm-up), the workflow's decision says whether it needs another, up to
+``measurement.max_repeats`` (after the warm-up). Per series:
 ``minimum`` the fewest blocks it can stop at (``decision.blocks_at_spread`` at zero
 spread: ``sweep.repeats``, and at least the pairs a comparison needs);
 ``expected`` the blocks it stops at when its pairs spread as measured before
@@ -72,7 +74,7 @@ from scalesweep.campaign.history import (
     observed_spreads,
 )
 from scalesweep.campaign.profile import attempts_of, point_runtime_min, support_runtime_min
-from scalesweep.plan.adaptive import Series, repeat_bounds, walks_decisions
+from scalesweep.plan.adaptive import Series, block_bounds, walks_decisions
 from scalesweep.plan.kinds import kind_of
 from scalesweep.plan.sweep import REFERENCE, Selection, SweepPoint, selected_points
 from scalesweep.record.geometry import AXES
@@ -111,7 +113,7 @@ def plan_series(points: pd.DataFrame, config: dict, history: pd.DataFrame | None
     for key, g in first.groupby(SERIES_KEY, sort=True):
         w, arm, nodes, gpus, ranks, threads = key
         series = Series(w, int(nodes), int(gpus), int(ranks), int(threads), arm)
-        low, high = repeat_bounds(config, w)
+        low, high = block_bounds(config, w)  # the warm-up blocks included
         members = series.runtimes(config)
         compared = [rt for rt in members if rt != REFERENCE] if REFERENCE in members else []
         spread, sources = {}, []

@@ -17,11 +17,12 @@ from scalesweep.analyse.collect import extra_repeats, point_states
 from scalesweep.campaign.snakemake_args import user_args
 from scalesweep.campaign.usage import UsageError
 from scalesweep.measure.slurmjob import sacct_fields
-from scalesweep.plan.adaptive import asked_points, decision_problem, final_path, walks_decisions
+from scalesweep.plan.adaptive import (Series, asked_points, block_bounds, decision_problem,
+                                      final_path, walks_decisions)
 from scalesweep.plan.config import ConfigError
 from scalesweep.plan.config_read import config_sources
 from scalesweep.plan.sweep import (Selection, SweepError, SweepPoint, check_selection,
-                                   sweep_points)
+                                   sweep_points, warmup_blocks)
 from scalesweep.record.pointdir import (FAILURE_JSON, METRICS_JSON, RUNNING_JSON, RUNS_DIR, boot_id,
                                         proc_start_ticks)
 
@@ -323,6 +324,20 @@ def last_decision(directory: Path, series, problems: list[tuple[str, str]]) -> d
     return last or {}
 
 
+def futile_series(config: dict, directory: Path,
+                  problems: list[tuple[str, str]]) -> list[str]:
+    """"<series>: <why>" for every series that stopped before its maximum because its
+    verdict cannot be settled within max_repeats at the measured spread (its last
+    decision's ``futility``: ``scalesweep.analyse.decision.decide``)."""
+    from scalesweep.plan.adaptive import series_of
+
+    lines = []
+    for series in series_of(sweep_points(config)):
+        for text in last_decision(directory, series, problems).get("futility") or []:
+            lines.append(f"{series.path}: {text}")
+    return lines
+
+
 def _replacement_advice(config: dict, directory: Path, disturbed, command,
                         problems: list[tuple[str, str]]) -> list[str]:
     """How the disturbed runs' series get replacements: by the same command while a
@@ -330,14 +345,12 @@ def _replacement_advice(config: dict, directory: Path, disturbed, command,
     undisturbed repeats it needs), by a raised maximum once it is there. ``command(extra)``:
     the user's snakemake command with the ``extra`` config values merged into its own
     (``snakemake_args.user_args``). A final.json that cannot be read goes to ``problems``."""
-    from scalesweep.plan.adaptive import Series, repeat_bounds
-    from scalesweep.plan.sweep import SweepPoint
 
     kinds: dict[str, tuple[str, int, bool, str, int]] = {}
     for path in disturbed["path"]:
         point = SweepPoint.from_path(path)
         series = Series.of(point)
-        low, high = repeat_bounds(config, point.workload)
+        low, high = block_bounds(config, point.workload)  # blocks, warm-up included
         decision = last_decision(directory, series, problems)
         series_dir = directory / RUNS_DIR / series.path
         done = max((int(p.name[3:]) for p in series_dir.glob("rep*")
@@ -360,9 +373,8 @@ def _replacement_advice(config: dict, directory: Path, disturbed, command,
     for series, (kind, high, adaptive, workload, done) in sorted(kinds.items()):
         if kind != "at_max":
             continue
-        # past the repeats on disk (some measured under an earlier, higher setting), and
-        # sweep.repeats where the workload takes it from (sweep.workload_axes)
-        top = max(high, done)
+        # past the blocks on disk, after warm-up; sweep.repeats where the workload sets it
+        top, high = max(high, done) - warmup_blocks(config), high - warmup_blocks(config)
         own = "repeats" in (config["workloads"][workload].get("sweep") or {})
         raised = ({"measurement": {"max_repeats": top + 2}} if adaptive
                   else {"workloads": {workload: {"sweep": {"repeats": top + 1}}}} if own
@@ -388,7 +400,8 @@ def run(args) -> int:
     table, outside = table[inside], table[~inside]
     counts = table["state"].value_counts().reindex(STATES, fill_value=0)
     failed = table[table["state"] == "failed"]
-    disturbed = table[table["state"] == "disturbed"]
+    warmup = table["warmup"].astype(bool)  # a disturbed warm-up run needs no replacement
+    disturbed = table[(table["state"] == "disturbed") & ~warmup]
     here = ["--directory", str(directory)] if str(directory) not in (".", "") else []
 
     def command(extra: dict | None = None) -> str:
@@ -405,6 +418,7 @@ def run(args) -> int:
     freshness = report_freshness(directory)
     advice = (_replacement_advice(config, directory, disturbed, command, problems)
               if len(disturbed) else [])
+    futile = futile_series(config, directory, problems)
     problems = list(dict.fromkeys(problems))  # a final.json: once per disturbed run
     if args.json:
         json.dump({"counts": counts.to_dict(), "points": table.to_dict(orient="records"),
@@ -416,11 +430,13 @@ def run(args) -> int:
                                          "points": len(outside),
                                          "counts": outside_counts.to_dict()},
                    "unreadable_decisions": [{"file": f, "problem": why}
-                                            for f, why in problems]},
+                                            for f, why in problems],
+                   "futile_series": futile},
                   sys.stdout, indent=2, default=str)
         print()
         return 0
-    print(f"{len(table)} requested points: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    warm = f"; {int(warmup.sum())} of them warm-up (kept, in no statistic)" if warmup.any() else ""
+    print(f"{len(table)} requested points: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + warm)
     if problems:
         print(f"{len(problems)} decision file(s) of adaptive repeats cannot be read, and count "
               "as not made (a series' blocks after one are not listed):")
@@ -437,7 +453,7 @@ def run(args) -> int:
     if not sources.workflow_configfile.exists():
         print(f"note: {sources.workflow_configfile} does not exist: the config is "
               f"{sources.describe()} alone (as for snakemake)")
-    cols = ["state", "path", "reason", "slurm_state", "log"]
+    cols = ["state", "warmup", "path", "reason", "slurm_state", "log"]
     shown = table[table["state"] != "done"] if not args.all else table
     if not shown.empty:
         print(shown[cols].to_string(index=False))
@@ -451,6 +467,12 @@ def run(args) -> int:
         print("To measure the disturbed runs again in place instead (each kept in its "
               "point's history/):")
         print(f"  {rerun_points_command(args, ['--disturbed'])}")
+    if futile:
+        print(f"\n{len(futile)} series stopped before their maximum of repeats: their "
+              "verdict cannot be settled within it at the measured spread (raise "
+              "measurement.max_repeats to go on):")
+        for line in futile:
+            print(f"  {line}")
     if locks:
         print(f"\nSnakemake's lock ({locks[0].parent}) is left by a run that is gone (no "
               f"snakemake runs in {directory} on {socket.gethostname()}): the next run refuses "

@@ -3,11 +3,13 @@
 A *series* is one arm of one geometry of one workload (workload, arm, nodes, GPUs, ranks,
 threads): the reference (native) and the runtime the arm compares with it are measured in
 blocks, one run of each per block, one right after the other
-(``scalesweep.plan.sweep.block_order``, ``BLOCK_DIR``). After ``sweep.repeats``
-blocks (the minimum), a decision after each block says whether the series needs another:
-until every container's overhead has a 95% CI half-width of at most
-``measurement.target_ci_pp`` and every runtime has at least the minimum of undisturbed
-repeats, or ``measurement.max_repeats`` blocks were measured.
+(``scalesweep.plan.sweep.block_order``, ``BLOCK_DIR``). Its first
+``measurement.warmup_blocks`` blocks are warm-up, left out of every statistic
+(``sweep.is_warmup``); after them and ``sweep.repeats`` blocks (the minimum), a decision
+after each block says whether the series needs another: until every container's overhead
+has a 95% CI half-width of at most ``measurement.target_ci_pp`` and every runtime has at
+least the minimum of undisturbed repeats, or ``measurement.max_repeats`` blocks after the
+warm-up were measured (``block_bounds``).
 
 The decision itself reads measured runs, so it is the analysis' (``scalesweep.analyse.
 decision.decide``); this module walks the decisions' records. Pure functions, but
@@ -32,6 +34,7 @@ from scalesweep.plan.sweep import (
     SweepPoint,
     block_order,
     block_runtimes,
+    blocks_for,
     workload_axes,
 )
 
@@ -92,13 +95,21 @@ def series_of(points: Iterable[SweepPoint]) -> list[Series]:
 
 
 def repeat_bounds(config: dict, workload: str) -> tuple[int, int]:
-    """(minimum, maximum) blocks of a series: sweep.repeats and, where adaptive repeats
-    are on, measurement.max_repeats (never below the minimum)."""
+    """(minimum, maximum) repeats that count of a series (its blocks after the warm-up
+    ones: ``block_bounds``): sweep.repeats and, where adaptive repeats are on,
+    measurement.max_repeats (never below the minimum)."""
     low = int(workload_axes(config, workload).get("repeats", 1))
     m = config.get("measurement") or {}
     if not m.get("adaptive", True):
         return low, low
     return low, max(low, int(m.get("max_repeats", 10)))
+
+
+def block_bounds(config: dict, workload: str) -> tuple[int, int]:
+    """(minimum, maximum) blocks of a series: ``repeat_bounds`` after its warm-up blocks
+    (measurement.warmup_blocks, ``sweep.blocks_for``)."""
+    low, high = repeat_bounds(config, workload)
+    return blocks_for(config, low), blocks_for(config, high)
 
 
 def is_adaptive(config: dict, points: Iterable[SweepPoint]) -> bool:
@@ -172,13 +183,13 @@ def read_decision(path: str | Path) -> tuple[dict | None, str | None]:
 
 def asked_blocks(series: Series, config: dict,
                  decision: Callable[[int], Mapping[str, Any] | None]) -> int:
-    """The blocks ``series`` asks for so far: its minimum (sweep.repeats), then one more
-    per decision that wanted more (``wants_more``, under the current config), up to its
-    maximum. ``decision(k)``: the decision after block k, None where it is not made yet
-    (the count stops there). The workflow's ``decision`` is its checkpoint (common.smk
+    """The blocks ``series`` asks for so far: its minimum (its warm-up blocks and
+    sweep.repeats: ``block_bounds``), then one more per decision that wanted more
+    (``wants_more``, under the current config), up to its maximum. ``decision(k)``: the
+    decision after block k, None where it is not made yet (the count stops there). The workflow's ``decision`` is its checkpoint (common.smk
     ``series_walk``: Snakemake makes a missing decision, then asks again);
     `scalesweep status` reads the files on disk (``recorded_decision``)."""
-    low, high = repeat_bounds(config, series.workload)
+    low, high = block_bounds(config, series.workload)
     blocks = low
     while blocks < high:
         made = decision(blocks)
@@ -233,18 +244,50 @@ def wants_more(decision: Mapping[str, Any], config: dict) -> bool:
     """Another block after this decision, under the current config's maximum (a raised
     ``max_repeats`` continues a series that had stopped at the old one)."""
     series = decision["series"]
-    low, high = repeat_bounds(config, series["workload"])
-    if int(decision["round"]) >= high:
+    low = repeat_bounds(config, series["workload"])[0]  # repeats that count
+    if int(decision["round"]) >= block_bounds(config, series["workload"])[1]:  # blocks
         return False
     # judged again under the current config: a lowered target or a raised minimum
     # continues a series that had stopped
     target = float((config.get("measurement") or {}).get("target_ci_pp", 2.0))
     if any(len(v) < low for v in (decision.get("valid_repeats") or {}).values()):
         return True
+    left = block_bounds(config, series["workload"])[1] - int(decision["round"])
     for c in (decision.get("comparisons") or {}).values():
         half = c.get("ci_half_width_pp")
         if min(c.get("n") or 0, c.get("n_native") or 0) < MIN_COMPARED:
             return True
-        if half is None or not half <= target:
+        if c.get("settled") or (half is not None and half <= target):
+            continue  # its verdict holds over the campaign, or its CI meets the target
+        if not is_futile(c, left):
             return True
     return not decision["enough"] and not decision.get("comparisons")
+
+
+def is_futile(comparison: Mapping[str, Any], blocks_left: int) -> bool:
+    """Whether a comparison of a decision (``scalesweep.analyse.decision.decide``)
+    cannot be decided within ``blocks_left`` more blocks at its measured overhead and
+    spread: the pairs its verdict needs (``pairs_to_decide``, projected by
+    ``overhead_verdict``) are more than it has plus one per block left. Judged again
+    under the current config's maximum (a raised ``max_repeats`` continues the series)."""
+    need = comparison.get("pairs_to_decide")
+    if need is None or isinstance(need, bool) or not isinstance(need, (int, float)):
+        return False
+    have = min(comparison.get("n") or 0, comparison.get("n_native") or 0)
+    return need > have + max(blocks_left, 0)
+
+
+def campaign_comparisons(config: dict) -> int:
+    """The comparisons a campaign's verdicts are adjusted over
+    (``scalesweep.analyse.multiplicity``): one per runtime compared with native in every
+    series of the sweep (every arm of every geometry of every workload; the A/A runtime
+    included), whatever ``only:`` selects; at least 1. What the adaptive rule's settled
+    stop divides its level by (``scalesweep.analyse.decision.settle_level``)."""
+    from scalesweep.plan.sweep import sweep_points
+
+    count = 0
+    for series in series_of(sweep_points(config)):
+        runtimes = series.runtimes(config)
+        if REFERENCE in runtimes:
+            count += sum(rt != REFERENCE for rt in runtimes)
+    return max(count, 1)

@@ -76,10 +76,10 @@ def write_summary(metrics: Iterable[str], config: dict, output: Mapping[str, str
                                     workers=workers)
     step("collect_runs")
     # each row's text kept beside it too: a row of an unchanged file in an unchanged
-    # block is not formatted again
+    # block is not formatted again (nor one whose warm-up label, from the config, changed)
     if cache and keys:
         blocks = zip(*(runs[c] if c in runs else [None] * len(runs)
-                       for c in ("block_start", "block_end")))
+                       for c in ("block_start", "block_end", "warmup")))
         keys = [None if k is None else (k, *b) for k, b in zip(keys, blocks)]
 
     def files(log, step):  # runs.csv and points.csv: the two largest files
@@ -90,6 +90,9 @@ def write_summary(metrics: Iterable[str], config: dict, output: Mapping[str, str
         if not runs.empty and runs["disturbed"].any():
             log(f"{int(runs['disturbed'].sum())} disturbed runs kept in runs.csv, left out "
                 "of the statistics")
+        if not runs.empty and runs["warmup"].any():
+            log(f"{int(runs['warmup'].sum())} warm-up runs (measurement.warmup_blocks) kept "
+                "in runs.csv, left out of the statistics")
         states = points_table(runs, config, output["points"], log)
         step("point_states")
         return states

@@ -330,3 +330,150 @@ def _significance(rows: pd.DataFrame) -> list[bool | None]:
         else:
             out.append(bool(v))
     return out
+
+
+
+# --- the first screen's forest plot (issue #39) ------------------------------------------------
+
+# A verdict's colour: the forest plot's points and the verdict table's words
+# (scalesweep.report.pages draws its CSS from this)
+VERDICT_COLORS = {"slower": "#b91c1c", "faster": "#1d4ed8", "equivalent": "#15803d",
+                  "inconclusive": "#b45309", "not tested": "#64748b"}
+AA_COLOR = "#3730a3"  # the A/A check's label (pages.py: .ss-aa)
+BAND_COLOR = "#dcfce7"  # the equivalence band, +-margin_pct
+FOREST_ID = "scalesweep-forest"  # the root <svg>'s id; every id inside it starts with it
+NO_CI = "no CI"
+NO_ESTIMATE = "no estimate"
+FOREST_COLUMNS = ["label", "overhead_pct", "ci_low_pct", "ci_high_pct", "margin_pct",
+                  "verdict", "color", "aa", "has_ci", "note"]
+
+
+def forest_rows(overhead: pd.DataFrame | None, labels: list[str] | None = None,
+                aa_runtime: str = "native-aa") -> pd.DataFrame:
+    """What the forest plot draws, one row per overhead.csv row in its order (top to
+    bottom): its label (``labels``, one per row; default "workload | runtime"), overhead
+    and 95% CI bounds as the table has them (NaN where it has none), the equivalence
+    margin, the verdict ("not tested" where empty) and its colour, whether it is the A/A
+    check, whether it has a finite CI, and the note drawn beside a point without one."""
+    if overhead is None or overhead.empty:
+        return pd.DataFrame(columns=FOREST_COLUMNS)
+    if labels is None:
+        labels = [f"{r.get('workload', '')} | {r.get('runtime', '')}"
+                  for _, r in overhead.iterrows()]
+    if len(labels) != len(overhead):
+        raise ValueError(f"{len(labels)} labels for {len(overhead)} rows of overhead.csv")
+    estimate = numeric_column(overhead, "overhead_pct")
+    low = numeric_column(overhead, "overhead_ci95_low_pct")
+    high = numeric_column(overhead, "overhead_ci95_high_pct")
+    has_ci = np.isfinite(low) & np.isfinite(high) & np.isfinite(estimate)
+    verdicts = [v if isinstance(v, str) and v else "not tested"
+                for v in overhead.get("verdict", pd.Series([None] * len(overhead)))]
+    aa = [str(r) == aa_runtime for r in overhead.get("runtime", [""] * len(overhead))]
+    notes = ["" if ci else NO_CI if np.isfinite(x) else NO_ESTIMATE
+             for ci, x in zip(has_ci, estimate)]
+    return pd.DataFrame({
+        "label": list(labels), "overhead_pct": estimate, "ci_low_pct": low,
+        "ci_high_pct": high, "margin_pct": numeric_column(overhead, "margin_pct"),
+        "verdict": verdicts, "color": [VERDICT_COLORS.get(v, "#334155") for v in verdicts],
+        "aa": aa, "has_ci": has_ci, "note": notes}, columns=FOREST_COLUMNS)
+
+
+def forest_figure(overhead: pd.DataFrame | None, labels: list[str] | None = None,
+                  aa_runtime: str = "native-aa") -> tuple[plt.Figure, pd.DataFrame]:
+    """Every comparison of overhead.csv in one picture, its rows top to bottom in the
+    table's order: the overhead (%) as a point and its 95% CI as a horizontal bar, coloured
+    by the verdict (VERDICT_COLORS, as the verdict table words and colours it), the
+    equivalence band +-margin_pct of each row shaded, a vertical line at 0 (positive: the
+    container is slower). The A/A check (``aa_runtime``) is a square and its label says
+    "A/A"; a row without a finite CI is its point alone with "no CI" beside it (without an
+    estimate: a hollow marker at 0, "no estimate"). Returns the figure and what it drew
+    (``forest_rows``), so a test can hold one against the other."""
+    rows = forest_rows(overhead, labels, aa_runtime)
+    if rows.empty:
+        return no_data_figure("", "no container comparison in overhead.csv"), rows
+    _theme()
+    n = len(rows)
+    # the axes about 6 in wide whatever the labels' length (left) and the legend's (right)
+    label_in = 0.068 * max(len(str(t)) + 7 for t in rows["label"])
+    fig, ax = plt.subplots(figsize=(6 + 2.4 + label_in, 0.9 + 0.3 * n))
+    y = np.arange(n, dtype=float)
+    for yi, m in zip(y, rows["margin_pct"]):
+        if np.isfinite(m) and m > 0:
+            ax.fill_betweenx([yi - 0.5, yi + 0.5], -m, m, color=BAND_COLOR, linewidth=0,
+                             zorder=0)
+    ax.axvline(0, color="0.2", linewidth=1, zorder=1)
+    notes = []
+    for yi, r in zip(y, rows.itertuples(index=False)):
+        marker = "s" if r.aa else "o"
+        if r.has_ci:
+            ax.errorbar([r.overhead_pct], [yi],
+                        xerr=[[max(0.0, r.overhead_pct - r.ci_low_pct)],
+                              [max(0.0, r.ci_high_pct - r.overhead_pct)]],
+                        fmt="none", ecolor=r.color, elinewidth=2, capsize=3, zorder=2)
+        x = r.overhead_pct if np.isfinite(r.overhead_pct) else 0.0
+        hollow = not np.isfinite(r.overhead_pct)
+        ax.plot([x], [yi], marker=marker, markersize=7, linestyle="",
+                markerfacecolor="white" if hollow else r.color, markeredgecolor=r.color,
+                markeredgewidth=1.5, zorder=3)
+        if r.note:
+            notes.append(ax.annotate(r.note, (x, yi), textcoords="offset points",
+                                     xytext=(8, 0), ha="left", va="center",
+                                     fontsize="x-small", color=r.color))
+    ax.set_yticks(y, [f"{label}  [A/A]" if aa else label
+                      for label, aa in zip(rows["label"], rows["aa"])])
+    for tick, aa in zip(ax.get_yticklabels(), rows["aa"]):
+        if aa:
+            tick.set_color(AA_COLOR)
+            tick.set_fontstyle("italic")
+    ax.tick_params(axis="y", labelsize="small")
+    ax.set_ylim(n - 0.5, -0.5)  # overhead.csv's first row on top
+    values = np.concatenate([rows[c].to_numpy(float) for c in
+                             ("overhead_pct", "ci_low_pct", "ci_high_pct")]
+                            + [rows["margin_pct"].to_numpy(float),
+                               -rows["margin_pct"].to_numpy(float)])
+    lo, hi = np.nanmin([0.0, *values]), np.nanmax([0.0, *values])
+    pad = max(1.0, (hi - lo) * 0.08)
+    ax.set_xlim(lo - pad, hi + pad * (3 if notes else 1))  # room for "no CI"
+    ax.grid(axis="y", visible=False)
+    ax.set_xlabel("container overhead (%), 95% CI  (positive: the container is slower)",
+                  fontsize="small")
+    handles = [Line2D([], [], marker="o", linestyle="", color=VERDICT_COLORS[v], label=v)
+               for v in VERDICT_COLORS if v in set(rows["verdict"])]
+    handles += [plt.Rectangle((0, 0), 1, 1, color=BAND_COLOR, label="equivalence band "
+                              "(+-margin)")]
+    if rows["aa"].any():
+        handles.append(Line2D([], [], marker="s", linestyle="", color="0.4",
+                              label="A/A check (native vs native)"))
+    ax.legend(handles=handles, fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1),
+              borderaxespad=0, frameon=False)
+    fig.tight_layout()
+    if notes:
+        _keep_inside(ax, notes, sides=("right",))
+    return fig, rows
+
+
+def figure_svg(fig: plt.Figure, svg_id: str = FOREST_ID) -> str:
+    """A figure as an inline ``<svg>`` element for an HTML page: no XML prolog, text kept
+    as text, ASCII only, no date, ids the same on every run and each prefixed with
+    ``svg_id`` (the root's id), and its stylesheet scoped to it (an inline SVG's <style>
+    applies to the whole page)."""
+    import io
+    import re
+
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": svg_id,
+                                "axes.unicode_minus": False}):
+        fig.savefig(buffer, format="svg", bbox_inches="tight", pad_inches=0.05,
+                    metadata={"Date": None, "Creator": None})
+    plt.close(fig)
+    text = buffer.getvalue()
+    text = text[text.index("<svg"):]
+    text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.S)
+    ids = set(re.findall(r'\bid="([^"]+)"', text))
+    for name in sorted(ids, key=len, reverse=True):
+        new = f"{svg_id}-{name}"
+        text = text.replace(f'id="{name}"', f'id="{new}"').replace(f"#{name})", f"#{new})") \
+            .replace(f'#{name}"', f'#{new}"')
+    text = text.replace("*{", f"#{svg_id} *{{")
+    text = text.replace("<svg ", f'<svg id="{svg_id}" ', 1)
+    return text.encode("ascii", "xmlcharrefreplace").decode("ascii")

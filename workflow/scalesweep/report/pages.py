@@ -5,8 +5,12 @@
   the campaign's verdicts (overhead.csv, one row per workload, geometry and container
   runtime: the verdict sentence as overhead.csv and ``scalesweep overhead`` word it, the
   overhead with its 95% CI, the pairs, the runs and pairs left out, labels such as shared
-  cores or synthetic weights), scaling efficiency with its 95% CI per count (scaling.csv),
+  cores or synthetic weights) and, above it, the same rows as a forest plot (an inline SVG:
+  ``scalesweep.report.figures.forest_figure``), scaling efficiency with its 95% CI per
+  count (scaling.csv),
   one line per caveat that applies (``caveats``), and the campaign's facts (made.csv).
+  LLM-under-load comparisons that cannot be decided by design (too few requests per run
+  to bound the percentile) are one line there; llm_load_overhead.csv's page has them all.
 (``scalesweep.report.table_page``: every summary table as a table to read.)
 
 Pure: tables in, HTML text out (workflow/scripts/report_pages.py reads and writes the
@@ -17,6 +21,7 @@ cell's full value (its tooltip, and the CSV).
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 
@@ -24,6 +29,8 @@ from scalesweep.analyse.frame import truthy
 from scalesweep.analyse.collect import SHARED_CORES_NOTE, SYNTHETIC_LABEL
 from scalesweep.plan.sweep import REFERENCE
 from scalesweep.report.cells import as_text, esc, missing, plural
+from scalesweep.report.figures import (AA_COLOR, FOREST_ID, VERDICT_COLORS, figure_svg,
+                                       forest_figure)
 from scalesweep.report.significance import row_label
 
 AA_RUNTIME = "native-aa"  # the A/A calibration (scalesweep.platform.runtimes.NativeAA)
@@ -201,32 +208,101 @@ def _verdict_table(overhead: pd.DataFrame | None) -> str:
         f'<thead>{head}</thead><tbody>{"".join(body)}</tbody></table>')
 
 
+# --- the verdicts as a picture ----------------------------------------------------------------
+
+FOREST_CLASS = "ss-forest"
+
+
+def forest_labels(overhead: pd.DataFrame | None) -> list[str]:
+    """The forest plot's row labels: the verdict table's workload, point and runtime."""
+    shown = verdict_rows(overhead)
+    return [f"{r['workload']} | {r['point']} | {r['runtime']}" for _, r in shown.iterrows()]
+
+
+def _forest(overhead: pd.DataFrame | None) -> str:
+    """Every row of overhead.csv as a forest plot (inline SVG; nothing without rows)."""
+    if overhead is None or overhead.empty:
+        return ""
+    fig, _ = forest_figure(overhead, forest_labels(overhead), AA_RUNTIME)
+    return (f'<figure class="{FOREST_CLASS}">{figure_svg(fig, FOREST_ID)}<figcaption>Each row of '
+            "the table below: the overhead (point) and its 95% CI (bar), coloured by its "
+            "verdict; the shaded band is the equivalence margin, the line 0 (positive: the "
+            "container is slower); squares and [A/A]: the A/A check, native against an "
+            "identical native.</figcaption></figure>")
+
+
 # --- LLM serving under load ----------------------------------------------------------------
 
 LOAD_TABLE_ID = "scalesweep-load"
+LOAD_UNDECIDABLE_ID = "scalesweep-load-undecidable"
+
+
+# load.py's wording (scalesweep.analyse.load._too_few_requests) of a percentile its runs'
+# requests cannot bound: inconclusive by design, whatever the runs measured
+TOO_FEW_REQUESTS = re.compile(r"(\d+) requests per run cannot bound a (p\d+) \(at least (\d+)")
+
+
+def undecidable(verdicts: pd.DataFrame | None) -> pd.Series:
+    """Rows of llm_load_overhead.csv that cannot be decided by design: inconclusive because a
+    run's requests cannot bound the percentile compared."""
+    if verdicts is None or verdicts.empty:
+        return pd.Series([], dtype=bool)
+    text = _column(verdicts, "verdict_text").map(as_text)
+    return (_column(verdicts, "verdict").map(as_text) == "inconclusive") & \
+        text.map(lambda t: bool(TOO_FEW_REQUESTS.search(t)))
+
+
+def _span(values: list[int]) -> str:
+    return f"{min(values)}" if min(values) == max(values) else f"{min(values)}-{max(values)}"
+
+
+def undecidable_line(verdicts: pd.DataFrame | None) -> str:
+    """One line for every comparison ``undecidable`` marks ('' where none is): how many,
+    with how many requests per run, which percentiles and how many requests each needs."""
+    rows = verdicts[undecidable(verdicts)] if verdicts is not None else None
+    if rows is None or rows.empty:
+        return ""
+    found = [TOO_FEW_REQUESTS.search(as_text(t)).groups() for t in rows["verdict_text"]]
+    requests = [int(n) for n, _, _ in found]
+    need = {q: int(k) for _, q, k in found}
+    percentiles = sorted(need, key=lambda q: float(q[1:]))
+    return (f"{plural(len(rows), 'LLM-under-load comparison')} cannot be decided by design "
+            f"with {_span(requests)} requests per run: that many cannot bound a "
+            + " or ".join(percentiles) + " (a 95% interval needs at least "
+            + ", ".join(f"{need[q]} for a {q}" for q in percentiles)
+            + "; load.requests, as config/llm_load.yaml sets it). Each is in the table "
+            "llm_load_overhead.csv, inconclusive, with what its runs measured.")
 
 
 def _load_table(verdicts: pd.DataFrame | None, load: pd.DataFrame | None) -> str:
     """The container's effect at each load level (llm_load_overhead.csv: its verdict
     sentences and overheads as the table has them), and the highest rate within the
-    target per runtime (llm_load.csv); nothing where no run measured load levels."""
+    target per runtime (llm_load.csv); nothing where no run measured load levels. The
+    comparisons that cannot be decided by design (``undecidable``) are one line
+    (``undecidable_line``) instead of a row each; the table's own page lists them all."""
     if _rows(verdicts) == 0 and _rows(load) == 0:
         return ""
     parts = ["<h2>Serving under load (LLM)</h2>"]
     if _rows(verdicts):
+        by_design = undecidable(verdicts)
+        shown = verdicts[~by_design.to_numpy()]
+        if by_design.any():
+            parts.append(f'<p id="{LOAD_UNDECIDABLE_ID}" class="ss-none">'
+                         f"{esc(undecidable_line(verdicts))}</p>")
         body = [
             f'<tr class="ss-{esc(str(row.get("verdict"))).replace(" ", "-")}">'
             f'<td>{esc(row.get("workload"))}</td><td>{esc(row.get("level_label"))}</td>'
             f'<td>{esc(row.get("runtime"))}</td><td>{esc(row.get("compared"))}</td>'
             f'<td class="ss-verdict">{_verdict_sentence(str(row.get("verdict")), str(row.get("verdict_text") or ""))}</td>'
             f'<td class="ss-n">{esc(_overhead_ci(row))}</td></tr>'
-            for _, row in verdicts.iterrows()]
-        parts.append(
-            f'<table id="{LOAD_TABLE_ID}" class="ss-table"><caption>The container against native '
-            "at each load level, from llm_load_overhead.csv (positive: the container is slower: "
-            "a higher latency, fewer tokens/s, a lower highest rate within the target).</caption>"
-            "<thead><tr><th>workload</th><th>load level</th><th>runtime</th><th>compared</th>"
-            f"<th>verdict</th><th>overhead, 95% CI</th></tr></thead><tbody>{''.join(body)}</tbody></table>")
+            for _, row in shown.iterrows()]
+        if body:
+            parts.append(
+                f'<table id="{LOAD_TABLE_ID}" class="ss-table"><caption>The container against native '
+                "at each load level, from llm_load_overhead.csv (positive: the container is slower: "
+                "a higher latency, fewer tokens/s, a lower highest rate within the target).</caption>"
+                "<thead><tr><th>workload</th><th>load level</th><th>runtime</th><th>compared</th>"
+                f"<th>verdict</th><th>overhead, 95% CI</th></tr></thead><tbody>{''.join(body)}</tbody></table>")
     best = load[_column(load, "max_rate_rps").notna()] if _rows(load) else pd.DataFrame()
     if not best.empty:
         rows = best.drop_duplicates(["workload", "model_label", "runtime", "nodes", "gpus"])
@@ -438,29 +514,33 @@ FRONT_STYLE = f"""
 .{FRONT_CLASS} .ss-n {{ white-space: nowrap; font-variant-numeric: tabular-nums; }}
 .{FRONT_CLASS} .ss-nowrap {{ white-space: nowrap; }}
 .{FRONT_CLASS} .ss-verdict {{ min-width: 22em; }}
-.{FRONT_CLASS} tr.ss-slower .ss-verdict b {{ color: #b91c1c; }}
-.{FRONT_CLASS} tr.ss-faster .ss-verdict b {{ color: #1d4ed8; }}
-.{FRONT_CLASS} tr.ss-equivalent .ss-verdict b {{ color: #15803d; }}
-.{FRONT_CLASS} tr.ss-inconclusive .ss-verdict b {{ color: #b45309; }}
+{{verdict_colors}}
 .{FRONT_CLASS} .ss-label {{ display: inline-block; border-radius: 0.3em; padding: 0 0.35em;
   margin: 0 0.2em 0.15em 0; font-size: 0.75rem; background: #e2e8f0; white-space: nowrap; }}
 .{FRONT_CLASS} .ss-warn {{ background: #fee2e2; color: #b91c1c; }}
-.{FRONT_CLASS} .ss-aa {{ background: #e0e7ff; color: #3730a3; }}
+.{FRONT_CLASS} .ss-aa {{ background: #e0e7ff; color: {AA_COLOR}; }}
 .{FRONT_CLASS} .ss-caveats {{ margin: 0 0 0.5em; padding-left: 1.2em; list-style: disc; }}
 .{FRONT_CLASS} .ss-caveats li {{ margin: 0.1em 0; }}
 .{FRONT_CLASS} .ss-facts th {{ font-weight: 600; padding-right: 1em; max-width: 18em; }}
 .{FRONT_CLASS} .ss-none {{ color: #475569; }}
-"""
+.{FRONT_CLASS} .{FOREST_CLASS} {{ margin: 0 0 0.6em; }}
+.{FRONT_CLASS} .{FOREST_CLASS} svg {{ display: block; max-width: 100%; height: auto; }}
+.{FRONT_CLASS} .{FOREST_CLASS} figcaption {{ color: #475569; font-size: 0.8rem; }}
+""".replace("{verdict_colors}", "".join(  # the forest plot's colour of each verdict
+    f".{FRONT_CLASS} tr.ss-{verdict.replace(' ', '-')} .ss-verdict b {{ color: {color}; }}\n"
+    for verdict, color in VERDICT_COLORS.items()))
 
 
 def front_page(tables: dict[str, pd.DataFrame | None]) -> str:
     """The first screen of report.html (an HTML fragment: workflow.rst embeds it, and it is
-    a report item of its own): verdicts, caveats, scaling efficiency, the campaign's facts.
+    a report item of its own): the verdicts as a forest plot and as a table, caveats,
+    scaling efficiency, the campaign's facts.
     ``tables``: the summary tables by file name (overhead, scaling, made, and those
     ``caveats`` reads)."""
     return (
         f'<div class="{FRONT_CLASS}"><style>{FRONT_STYLE}</style>'
         "<h2>What the containers cost: the verdicts</h2>"
+        + _forest(tables.get("overhead"))
         + _verdict_table(tables.get("overhead"))
         + _load_table(tables.get("llm_load_overhead"), tables.get("llm_load"))
         + "<h2>Caveats</h2>" + _caveats(caveats(tables))

@@ -12,6 +12,7 @@ from scalesweep.analyse.summary import scaling_rows
 from scalesweep.analyse.stats import normality_p
 from scalesweep.plan.kinds import kinds, summarised_in
 from scalesweep.report.significance import SHOWN, named_rows, row_label
+from scalesweep.analyse.frame import left_out
 from scalesweep.report.tables import flags, numeric
 
 RULES_COLUMNS = ["rule", "passed", "evidence"]
@@ -138,7 +139,7 @@ def _group_normality(table: pd.DataFrame, runs: pd.DataFrame, keys: list[str],
     keys = [k for k in keys if k in table.columns and k in runs.columns]
     if _is_empty(table) or _is_empty(runs) or value not in runs.columns or not keys:
         return 0, 0, [], 0
-    valid = runs[~flags(runs, "disturbed")]
+    valid = runs[~left_out(runs)]  # neither disturbed nor warm-up
     samples = {tuple(str(v) for v in (k if isinstance(k, tuple) else (k,))): g[value]
                for k, g in valid.groupby(keys, dropna=False)}
     checked = rejected = small = 0

@@ -18,7 +18,8 @@ report.html was made from), ``scalesweep.report.significance`` (q values, and ho
 benchmarking rules). The statistics are ``scalesweep.analyse.stats``'.
 
 Every statistic is over the undisturbed runs (disturbed ones are counted in
-``n_disturbed``); every row says its ``n``. A table with nothing to show is one row whose
+``n_disturbed``; warm-up runs, runs.csv's ``warmup``, are left out first); every row says
+its ``n``. A table with nothing to show is one row whose
 ``note`` says why (never a crash, never an empty file a reader has to guess about).
 """
 
@@ -29,7 +30,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from scalesweep.analyse.frame import truthy
+from scalesweep.analyse.frame import over_counted_runs, truthy
 from scalesweep.analyse.stats import rate_stats, sample_stats, welch_difference
 from scalesweep.plan.sweep import RUNTIMES
 from scalesweep.record import columns
@@ -118,6 +119,7 @@ def within_noise(diff: float, low: float, high: float, native_std: float):
 
 # --- 1. accuracy parity ------------------------------------------------------------------
 
+@over_counted_runs  # warm-up runs left out before anything
 def accuracy_parity_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Per workload x geometry (nodes, GPUs, ranks, threads) x runtime: n, mean and std of
     the held-out ``test_accuracy`` and ``test_loss`` over the undisturbed runs that
@@ -216,6 +218,7 @@ def devices_per_rank(nodes, gpus, ranks, threads, peak_of: str):
     return np.nan
 
 
+@over_counted_runs  # warm-up runs left out before anything
 def achieved_rate_table(runs: pd.DataFrame, peak_gflops_per_device: float = 0.0,
                         peak_of: str = "core", trains_on_cpu: bool = False,
                         tensor_peaks: dict | None = None) -> pd.DataFrame:
@@ -295,6 +298,7 @@ def achieved_rate_table(runs: pd.DataFrame, peak_gflops_per_device: float = 0.0,
 
 # --- 3. MPI library and Allreduce ----------------------------------------------------------
 
+@over_counted_runs  # warm-up runs left out before anything
 def mpi_table(runs: pd.DataFrame) -> pd.DataFrame:
     """For the runs that recorded an MPI library: per workload x runtime x geometry x the
     library the ranks loaded (``mpi_origin`` host / container / mixed, ``mpi_library``,
@@ -353,6 +357,7 @@ DATA_COLUMNS = [
 NO_DATA_PATH = "no run recorded data_wait_s (CNN runs record it)"
 
 
+@over_counted_runs  # warm-up runs left out before anything
 def data_path_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Per workload x runtime x geometry, where the training data came from (``data_path``:
     memory, decoded before training, or files read at each step; ``node_local``: the run
@@ -404,6 +409,7 @@ NO_LEVELS = ("no run measured several concurrency levels (workloads.<name>.concu
              "list, e.g. [1, 4, 16])")
 
 
+@over_counted_runs  # warm-up runs left out before anything
 def concurrency_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Per LLM workload x runtime x nodes x GPUs x threads x concurrency level (the
     workload's ``concurrency`` list, each level measured within every run against its
