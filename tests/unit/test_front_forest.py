@@ -20,6 +20,7 @@ from scalesweep.analyse.summary import campaign_settings
 from scalesweep.plan.kinds.llm import compact_level
 from scalesweep.record.load import level_summary
 from scalesweep.report import figures as rf
+from scalesweep.report import front_load as fl
 from scalesweep.report import pages as rp
 
 
@@ -130,6 +131,10 @@ def test_forest_plot_marks_the_a_a_rows():
     assert [markers[i] == "s" for i in range(len(overhead))] == aa
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "A/A check (native vs native)" in legend
+    assert "equivalence band (+-margin_pct of each row)" in legend  # 2% and 5% here
+    one = rf.forest_figure(overhead[overhead["margin_pct"] == 2.0])[0]
+    assert "equivalence band (+-2%)" in [t.get_text() for t in
+                                          one.axes[0].get_legend().get_texts()]
     # without A/A rows: no square, no A/A in the legend
     fig, drawn = rf.forest_figure(overhead[~overhead["runtime"].eq(rp.AA_RUNTIME)])
     assert not drawn["aa"].any()
@@ -275,49 +280,49 @@ def test_undecidable_load_comparisons_are_one_line_on_the_first_screen():
     verdicts = load_overhead(requests=8)
     by_design = verdicts["verdict_text"].str.contains("8 requests per run cannot bound a p9")
     assert by_design.sum() == 12  # (p90, p99) x (TTFT, TPOT) x 3 levels: load.py's wording
-    assert list(rp.undecidable(verdicts)) == list(by_design)
+    assert list(fl.undecidable(verdicts)) == list(by_design)
     page = rp.front_page({"llm_load_overhead": verdicts})
     parsed = _Page(page)
-    line = parsed.paragraphs[rp.LOAD_UNDECIDABLE_ID]
+    line = parsed.paragraphs[fl.LOAD_UNDECIDABLE_ID]
     assert line.startswith("12 LLM-under-load comparisons cannot be decided by design with "
                            "8 requests per run: that many cannot bound a p90 or p99 (a 95% "
                            "interval needs at least 36 for a p90, 368 for a p99")
     assert "config/llm_load.yaml" in line and "llm_load_overhead.csv" in line
     assert "cannot bound" not in page.replace(line, "")  # no row says it again
-    head, *rows = parsed.tables[rp.LOAD_TABLE_ID]
+    head, *rows = parsed.tables[fl.LOAD_TABLE_ID]
     decided = verdicts[~by_design]
     assert len(rows) == len(decided) >= 1
     assert [r[3] for r in rows] == list(decided["compared"])
     # the line comes before what remains of the table
     ids = [i for _, i in parsed.order]
-    assert ids.index(rp.LOAD_UNDECIDABLE_ID) < ids.index(rp.LOAD_TABLE_ID)
+    assert ids.index(fl.LOAD_UNDECIDABLE_ID) < ids.index(fl.LOAD_TABLE_ID)
 
 
 def test_load_table_keeps_the_decidable_rows_and_drops_when_none_is():
     # 40 requests per run (config/llm_load.yaml): the p90s are decided, the p99s not
     verdicts = load_overhead(requests=40)
-    by_design = rp.undecidable(verdicts)
+    by_design = fl.undecidable(verdicts)
     assert set(verdicts.loc[by_design, "metric"]) == {"ttft_p99_s", "tpot_p99_s"}
     parsed = _Page(rp.front_page({"llm_load_overhead": verdicts}))
-    assert parsed.paragraphs[rp.LOAD_UNDECIDABLE_ID].startswith(
+    assert parsed.paragraphs[fl.LOAD_UNDECIDABLE_ID].startswith(
         f"{by_design.sum()} LLM-under-load comparisons cannot be decided by design with 40 "
         "requests per run: that many cannot bound a p99 (a 95% interval needs at least 368 "
         "for a p99")
-    rows = parsed.tables[rp.LOAD_TABLE_ID][1:]
+    rows = parsed.tables[fl.LOAD_TABLE_ID][1:]
     assert len(rows) == (~by_design).sum() and not any("cannot bound" in " ".join(r)
                                                        for r in rows)
     # every comparison decidable: the full table, no line
     decidable = verdicts[~by_design]
     parsed = _Page(rp.front_page({"llm_load_overhead": decidable}))
-    assert rp.LOAD_UNDECIDABLE_ID not in parsed.paragraphs
-    assert len(parsed.tables[rp.LOAD_TABLE_ID]) - 1 == len(decidable)
+    assert fl.LOAD_UNDECIDABLE_ID not in parsed.paragraphs
+    assert len(parsed.tables[fl.LOAD_TABLE_ID]) - 1 == len(decidable)
     # none decidable: the line and no table
     parsed = _Page(rp.front_page({"llm_load_overhead": verdicts[by_design]}))
-    assert rp.LOAD_TABLE_ID not in parsed.tables
-    assert parsed.paragraphs[rp.LOAD_UNDECIDABLE_ID].startswith(
+    assert fl.LOAD_TABLE_ID not in parsed.tables
+    assert parsed.paragraphs[fl.LOAD_UNDECIDABLE_ID].startswith(
         f"{by_design.sum()} LLM-under-load comparisons")
     # an inconclusive verdict for another reason stays a row
     other = decidable.iloc[:1].assign(verdict="inconclusive",
                                       verdict_text="inconclusive: about 3 more repeats needed")
-    assert not rp.undecidable(other).any()
-    assert len(_Page(rp.front_page({"llm_load_overhead": other})).tables[rp.LOAD_TABLE_ID]) == 2
+    assert not fl.undecidable(other).any()
+    assert len(_Page(rp.front_page({"llm_load_overhead": other})).tables[fl.LOAD_TABLE_ID]) == 2

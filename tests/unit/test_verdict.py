@@ -29,7 +29,7 @@ from scalesweep.record.metrics import write_metrics
 KEYS = {"n_native", "n", "paired", "overhead_pct", "ci95_low_pct", "ci95_high_pct",
         "ci_half_width_pp", "p_value", "equivalence_p_value", "verdict", "verdict_text",
         "repeats_needed", "target_met", "ci_method", "normality_p_value", "ci90_low_pct",
-        "ci90_high_pct"}
+        "ci90_high_pct", "repeats_to_decide"}
 NATIVE = [10.02, 9.97, 10.05, 10.01, 9.95]
 CONTAINER = [10.10, 10.03, 10.08, 10.09, 10.00]
 
@@ -52,7 +52,8 @@ def test_paired_known_answer_by_hand_and_scipy():
     # 0.6% slower, CI well inside +-2%: equivalent, even though the CI excludes 0
     assert v["ci95_low_pct"] > 0 and v["verdict"] == "equivalent"
     assert v["verdict_text"] == (
-        f"equivalent within +-2% (overhead {v['overhead_pct']:.1f}%, 95% CI "
+        f"equivalent within +-2% (overhead {v['overhead_pct']:.1f}%, two one-sided tests' "
+        f"90% CI {v['ci90_low_pct']:.1f}% .. {v['ci90_high_pct']:.1f}%, 95% CI "
         f"{v['ci95_low_pct']:.1f}% .. {v['ci95_high_pct']:.1f}%, n=5 pairs)")
     assert v["target_met"] and v["repeats_needed"] == 0
 

@@ -135,7 +135,7 @@ def decide(
         "disturbed_repeats": disturbed,
         "comparisons": comparisons,
         "enough": enough,
-        "more": (not enough) and round_ < high,
+        "more": (not enough) and round_ < block_bounds(config, series.workload)[1],
         "reasons": reasons,
         "futility": futility,
         "campaign_comparisons": comparisons_in_campaign,

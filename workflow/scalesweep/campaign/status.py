@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 from scalesweep.analyse.collect import extra_repeats, point_states
+from scalesweep.campaign.series_record import futile_series, last_decision
 from scalesweep.campaign.snakemake_args import user_args
 from scalesweep.campaign.usage import UsageError
 from scalesweep.measure.slurmjob import sacct_fields
-from scalesweep.plan.adaptive import (Series, asked_points, block_bounds, decision_problem,
-                                      final_path, walks_decisions)
+from scalesweep.plan.adaptive import Series, asked_points, block_bounds, walks_decisions
 from scalesweep.plan.config import ConfigError
 from scalesweep.plan.config_read import config_sources
 from scalesweep.plan.sweep import (Selection, SweepError, SweepPoint, check_selection,
@@ -299,43 +299,6 @@ def stale_report_line(freshness: dict | None, rerun: str) -> str | None:
     return (f"{REPORT_HTML} is older than the summary (made {freshness['report']}, summary "
             f"{freshness['summary']}, {SUMMARY_DIR}/{freshness['newest']}): run {rerun} "
             f"--report {REPORT_HTML}")
-
-
-def last_decision(directory: Path, series, problems: list[tuple[str, str]]) -> dict:
-    """The last decision of ``series`` as its final.json records it ({} without one); a
-    file that cannot be read as such goes to ``problems`` as (file, why)."""
-    final = final_path(directory, series)
-    try:
-        record = json.loads(final.read_text())
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        problems.append((str(final), f"not readable as JSON ({exc})"))
-        return {}
-    if not isinstance(record, dict):
-        problems.append((str(final), f"a JSON {type(record).__name__}, not a series "
-                                     "record (an object)"))
-        return {}
-    last = record.get("last_decision")
-    why = None if last is None else decision_problem(last)
-    if why:
-        problems.append((str(final), f"last_decision: {why}"))
-        return {}
-    return last or {}
-
-
-def futile_series(config: dict, directory: Path,
-                  problems: list[tuple[str, str]]) -> list[str]:
-    """"<series>: <why>" for every series that stopped before its maximum because its
-    verdict cannot be settled within max_repeats at the measured spread (its last
-    decision's ``futility``: ``scalesweep.analyse.decision.decide``)."""
-    from scalesweep.plan.adaptive import series_of
-
-    lines = []
-    for series in series_of(sweep_points(config)):
-        for text in last_decision(directory, series, problems).get("futility") or []:
-            lines.append(f"{series.path}: {text}")
-    return lines
 
 
 def _replacement_advice(config: dict, directory: Path, disturbed, command,

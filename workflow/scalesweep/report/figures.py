@@ -1,7 +1,8 @@
 """The scaling figures of the publishable report (pure: tables in, Figure out; the glue in
 workflow/scripts/report_*.py reads and writes the files): parallel efficiency against the
 scaling count (``efficiency_figure``) and the container overhead of each point
-(``overhead_figure``). The style they share is report/style.py; the per-run figures are
+(``overhead_figure``); and the first screen's forest plot of every comparison
+(``forest_figure``, an inline SVG by ``figure_svg``: report/pages.py). The style they share is report/style.py; the per-run figures are
 report/run_figures.py, the per-run tables report/run_tables.py.
 
 Anomalies are drawn, never dropped: super-linear and high-variance points are marked,
@@ -14,6 +15,9 @@ Colours are fixed per runtime (native is always the first colour) across all fig
 """
 
 from __future__ import annotations
+
+import io
+import re
 
 import matplotlib
 
@@ -439,8 +443,9 @@ def forest_figure(overhead: pd.DataFrame | None, labels: list[str] | None = None
                   fontsize="small")
     handles = [Line2D([], [], marker="o", linestyle="", color=VERDICT_COLORS[v], label=v)
                for v in VERDICT_COLORS if v in set(rows["verdict"])]
-    handles += [plt.Rectangle((0, 0), 1, 1, color=BAND_COLOR, label="equivalence band "
-                              "(+-margin)")]
+    margins = sorted({m for m in rows["margin_pct"] if np.isfinite(m)})
+    band = f"+-{margins[0]:g}%" if len(margins) == 1 else "+-margin_pct of each row"
+    handles += [plt.Rectangle((0, 0), 1, 1, color=BAND_COLOR, label=f"equivalence band ({band})")]
     if rows["aa"].any():
         handles.append(Line2D([], [], marker="s", linestyle="", color="0.4",
                               label="A/A check (native vs native)"))
@@ -457,9 +462,6 @@ def figure_svg(fig: plt.Figure, svg_id: str = FOREST_ID) -> str:
     as text, ASCII only, no date, ids the same on every run and each prefixed with
     ``svg_id`` (the root's id), and its stylesheet scoped to it (an inline SVG's <style>
     applies to the whole page)."""
-    import io
-    import re
-
     buffer = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": svg_id,
                                 "axes.unicode_minus": False}):

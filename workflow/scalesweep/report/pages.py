@@ -9,8 +9,9 @@
   ``scalesweep.report.figures.forest_figure``), scaling efficiency with its 95% CI per
   count (scaling.csv),
   one line per caveat that applies (``caveats``), and the campaign's facts (made.csv).
-  LLM-under-load comparisons that cannot be decided by design (too few requests per run
-  to bound the percentile) are one line there; llm_load_overhead.csv's page has them all.
+  Where the campaign served an LLM under load, its verdicts follow the table
+  (``scalesweep.report.front_load``: those that cannot be decided by design, too few
+  requests per run to bound the percentile, as one line).
 (``scalesweep.report.table_page``: every summary table as a table to read.)
 
 Pure: tables in, HTML text out (workflow/scripts/report_pages.py reads and writes the
@@ -21,14 +22,15 @@ cell's full value (its tooltip, and the CSV).
 from __future__ import annotations
 
 import math
-import re
 
 import pandas as pd
 
 from scalesweep.analyse.frame import truthy
 from scalesweep.analyse.collect import SHARED_CORES_NOTE, SYNTHETIC_LABEL
 from scalesweep.plan.sweep import REFERENCE
-from scalesweep.report.cells import as_text, esc, missing, plural
+from scalesweep.report.cells import (as_text, column, esc, missing, n_rows, number,
+                                     overhead_ci, pct, plural, verdict_sentence)
+from scalesweep.report.front_load import load_section
 from scalesweep.report.figures import (AA_COLOR, FOREST_ID, VERDICT_COLORS, figure_svg,
                                        forest_figure)
 from scalesweep.report.significance import row_label
@@ -47,16 +49,8 @@ FACTS_TABLE_ID = "scalesweep-campaign"
 
 # --- small helpers ---------------------------------------------------------------------------
 
-def _num(value) -> float:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return math.nan
-    return x
-
-
 def _int(value) -> int:
-    x = _num(value)
+    x = number(value)
     return int(x) if math.isfinite(x) else 0
 
 
@@ -65,30 +59,12 @@ def _named(labels: list[str]) -> str:
     return "; ".join(labels[:SHOWN]) + (f"; and {more} more" if more > 0 else "")
 
 
-def _column(table: pd.DataFrame | None, col: str) -> pd.Series:
-    if table is None or col not in table.columns:
-        return pd.Series([], dtype=object) if table is None else \
-            pd.Series([None] * len(table), index=table.index, dtype=object)
-    return table[col]
-
-
-def _rows(table: pd.DataFrame | None) -> int:
-    return 0 if table is None else len(table)
-
-
 def _geometry(row) -> str:
     """A sweep point as a person reads it: "1 node, 2 ranks x 1 thread" (+ GPUs)."""
     nodes, ranks, threads, gpus = (_int(row.get(c)) for c in ("nodes", "ranks", "threads",
                                                                 "gpus"))
     text = f"{plural(nodes, 'node')}, {plural(ranks, 'rank')} x {plural(threads, 'thread')}"
     return text + (f", {gpus} GPU{'s' if gpus != 1 else ''}/node" if gpus else "")
-
-
-def _pct(value, signed: bool = True) -> str:
-    x = _num(value)
-    if not math.isfinite(x):
-        return ""
-    return f"{x:+.1f}%" if signed else f"{x:.1f}%"
 
 
 # --- the verdicts -------------------------------------------------------------------------------
@@ -134,14 +110,6 @@ def _pairs(row) -> str:
             f"{as_text(row.get('runtime'))} runs")
 
 
-def _overhead_ci(row) -> str:
-    overhead = _pct(row.get("overhead_pct"))
-    low, high = _pct(row.get("overhead_ci95_low_pct")), _pct(row.get("overhead_ci95_high_pct"))
-    if not overhead:
-        return "not tested"
-    return f"{overhead} [{low} .. {high}]" if low and high else f"{overhead} (no 95% CI)"
-
-
 def _workload(row) -> str:
     """The workload, and its model for LLM inference (synthetic weights: a label)."""
     model = as_text(row.get("model")) or as_text(row.get("model_label"))
@@ -162,17 +130,10 @@ def verdict_rows(overhead: pd.DataFrame | None) -> pd.DataFrame:
                      "runtime": as_text(row.get("runtime")),
                      "verdict": as_text(row.get("verdict")) or "not tested",
                      "verdict_text": as_text(row.get("verdict_text")),
-                     "overhead_ci": _overhead_ci(row), "pairs": _pairs(row),
+                     "overhead_ci": overhead_ci(row), "pairs": _pairs(row),
                      "left_out": _left_out(row),
                      "labels": "; ".join(text for text, _ in _labels(row))})
     return pd.DataFrame(rows, columns=cols)
-
-
-def _verdict_sentence(verdict: str, text: str) -> str:
-    """The verdict sentence as overhead.csv has it, its verdict in bold."""
-    if text.startswith(verdict):
-        return f"<b>{esc(verdict)}</b>{esc(text[len(verdict):])}"
-    return f"<b>{esc(verdict)}</b>" + (f": {esc(text)}" if text else "")
 
 
 def _verdict_table(overhead: pd.DataFrame | None) -> str:
@@ -181,8 +142,8 @@ def _verdict_table(overhead: pd.DataFrame | None) -> str:
         return ('<p class="ss-none">No container comparison: overhead.csv has no rows (a '
                 'campaign of native runs only, or no point with both a native and a '
                 'container run finished).</p>')
-    margin = _num(_column(overhead, "margin_pct").dropna().iloc[0]) \
-        if _column(overhead, "margin_pct").notna().any() else math.nan
+    margin = number(column(overhead, "margin_pct").dropna().iloc[0]) \
+        if column(overhead, "margin_pct").notna().any() else math.nan
     head = ("<tr><th>workload</th><th>point</th><th>runtime</th><th>verdict</th>"
             "<th>overhead, 95% CI</th><th>pairs</th><th>left out</th><th>labels</th></tr>")
     body = []
@@ -194,7 +155,7 @@ def _verdict_table(overhead: pd.DataFrame | None) -> str:
             f'<tr class="ss-{esc(cells["verdict"]).replace(" ", "-")}">'
             f'<td>{esc(cells["workload"])}</td><td class="ss-nowrap">{esc(cells["point"])}</td>'
             f'<td>{esc(cells["runtime"])}</td>'
-            f'<td class="ss-verdict">{_verdict_sentence(cells["verdict"], cells["verdict_text"])}'
+            f'<td class="ss-verdict">{verdict_sentence(cells["verdict"], cells["verdict_text"])}'
             '</td>'
             f'<td class="ss-n">{esc(cells["overhead_ci"])}</td>'
             f'<td class="ss-nowrap">{esc(cells["pairs"])}</td><td>{esc(cells["left_out"])}</td>'
@@ -231,101 +192,16 @@ def _forest(overhead: pd.DataFrame | None) -> str:
             "identical native.</figcaption></figure>")
 
 
-# --- LLM serving under load ----------------------------------------------------------------
-
-LOAD_TABLE_ID = "scalesweep-load"
-LOAD_UNDECIDABLE_ID = "scalesweep-load-undecidable"
-
-
-# load.py's wording (scalesweep.analyse.load._too_few_requests) of a percentile its runs'
-# requests cannot bound: inconclusive by design, whatever the runs measured
-TOO_FEW_REQUESTS = re.compile(r"(\d+) requests per run cannot bound a (p\d+) \(at least (\d+)")
-
-
-def undecidable(verdicts: pd.DataFrame | None) -> pd.Series:
-    """Rows of llm_load_overhead.csv that cannot be decided by design: inconclusive because a
-    run's requests cannot bound the percentile compared."""
-    if verdicts is None or verdicts.empty:
-        return pd.Series([], dtype=bool)
-    text = _column(verdicts, "verdict_text").map(as_text)
-    return (_column(verdicts, "verdict").map(as_text) == "inconclusive") & \
-        text.map(lambda t: bool(TOO_FEW_REQUESTS.search(t)))
-
-
-def _span(values: list[int]) -> str:
-    return f"{min(values)}" if min(values) == max(values) else f"{min(values)}-{max(values)}"
-
-
-def undecidable_line(verdicts: pd.DataFrame | None) -> str:
-    """One line for every comparison ``undecidable`` marks ('' where none is): how many,
-    with how many requests per run, which percentiles and how many requests each needs."""
-    rows = verdicts[undecidable(verdicts)] if verdicts is not None else None
-    if rows is None or rows.empty:
-        return ""
-    found = [TOO_FEW_REQUESTS.search(as_text(t)).groups() for t in rows["verdict_text"]]
-    requests = [int(n) for n, _, _ in found]
-    need = {q: int(k) for _, q, k in found}
-    percentiles = sorted(need, key=lambda q: float(q[1:]))
-    return (f"{plural(len(rows), 'LLM-under-load comparison')} cannot be decided by design "
-            f"with {_span(requests)} requests per run: that many cannot bound a "
-            + " or ".join(percentiles) + " (a 95% interval needs at least "
-            + ", ".join(f"{need[q]} for a {q}" for q in percentiles)
-            + "; load.requests, as config/llm_load.yaml sets it). Each is in the table "
-            "llm_load_overhead.csv, inconclusive, with what its runs measured.")
-
-
-def _load_table(verdicts: pd.DataFrame | None, load: pd.DataFrame | None) -> str:
-    """The container's effect at each load level (llm_load_overhead.csv: its verdict
-    sentences and overheads as the table has them), and the highest rate within the
-    target per runtime (llm_load.csv); nothing where no run measured load levels. The
-    comparisons that cannot be decided by design (``undecidable``) are one line
-    (``undecidable_line``) instead of a row each; the table's own page lists them all."""
-    if _rows(verdicts) == 0 and _rows(load) == 0:
-        return ""
-    parts = ["<h2>Serving under load (LLM)</h2>"]
-    if _rows(verdicts):
-        by_design = undecidable(verdicts)
-        shown = verdicts[~by_design.to_numpy()]
-        if by_design.any():
-            parts.append(f'<p id="{LOAD_UNDECIDABLE_ID}" class="ss-none">'
-                         f"{esc(undecidable_line(verdicts))}</p>")
-        body = [
-            f'<tr class="ss-{esc(str(row.get("verdict"))).replace(" ", "-")}">'
-            f'<td>{esc(row.get("workload"))}</td><td>{esc(row.get("level_label"))}</td>'
-            f'<td>{esc(row.get("runtime"))}</td><td>{esc(row.get("compared"))}</td>'
-            f'<td class="ss-verdict">{_verdict_sentence(str(row.get("verdict")), str(row.get("verdict_text") or ""))}</td>'
-            f'<td class="ss-n">{esc(_overhead_ci(row))}</td></tr>'
-            for _, row in shown.iterrows()]
-        if body:
-            parts.append(
-                f'<table id="{LOAD_TABLE_ID}" class="ss-table"><caption>The container against native '
-                "at each load level, from llm_load_overhead.csv (positive: the container is slower: "
-                "a higher latency, fewer tokens/s, a lower highest rate within the target).</caption>"
-                "<thead><tr><th>workload</th><th>load level</th><th>runtime</th><th>compared</th>"
-                f"<th>verdict</th><th>overhead, 95% CI</th></tr></thead><tbody>{''.join(body)}</tbody></table>")
-    best = load[_column(load, "max_rate_rps").notna()] if _rows(load) else pd.DataFrame()
-    if not best.empty:
-        rows = best.drop_duplicates(["workload", "model_label", "runtime", "nodes", "gpus"])
-        items = "".join(
-            f"<li>{esc(r['workload'])} ({esc(r['model_label'])}), {esc(r['runtime'])}: "
-            f"{_num(r['max_rate_rps']):.3g} requests/s ({esc(r.get('max_rate_bound') or '')}"
-            + (f"; the lowest rate that missed: {_num(r['max_rate_missed_rps']):.3g}"
-               if math.isfinite(_num(r.get("max_rate_missed_rps"))) else "") + ")</li>"
-            for _, r in rows.iterrows())
-        parts.append(f"<p>The highest request rate within the latency target (median over runs):</p><ul>{items}</ul>")
-    return "".join(parts)
-
-
 # --- scaling ---------------------------------------------------------------------------------
 
 def _efficiency_cell(row) -> str:
-    eff = _num(row.get("efficiency_pct"))
+    eff = number(row.get("efficiency_pct"))
     if not math.isfinite(eff):
         return "no efficiency"
     n = _int(row.get("n"))
-    if _num(row.get("count")) == _num(row.get("baseline_count")):
-        return f"{eff:.0f}% (baseline: {_num(row.get('time_s')):.4g} s, n={n})"
-    low, high = (_num(row.get(c)) for c in ("efficiency_ci95_low_pct",
+    if number(row.get("count")) == number(row.get("baseline_count")):
+        return f"{eff:.0f}% (baseline: {number(row.get('time_s')):.4g} s, n={n})"
+    low, high = (number(row.get(c)) for c in ("efficiency_ci95_low_pct",
                                             "efficiency_ci95_high_pct"))
     ci = f" [{low:.1f} .. {high:.1f}]" if math.isfinite(low) and math.isfinite(high) else \
         " (no 95% CI)"
@@ -339,7 +215,7 @@ def _scaling_table(scaling: pd.DataFrame | None) -> str:
                 'workload measured at several counts).</p>')
     series = ["workload", "runtime", "threads"]
     counts = sorted({_int(c) for c in scaling["count"]})
-    kinds = sorted({as_text(k) for k in _column(scaling, "scaling") if as_text(k)})
+    kinds = sorted({as_text(k) for k in column(scaling, "scaling") if as_text(k)})
     head = ("<tr><th>workload</th><th>runtime</th><th>threads</th>"
             + "".join(f"<th>count {c}</th>" for c in counts) + "<th>labels</th></tr>")
     body = []
@@ -371,8 +247,8 @@ def caveats(tables: dict[str, pd.DataFrame | None]) -> list[str]:
     rules, significance = tables.get("rules"), tables.get("significance")
     lines = []
 
-    if _rows(missing):
-        states = _column(missing, "state").fillna("missing").astype(str)
+    if n_rows(missing):
+        states = column(missing, "state").fillna("missing").astype(str)
         counts = ", ".join(f"{n} {s}" for s, n in states.value_counts().items())
         named = [f"{as_text(r.get('path'))}" + (f" ({as_text(r.get('reason'))})"
                                               if as_text(r.get("reason")) else "")
@@ -381,31 +257,31 @@ def caveats(tables: dict[str, pd.DataFrame | None]) -> list[str]:
                      f"{_named(named)}. The comparisons and scaling rows they belong to rest "
                      "on fewer repeats or are absent (Sweep completeness, missing.csv).")
 
-    disturbed = int(_column(runs, "disturbed").map(truthy).sum()) if _rows(runs) else 0
+    disturbed = int(column(runs, "disturbed").map(truthy).sum()) if n_rows(runs) else 0
     if disturbed:
-        lines.append(f"{disturbed} of {_rows(runs)} runs were disturbed by other activity "
+        lines.append(f"{disturbed} of {n_rows(runs)} runs were disturbed by other activity "
                      "during their measurement: kept, left out of every statistic (runs.csv: "
                      "disturbed, disturbed_reason).")
 
     shared = [name for name, t in (("overhead.csv", overhead), ("scaling.csv", scaling),
                                    ("llm.csv", llm))
-              if _rows(t) and _column(t, "shared_cores").map(truthy).any()]
+              if n_rows(t) and column(t, "shared_cores").map(truthy).any()]
     if shared:
         lines.append(f"Measured on shared cores ({', '.join(shared)}): {SHARED_CORES_NOTE}.")
 
-    synthetic = [t[_column(t, "model_label").map(as_text).str.contains(SYNTHETIC_LABEL,
+    synthetic = [t[column(t, "model_label").map(as_text).str.contains(SYNTHETIC_LABEL,
                                                                       regex=False)]
-                 for t in (overhead, llm) if _rows(t)]
-    models = sorted({as_text(m) for t in synthetic for m in _column(t, "model")})
+                 for t in (overhead, llm) if n_rows(t)]
+    models = sorted({as_text(m) for t in synthetic for m in column(t, "model")})
     if any(len(t) for t in synthetic):
         lines.append(f"LLM inference on a model with {SYNTHETIC_LABEL} "
                      f"({', '.join(models) or 'unnamed'}): its tokens/s and overhead measure "
                      "the engine and the runtime, not a real model.")
 
-    if _rows(overhead):
+    if n_rows(overhead):
         overhead = overhead.reset_index(drop=True)
-        verdict = _column(overhead, "verdict").astype(str)
-        runtime = _column(overhead, "runtime").astype(str)
+        verdict = column(overhead, "verdict").astype(str)
+        runtime = column(overhead, "runtime").astype(str)
         is_aa = runtime == AA_RUNTIME
         differs = overhead[is_aa & verdict.isin(["slower", "faster"])]
         if len(differs):
@@ -422,43 +298,43 @@ def caveats(tables: dict[str, pd.DataFrame | None]) -> list[str]:
                          "\"equivalent\"; weigh the other verdicts with it.")
         open_ = overhead[(verdict == "inconclusive") & ~is_aa]
         if len(open_):
-            needed = [_int(n) for n in _column(open_, "repeats_needed") if _int(n)]
+            needed = [_int(n) for n in column(open_, "repeats_needed") if _int(n)]
             more = (f" about {min(needed)}" + (f"-{max(needed)}" if max(needed) != min(needed)
                                                 else "") + " more repeats each would settle "
                     "them (repeats_needed)") if needed else ""
             named = _named([row_label(r) for _, r in open_.iterrows()])
             lines.append(f"{len(open_)} of {int((~is_aa).sum())} container "
                          f"comparisons are inconclusive: {named}{';' + more if more else ''}.")
-        untested = overhead[_column(overhead, "overhead_ci95_low_pct").map(_num).map(
+        untested = overhead[column(overhead, "overhead_ci95_low_pct").map(number).map(
             lambda x: not math.isfinite(x))] if "overhead_ci95_low_pct" in overhead else []
         if len(untested):
             lines.append(f"{plural(len(untested), 'comparison')} without a 95% CI (fewer than "
                          "two valid pairs or repeats on a side): "
                          f"{_named([row_label(r) for _, r in untested.iterrows()])}.")
-        apart = sum(_int(v) for v in _column(overhead, "n_pairs_split"))
-        differs = sum(_int(v) for v in _column(overhead, "n_pairs_machine_differs"))
+        apart = sum(_int(v) for v in column(overhead, "n_pairs_split"))
+        differs = sum(_int(v) for v in column(overhead, "n_pairs_machine_differs"))
         if apart or differs:
             lines.append(f"Pairs left out of the verdicts: {apart} measured too far apart, "
                          f"{differs} whose machine-speed probes differed (overhead.csv: "
                          "n_pairs_split, n_pairs_machine_differs).")
 
-    if _rows(significance) and "claims_not_bh_significant" in significance.columns:
+    if n_rows(significance) and "claims_not_bh_significant" in significance.columns:
         for _, row in significance.iterrows():
             if as_text(row.get("claims_not_bh_significant")):
                 lines.append(f"Many comparisons ({as_text(row.get('family'))}): "
                              f"{as_text(row.get('claims_not_bh_significant'))} not significant "
                              "after Benjamini-Hochberg over the campaign (significance.csv).")
 
-    if _rows(scaling) and "flag" in scaling.columns:
-        flagged = scaling[_column(scaling, "flag").map(as_text) != ""]
+    if n_rows(scaling) and "flag" in scaling.columns:
+        flagged = scaling[column(scaling, "flag").map(as_text) != ""]
         if len(flagged):
             named = [f"{row_label(r)}: {as_text(r['flag']).replace(';', ', ')}"
                      for _, r in flagged.iterrows()]
             lines.append(f"Scaling rows flagged (high variance, a single repeat or "
                          f"superlinear): {_named(named)} (scaling.csv: flag).")
 
-    if _rows(fits) and "status" in fits.columns:
-        for status, rows in fits[_column(fits, "status").map(as_text) != "ok"].groupby(
+    if n_rows(fits) and "status" in fits.columns:
+        for status, rows in fits[column(fits, "status").map(as_text) != "ok"].groupby(
                 "status", sort=False):
             series = list(dict.fromkeys(
                 " ".join(as_text(r.get(c)) for c in ("workload", "runtime")) for _, r in
@@ -468,13 +344,13 @@ def caveats(tables: dict[str, pd.DataFrame | None]) -> list[str]:
                          f"{as_text(rows.iloc[0].get('model'))}: {as_text(rows.iloc[0].get('reason'))} "
                          "(fits.csv: status, reason).")
 
-    if _rows(runs) and "git_commit" in runs.columns:
+    if n_rows(runs) and "git_commit" in runs.columns:
         commits = runs["git_commit"].dropna().astype(str).unique()
         if len(commits) > 1:
             lines.append(f"The runs were measured with {len(commits)} git commits of the "
                          "workflow (made.csv; provenance.csv per run).")
 
-    if _rows(rules) and {"rule", "passed"} <= set(rules.columns):
+    if n_rows(rules) and {"rule", "passed"} <= set(rules.columns):
         for _, row in rules[rules["passed"].astype(str) == "no"].iterrows():
             lines.append(f"Benchmarking rule not met: {as_text(row['rule'])} "
                          f"({as_text(row.get('evidence'))}; rules.csv).")
@@ -542,7 +418,7 @@ def front_page(tables: dict[str, pd.DataFrame | None]) -> str:
         "<h2>What the containers cost: the verdicts</h2>"
         + _forest(tables.get("overhead"))
         + _verdict_table(tables.get("overhead"))
-        + _load_table(tables.get("llm_load_overhead"), tables.get("llm_load"))
+        + load_section(tables.get("llm_load_overhead"), tables.get("llm_load"))
         + "<h2>Caveats</h2>" + _caveats(caveats(tables))
         + "<h2>How it scales</h2>" + _scaling_table(tables.get("scaling"))
         + "<h2>The campaign</h2>" + _facts(tables.get("made"))
