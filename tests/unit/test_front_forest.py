@@ -135,8 +135,11 @@ def test_forest_plot_marks_the_a_a_rows():
     one = rf.forest_figure(overhead[overhead["margin_pct"] == 2.0])[0]
     assert "equivalence band (+-2%)" in [t.get_text() for t in
                                           one.axes[0].get_legend().get_texts()]
-    # without A/A rows: no square, no A/A in the legend
-    fig, drawn = rf.forest_figure(overhead[~overhead["runtime"].eq(rp.AA_RUNTIME)])
+    assert "squares and [A/A]: the A/A check" in rp.front_page({"overhead": overhead})
+    # without A/A rows: no square, no A/A in the legend or the caption
+    no_aa = overhead[~overhead["runtime"].eq(rp.AA_RUNTIME)]
+    assert "[A/A]" not in rp.front_page({"overhead": no_aa})
+    fig, drawn = rf.forest_figure(no_aa)
     assert not drawn["aa"].any()
     assert "A/A check (native vs native)" not in [t.get_text() for t in
                                                    fig.axes[0].get_legend().get_texts()]

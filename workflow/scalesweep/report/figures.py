@@ -422,7 +422,9 @@ def forest_figure(overhead: pd.DataFrame | None, labels: list[str] | None = None
         if r.note:
             notes.append(ax.annotate(r.note, (x, yi), textcoords="offset points",
                                      xytext=(8, 0), ha="left", va="center",
-                                     fontsize="x-small", color=r.color))
+                                     fontsize="x-small", color=r.color,
+                                     bbox=dict(boxstyle="square,pad=0.1", facecolor="white",
+                                               edgecolor="none", alpha=0.85), zorder=4))
     ax.set_yticks(y, [f"{label}  [A/A]" if aa else label
                       for label, aa in zip(rows["label"], rows["aa"])])
     for tick, aa in zip(ax.get_yticklabels(), rows["aa"]):

@@ -184,12 +184,13 @@ def _forest(overhead: pd.DataFrame | None) -> str:
     """Every row of overhead.csv as a forest plot (inline SVG; nothing without rows)."""
     if overhead is None or overhead.empty:
         return ""
-    fig, _ = forest_figure(overhead, forest_labels(overhead), AA_RUNTIME)
+    fig, drawn = forest_figure(overhead, forest_labels(overhead), AA_RUNTIME)
+    aa = ("; squares and [A/A]: the A/A check, native against an identical native"
+          if drawn["aa"].any() else "")
     return (f'<figure class="{FOREST_CLASS}">{figure_svg(fig, FOREST_ID)}<figcaption>Each row of '
             "the table below: the overhead (point) and its 95% CI (bar), coloured by its "
             "verdict; the shaded band is the equivalence margin, the line 0 (positive: the "
-            "container is slower); squares and [A/A]: the A/A check, native against an "
-            "identical native.</figcaption></figure>")
+            f"container is slower){aa}.</figcaption></figure>")
 
 
 # --- scaling ---------------------------------------------------------------------------------
