@@ -352,7 +352,7 @@ def test_missing_table_names_the_failed_point(partial_campaign):
     provenance = pd.read_csv(wd / "results/summary/provenance.csv")
     assert len(provenance) == n_points - 1 and provenance["git_commit"].notna().all()
     epochs = pd.read_csv(wd / "results/summary/epochs.csv")
-    assert len(epochs) == 2 * (n_points - 1) and epochs["warmup"].sum() == n_points - 1
+    assert len(epochs) == 2 * (n_points - 1) and epochs["first_epoch"].sum() == n_points - 1
     scaling = pd.read_csv(wd / "results/summary/scaling.csv")
     native_2 = scaling[(scaling["runtime"] == "native") & (scaling["count"] == 2)].iloc[0]
     assert native_2["n"] == 1 and "single_repeat" in native_2["flag"]

@@ -112,3 +112,32 @@ def test_compare_names_a_regression_only_over_every_matched_point():
     regressions = out[out["verdict"] == "regression"]
     assert regressions["ranks"].tolist() == [1]  # the real one, nothing named by chance
     assert (out.loc[out["verdict"].isin(["regression", "improvement"]), "q_value"] < 0.05).all()
+
+
+def test_an_inconclusive_verdict_says_what_settling_it_would_cost():
+    """overhead.csv's inconclusive row: the measurement its repeats_needed blocks would
+    take at the series' own seconds per block, and that it is beyond max_repeats."""
+    from test_blocks import base_config, run
+
+    from scalesweep.analyse.collect import with_blocks
+    from scalesweep.analyse.summary import overhead_summary
+
+    rng = np.random.default_rng(5)
+    rows = []
+    for k in range(1, 6):
+        t = 10.0 * float(np.exp(rng.normal(0, 0.08)))
+        for runtime in ("native", "charliecloud"):
+            row = run(runtime, "charliecloud", k, t * float(np.exp(rng.normal(0, 0.08))),
+                      2 * k + (runtime != "native"))
+            row["harness_wall_s"] = 12.0  # a block: 24 s
+            rows.append(row)
+    config = base_config(max_repeats=6)
+    table = overhead_summary(with_blocks(pd.DataFrame(rows)), config)
+    row_ = table.iloc[0]
+    assert row_["verdict"] == "inconclusive" and row_["repeats_needed"] > 1
+    more = int(row_["repeats_needed"])
+    minutes = more * 24 / 60
+    expected = (f"~{more * 24:.0f} s" if more * 24 < 120 else f"~{minutes:.0f} min")
+    assert f"{expected} of measurement at 24 s per block" in row_["verdict_text"]
+    assert ("beyond measurement.max_repeats=6: it cannot settle within this campaign's "
+            "budget") in row_["verdict_text"]

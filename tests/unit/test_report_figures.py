@@ -163,10 +163,12 @@ def metrics(runtime="native", ranks=1, repeat=1, epochs=(3.0, 2.0, 2.1), rss=900
             "payload": "cnn", "epoch_s": list(epochs), "peak_rss_mb": rss, **extra}
 
 
-def test_epochs_table_marks_the_first_epoch_as_warmup():
+def test_epochs_table_marks_the_first_epoch():
     df = rtab.epochs_table([("a", metrics()), ("b", metrics(ranks=2, epochs=(4.0,)))])
     assert list(df["epoch_s"]) == [3.0, 2.0, 2.1, 4.0]
-    assert list(df["warmup"]) == [True, False, False, False]  # a single epoch is the steady one
+    # a single epoch is the steady one
+    assert list(df["first_epoch"]) == [True, False, False, False]
+    assert not df["warmup"].any()  # no warm-up blocks given: no warm-up run
     assert list(df["count"]) == [1, 1, 1, 2]
 
 

@@ -311,6 +311,7 @@ def overhead_summary(runs: pd.DataFrame, config: dict, log=None, memo=None) -> p
     table = _with_spread(table, data, keys)
     # the verdicts over the campaign's comparisons, not one at a time (multiplicity)
     table = adjust_verdicts(table, settings["confidence"])
+    table = _with_cost(table, data, keys, config)
     return table[columns + [c for c in table.columns if c not in columns]]
 
 
@@ -346,6 +347,58 @@ def _with_spread(table: pd.DataFrame, data: pd.DataFrame, keys: list[str]) -> pd
                              for v, t in zip(table["verdict_text"], texts)]
     return table
 
+
+
+def _with_cost(table: pd.DataFrame, data: pd.DataFrame, keys: list[str],
+               config: dict) -> pd.DataFrame:
+    """What an inconclusive verdict would cost to settle: the wall time of its
+    ``repeats_needed`` blocks at the series' median seconds per block (the two runs'
+    ``harness_wall_s``), and whether that is beyond ``measurement.max_repeats`` (the
+    series cannot settle within this campaign's budget: say so, with what it needs)."""
+    from scalesweep.plan.adaptive import repeat_bounds
+
+    if table.empty or "harness_wall_s" not in data.columns:
+        return table
+    valid = valid_runs(data).assign(
+        _wall=lambda d: pd.to_numeric(d["harness_wall_s"], errors="coerce"))
+    block_col = "block_id" if "block_id" in valid.columns else "repeat"
+    # seconds of each run, by row key, runtime and block (as _with_spread's lookups)
+    walls: dict[tuple, dict] = {}
+    for (*key, rt, block), wall in valid.groupby(
+            [*keys, "runtime", block_col], dropna=False)["_wall"].sum().items():
+        walls.setdefault((*key, rt), {})[block] = wall
+    texts = []
+    for key, runtime, verdict, text, more, n in zip(
+            table[keys].itertuples(index=False, name=None), table["runtime"],
+            table["verdict"], table["verdict_text"], table["repeats_needed"], table["n"]):
+        more = int(more) if pd.notna(more) else 0
+        if verdict != "inconclusive" or more <= 0:
+            texts.append(text)
+            continue
+        native, other = walls.get((*key, REFERENCE), {}), walls.get((*key, runtime), {})
+        blocks = [native[b] + other[b] for b in set(native) & set(other)
+                  if native[b] > 0 and other[b] > 0]
+        seconds = float(np.median(blocks)) if blocks else float("nan")
+        workload = dict(zip(keys, key)).get("workload")
+        high = repeat_bounds(config, workload)[1] if workload in (
+            config.get("workloads") or {}) else None
+        extra = []
+        if np.isfinite(seconds) and seconds > 0:
+            extra.append(f"~{_duration(more * seconds)} of measurement at {seconds:.0f} s "
+                         "per block")
+        if high is not None and int(n) + more > high:
+            extra.append(f"beyond measurement.max_repeats={high}: it cannot settle within "
+                         "this campaign's budget")
+        texts.append(text + (f"; {', '.join(extra)}" if extra else ""))
+    return table.assign(verdict_text=texts)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _probe_tolerance(data: pd.DataFrame, settings: dict):

@@ -1,13 +1,16 @@
 """`scalesweep rerun`: measure chosen points again, keeping what they measured before.
 
     scalesweep rerun --failed                    # failed points (incl. an unreadable metrics.json)
-    scalesweep rerun --disturbed                 # runs left out of the statistics
+    scalesweep rerun --disturbed                 # disturbed runs (not warm-up ones)
     scalesweep rerun --missing                   # never measured (or deleted)
     scalesweep rerun --where runtime=charliecloud nodes=2
     scalesweep rerun --failed --missing -n       # print what would be re-measured, run nothing
 
 The selections combine: state flags add up (--failed --missing), ``--where`` narrows them
-(alone, it selects every point matching it, whatever its state). The command prints the
+(alone, it selects every point matching it, whatever its state). ``--disturbed`` leaves
+out the disturbed runs of warm-up blocks (measurement.warmup_blocks): no statistic uses a
+warm-up run, disturbed or not, so measuring one again changes nothing (it says how many it
+skipped; ``--where repeat=1`` still chooses them). The command prints the
 points, moves each one's earlier files (metrics.json, failure.json, run.log, ...) into
 ``<point>/history/<UTC stamp>/`` (never deleted, never overwritten: the summary falls
 back on the newest valid one there if the new run cannot be read), then runs Snakemake
@@ -69,6 +72,18 @@ def select(table, states: set[str], where: dict[str, set[str]]):
     for axis, values in where.items():
         chosen = chosen[chosen[axis].astype(str).isin(values)]
     return chosen
+
+
+def without_disturbed_warmup(chosen, states: set[str]):
+    """(``chosen`` less its disturbed warm-up runs where disturbed runs were asked for
+    (``states``): no statistic uses a warm-up run, so nothing is gained by measuring one
+    again; the rows left out)."""
+    if "disturbed" not in states or "warmup" not in chosen.columns:
+        return chosen, chosen.iloc[0:0]
+    from scalesweep.analyse.frame import flag_column
+
+    skip = chosen["state"].eq("disturbed") & flag_column(chosen, "warmup")
+    return chosen[~skip], chosen[skip]
 
 
 def _natural(text: str):
@@ -196,7 +211,11 @@ def run(args) -> int:
     # `--config only=...`: only the points this invocation may measure
     everything = table
     table = table[table["path"].map(lambda p: SweepPoint.from_path(p) in selection).astype(bool)]
-    chosen = select(table, states, where)
+    chosen, skipped = without_disturbed_warmup(select(table, states, where), states)
+    if len(skipped):
+        print(f"Not measured again: {len(skipped)} disturbed warm-up run(s) (the first "
+              "measurement.warmup_blocks block(s) of their series: kept, in no statistic), "
+              f"e.g. {skipped['path'].iloc[0]}")
     if chosen.empty:
         print("Nothing to measure again: no point matches "
               + " and ".join([*(f"state {'/'.join(sorted(states))}" for _ in [0] if states),
@@ -334,7 +353,8 @@ def add_parser(sub) -> None:
                    help="failed points (a failure.json, an unreadable metrics.json, a run "
                         "whose owner is gone)")
     p.add_argument("--disturbed", action="store_true",
-                   help="runs marked disturbed (left out of the statistics)")
+                   help="runs marked disturbed (left out of the statistics); not those of "
+                        "warm-up blocks (measurement.warmup_blocks), which no statistic uses")
     p.add_argument("--missing", action="store_true", help="points with no run at all")
     p.add_argument("--where", nargs="+", metavar="AXIS=VALUE[,VALUE]",
                    help=f"only points with these values (axes: {', '.join(AXES)})")

@@ -11,6 +11,7 @@ from scalesweep.record.geometry import Geometry
 from scalesweep.report.style import (
     DISTURBED_COLOR,
     OUTSIDE_LEGEND,
+    WARMUP_COLOR,
     _finish,
     _theme,
     disturbed_mask,
@@ -18,12 +19,15 @@ from scalesweep.report.style import (
     no_data_figure,
     runtime_order,
     runtime_palette,
+    warmup_mask,
+    warmup_note,
 )
 
 
 def drift_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None, title: str = ""):
     """The probe's GFLOP/s and GB/s against the wall-clock time each run started: every
-    run a point, coloured by runtime, marker by workload, disturbed runs hollow grey. The
+    run a point, coloured by runtime, marker by workload, disturbed runs hollow grey,
+    warm-up runs (runs.csv's ``warmup``; drift_table leaves them out) hollow dark. The
     footer gives each figure's range over the campaign and, per series, whether the probe
     explains the run-to-run spread (``table``: ``drift_table``'s)."""
     import matplotlib.dates as mdates
@@ -38,7 +42,7 @@ def drift_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None, title: s
     df = runs.copy()
     df["_t"] = pd.to_datetime(df["start"], utc=True, errors="coerce")
     df = df[df["_t"].notna()]
-    hollow = disturbed_mask(df)
+    hollow, warm = disturbed_mask(df), warmup_mask(df)
     palette = runtime_palette(df["runtime"].astype(str))
     order = runtime_order(df["runtime"].astype(str))
     workloads = sorted(df["workload"].astype(str).unique())
@@ -52,7 +56,7 @@ def drift_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None, title: s
             for rt in order:
                 sel = (df["workload"].astype(str) == wl) & (df["runtime"].astype(str) == rt) \
                     & y.notna()
-                solid, empty = sel & ~hollow, sel & hollow
+                solid, empty = sel & ~hollow & ~warm, sel & hollow
                 if solid.any():
                     ax.scatter(df.loc[solid, "_t"], y[solid], color=palette[rt],
                                marker=markers[wl], s=30, edgecolor="black", linewidth=0.4,
@@ -61,10 +65,14 @@ def drift_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None, title: s
                     ax.scatter(df.loc[empty, "_t"], y[empty], facecolor="white",
                                edgecolor=DISTURBED_COLOR, marker=markers[wl], s=36,
                                linewidth=1.2, label=f"{wl}: {rt} (disturbed)", zorder=2)
+                if (sel & warm).any():
+                    ax.scatter(df.loc[sel & warm, "_t"], y[sel & warm], facecolor="white",
+                               edgecolor=WARMUP_COLOR, marker=markers[wl], s=36,
+                               linewidth=1.2, label=f"{wl}: {rt} (warm-up)", zorder=2)
         ax.set_ylabel(label)
         if y.notna().any():
             ax.set_ylim(0, float(y.max()) * 1.15)
-            ok = y[~hollow].dropna()
+            ok = y[~hollow & ~warm].dropna()
             if len(ok):
                 ranges.append(f"{col.split('_')[1].replace('gflops', 'GFLOP/s').replace('gbps', 'GB/s')}"
                               f" {ok.min():.3g}-{ok.max():.3g} (CV {cv_pct(ok):.1f}%)")
@@ -82,7 +90,8 @@ def drift_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None, title: s
     seen.update({lab: h for lab, h in zip(l1, h1) if lab not in seen})
     axes[0].legend(seen.values(), seen.keys(), **OUTSIDE_LEGEND)
     lines = ["every point a run: the probe's mean of before and after, the slowest node; "
-             "undisturbed runs over the campaign: " + "; ".join(ranges)]
+             "undisturbed runs over the campaign (warm-up runs left out): "
+             + "; ".join(ranges)]
     if table is not None and not table.empty and "probe_explains" in table:
         rows = table.dropna(subset=["probe_explains", "workload"])
         for i, (_, r) in enumerate(rows.iterrows()):
@@ -94,4 +103,5 @@ def drift_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None, title: s
                 text += f"; {r['spread']}"
             lines.append(text)
     lines.append(disturbed_note(df))
+    lines.append(warmup_note(df, drawn="drawn hollow with a dark edge: shown"))
     return _finish(fig, "", lines)

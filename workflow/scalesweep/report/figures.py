@@ -9,7 +9,8 @@ Anomalies are drawn, never dropped: super-linear and high-variance points are ma
 overheads without a confidence interval or a test say so, and every per-workload figure
 ends with a line naming the requested points that did not finish (missing or failed).
 Error bars are always the tables' own 95% confidence intervals (never seaborn's
-bootstrap); disturbed runs are drawn hollow grey and left out of every statistic; rows
+bootstrap); disturbed runs are drawn hollow grey, warm-up runs hollow dark diamonds, both
+left out of every statistic; rows
 measured on shared cores are labelled as not physical.
 Colours are fixed per runtime (native is always the first colour) across all figures.
 """
@@ -34,7 +35,6 @@ from scalesweep.analyse.summary import scaling_rows
 from scalesweep.record.geometry import AXES
 from scalesweep.report.style import (
     CI_TEXT,
-    DISTURBED_COLOR,
     OUTSIDE_LEGEND,
     SUPERLINEAR_COLOR,
     VARIANCE_COLOR,
@@ -47,15 +47,20 @@ from scalesweep.report.style import (
     _series,
     _theme,
     count_axis_label,
+    counted_mask,
     disturbed_mask,
     disturbed_note,
+    left_out_handles,
     no_data_figure,
     not_done_note,
     numeric_column,
     point_label,
     runtime_order,
     runtime_palette,
+    scatter_left_out,
     shared_cores_note,
+    warmup_mask,
+    warmup_note,
 )
 
 OVERHEAD_TEXT = (
@@ -70,8 +75,8 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
 
     Lines are efficiency of the mean over the undisturbed repeats with scaling.csv's 95%
     CI (efficiency_ci95_low/high_pct) as error bars; small dots are each repeat's
-    efficiency against the same linear time (disturbed runs hollow grey, not in the
-    statistics); the dashed line is 100% (ideal). Flags from scaling.csv are drawn:
+    efficiency against the same linear time (disturbed runs hollow grey, warm-up runs hollow
+    diamonds, neither in the statistics); the dashed line is 100% (ideal). Flags from scaling.csv are drawn:
     super-linear (red star), high variance (orange ring), single repeat (named in the
     point's label). Rows on shared cores get a red line saying the figure is not physical.
     """
@@ -98,6 +103,7 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
         counts = sorted(int(c) for c in table["count"].unique())
         ax.axhline(100, color="0.3", linestyle="--", linewidth=1.2, label="ideal (100%)")
         notes = notes_of[ax] = []  # (count, efficiency, text, colour)
+        left_out = set()  # the kinds of left-out runs drawn: their legend entries
         for series, s in table.sort_values("count").groupby("series", sort=False):
             color = palette[s["runtime"].iloc[0]]
             ax.plot(s["count"], s["efficiency_pct"], marker="o", color=color, label=series,
@@ -112,13 +118,10 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
                             fmt="none", ecolor=color, elinewidth=1.5, capsize=5, zorder=2)
             dots = _repeat_efficiency(s, runs)
             if not dots.empty:
-                hollow = disturbed_mask(dots)
-                ax.scatter(dots.loc[~hollow, "count"], dots.loc[~hollow, "efficiency_pct"],
+                counted = counted_mask(dots)
+                ax.scatter(dots.loc[counted, "count"], dots.loc[counted, "efficiency_pct"],
                            color=color, s=14, alpha=0.45, zorder=3)
-                if hollow.any():
-                    ax.scatter(dots.loc[hollow, "count"], dots.loc[hollow, "efficiency_pct"],
-                               facecolor="none", edgecolor=DISTURBED_COLOR, s=30,
-                               linewidth=1.2, zorder=3)
+                left_out |= scatter_left_out(ax, dots["count"], dots["efficiency_pct"], dots)
             for _, r in s.iterrows():
                 flags = [f for f in str(r["flag"]).split(";") if f]
                 named = ", ".join(f.replace("_", " ") for f in flags)
@@ -160,11 +163,7 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
             Line2D([], [], color="0.4", linewidth=1.5, marker="_", markersize=10,
                    label="95% CI (scaling.csv)"),
         ]
-        if disturbed_mask(runs).any():
-            handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="none",
-                                  markeredgecolor=DISTURBED_COLOR, markersize=6,
-                                  label="disturbed run (left out)"))
-        ax.legend(handles=handles, **OUTSIDE_LEGEND)
+        ax.legend(handles=handles + left_out_handles(left_out), **OUTSIDE_LEGEND)
     trained = None if _empty(runs, "workload") else runs[runs["workload"].isin(workloads)]
     _finish(fig, not_done_note(points, workloads[0] if len(workloads) == 1 else None),
             ["efficiency = linear time / measured time x 100, linear time = baseline "
@@ -172,7 +171,7 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
              "baseline time in weak scaling (per-rank data fixed) (means over the undisturbed "
              "repeats); "
              + CI_TEXT + " (Fieller's interval for the ratio of mean times)",
-             disturbed_note(trained)],
+             disturbed_note(trained), warmup_note(trained)],
             warnings=[shared_cores_note(scaling, trained)])
     for ax, notes in notes_of.items():
         _keep_inside(ax, _place_notes(ax, notes), sides=("right",))
@@ -182,14 +181,14 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
 
 def _repeat_efficiency(series: pd.DataFrame, runs: pd.DataFrame | None) -> pd.DataFrame:
     if _empty(runs, "workload", "runtime", "count", "threads", "time_s"):
-        return pd.DataFrame(columns=["count", "efficiency_pct", "disturbed"])
+        return pd.DataFrame(columns=["count", "efficiency_pct", "disturbed", "warmup"])
     first = series.iloc[0]
     mine = runs[(runs["workload"] == first["workload"]) & (runs["runtime"] == first["runtime"])
                 & (runs["threads"] == first["threads"])]
     merged = mine.merge(series[["count", "linear_time_s"]], on="count")
     merged["efficiency_pct"] = merged["linear_time_s"] / merged["time_s"] * 100
-    merged["disturbed"] = disturbed_mask(merged)
-    return merged[["count", "efficiency_pct", "disturbed"]]
+    merged["disturbed"], merged["warmup"] = disturbed_mask(merged), warmup_mask(merged)
+    return merged[["count", "efficiency_pct", "disturbed", "warmup"]]
 
 
 

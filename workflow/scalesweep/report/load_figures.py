@@ -154,12 +154,15 @@ def goodput_figure(table: pd.DataFrame, targets: dict | None = None) -> plt.Figu
 
 def request_rows(runs: pd.DataFrame) -> pd.DataFrame:
     """Every request of every valid run's open-loop levels (requests.jsonl beside each
-    run's metrics.json, runs.csv's ``path``), with its runtime, geometry and rate."""
+    run's metrics.json, runs.csv's ``path``), with its runtime, geometry and rate. Disturbed
+    and warm-up runs (runs.csv's ``warmup``: measurement.warmup_blocks) are left out, as
+    every statistic leaves them out."""
     from scalesweep.record.pointdir import REQUESTS_JSONL
 
     rows = []
     for _, run in runs.iterrows():
-        if truthy(run.get("disturbed")) or not isinstance(run.get("load_levels"), str):
+        if (truthy(run.get("disturbed")) or truthy(run.get("warmup"))
+                or not isinstance(run.get("load_levels"), str)):
             continue
         path = Path(str(run["path"]))
         point = path if path.is_dir() else path.parent
@@ -215,7 +218,9 @@ def distribution_figure(requests: pd.DataFrame, targets: dict | None = None) -> 
     fig.suptitle("TTFT and TPOT of every request per open-loop rate"
                  + (f"\n{only[0]}: {only[1]}, {int(only[2])} node(s) x {int(only[3])} GPU(s)" if only else ""),
                  fontsize="medium")
-    return _finish(fig, "", ["undisturbed runs' requests, every repeat pooled"])
+    return _finish(fig, "", ["undisturbed runs' requests, every repeat pooled (warm-up runs, the "
+                             "first measurement.warmup_blocks block(s) of each series, left "
+                             "out)"])
 
 
 def _pct(target: dict) -> str:

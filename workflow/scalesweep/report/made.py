@@ -102,11 +102,12 @@ def made_table(runs: pd.DataFrame, points: pd.DataFrame | None, summarised_at,
     written (``summarised_at``, shown in UTC), the campaign's time range (the first run's
     start .. the last run's end, runs.csv start / end), the site and machine (``site``: the
     site's record, its name, description, scheduler and node; the runs' hosts), the runs
-    (and disturbed ones), the requested points by state, the git commit(s) of the runs and
+    (and disturbed and warm-up ones), the requested points by state, the git commit(s) of the runs and
     of the workflow (``workflow``: workflow_commit), and the tables."""
     runs = runs if runs is not None else pd.DataFrame()
     n = len(runs)
     disturbed = int(flags(runs, "disturbed").sum()) if n else 0
+    warmup = int(flags(runs, "warmup").sum()) if n else 0  # measurement.warmup_blocks
     start = pd.to_datetime(runs["start"], utc=True, errors="coerce") if "start" in runs else None
     end = pd.to_datetime(runs["end"], utc=True, errors="coerce") if "end" in runs else None
     if n and start is not None and end is not None and start.notna().any() and end.notna().any():
@@ -120,7 +121,8 @@ def made_table(runs: pd.DataFrame, points: pd.DataFrame | None, summarised_at,
         ("summarised (UTC)", _utc(summarised_at)),
         ("campaign ran (first run's start .. last run's end)", span),
         *_site_rows(site, runs),
-        ("runs", f"{n} ({disturbed} disturbed: kept, left out of the statistics)"),
+        ("runs", f"{n} ({disturbed} disturbed" + (f", {warmup} warm-up" if warmup else "")
+                 + ": kept, left out of the statistics)"),
     ]
     if points is not None and not points.empty and "state" in points:
         counts = points["state"].value_counts()

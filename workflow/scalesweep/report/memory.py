@@ -13,7 +13,9 @@ DataFrame or Figure out; the glue is workflow/scripts/report_memory.py).
 
 Runs without a timeline (measured before it existed, or where no rank was found) are
 left out, never an error; disturbed runs are drawn (dashed grey) and left out of every
-statistic, as in every other figure.
+statistic, as in every other figure. Warm-up runs (measurement.warmup_blocks) are in
+neither table (report_memory.py leaves them out), so not drawn: the figure's footer counts
+them from points.csv's ``warmup``.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from scalesweep.report.style import (  # noqa: E402
     runtime_order,
     runtime_palette,
     shared_cores_note,
+    warmup_mask,
 )
 
 GRID_POINTS = 101
@@ -308,6 +311,18 @@ def memory_timeline_figure(timeline: pd.DataFrame, points: pd.DataFrame | None =
         (f"{int(disturbed_mask(runs).sum())} disturbed runs (interference during the "
          "measurement) drawn as dashed grey lines: shown, but left out of the means and bands"
          if disturbed_mask(runs).any() else ""),
+        _warmup_left_out(points),
     ]
     return _finish(fig, not_done_note(points, _only(timeline)), lines,
                    warnings=[shared_cores_note(timeline)])
+
+
+
+def _warmup_left_out(points: pd.DataFrame | None) -> str:
+    """The footer line of the warm-up runs (points.csv's ``warmup``, finished) that the
+    timeline leaves out; '' where there are none."""
+    if _empty(points, "warmup", "state"):
+        return ""
+    n = int((warmup_mask(points) & points["state"].isin(["done", "disturbed"])).sum())
+    return (f"{n} warm-up runs (the first measurement.warmup_blocks block(s) of each series) "
+            "not drawn: left out of every statistic" if n else "")

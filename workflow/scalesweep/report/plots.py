@@ -2,7 +2,8 @@
 
 Error bars are the tables' own 95% confidence intervals (scaling.csv, llm.csv), drawn with
 matplotlib; seaborn never computes one here (errorbar=None). Disturbed runs are drawn as
-hollow grey markers: shown, but not part of any statistic.
+hollow grey markers, warm-up runs (measurement.warmup_blocks) as hollow dark diamonds:
+shown, but not part of any statistic.
 """
 
 from __future__ import annotations
@@ -23,17 +24,27 @@ from scalesweep.analyse.summary import llm_summary, scaling_rows  # noqa: E402
 from scalesweep.plan.kinds import summarised_in  # noqa: E402
 from scalesweep.analyse.fits import MODELS, can_fit, min_counts  # noqa: E402
 from scalesweep.report.style import (  # noqa: E402
-    DISTURBED_COLOR,
     NOT_DONE_COLOR,
     OUTSIDE_LEGEND,
-    disturbed_mask,
+    counted_mask,
+    left_out_handles,
     numeric_column,
     runtime_order,
     runtime_palette,
+    scatter_left_out,
     shared_cores_note,
 )
 
 CI_NOTE = "error bars / bands: 95% CI of the table (Student t over the undisturbed repeats)"
+
+
+def _left_out_notes(kinds) -> list[tuple[str, str]]:
+    """The footer lines of the left-out runs drawn (style.scatter_left_out's kinds)."""
+    return [(text, "0.25") for kind, text in (
+        ("disturbed", "hollow grey: disturbed runs, shown but left out of the statistics"),
+        ("warmup", "hollow dark diamonds: warm-up runs (the first measurement.warmup_blocks "
+                   "block(s) of each series), shown but left out of the statistics"))
+        if kind in kinds]
 
 
 def _footer(fig: plt.Figure, lines: list[tuple[str, str]]) -> None:
@@ -79,7 +90,7 @@ def scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame) -> plt.Figure:
         ax.set_visible(False)
     palette = runtime_palette(scaling["runtime"] if not scaling.empty else [])
     colors = sns.color_palette("colorblind", 10)
-    any_disturbed = False
+    left_out = set()  # the kinds of left-out runs drawn (disturbed, warmup)
     for ax, workload in zip(axes[0], workloads):
         table = scaling[scaling["workload"] == workload].copy()
         table["series"] = table["runtime"] + " (" + table["threads"].astype(str) + " thr/rank)"
@@ -101,18 +112,11 @@ def scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame) -> plt.Figure:
             ax.plot(s["count"], s["linear_time_s"], linestyle="--", color="grey", linewidth=1)
             mine = dots[dots["series"] == series] if not dots.empty else dots
             if not mine.empty:
-                hollow = disturbed_mask(mine)
-                ax.scatter(mine.loc[~hollow, "count"], mine.loc[~hollow, "time_s"], color=color,
+                counted = counted_mask(mine)
+                ax.scatter(mine.loc[counted, "count"], mine.loc[counted, "time_s"], color=color,
                            s=16, alpha=0.6, zorder=3)
-                if hollow.any():
-                    any_disturbed = True
-                    ax.scatter(mine.loc[hollow, "count"], mine.loc[hollow, "time_s"],
-                               facecolor="none", edgecolor=DISTURBED_COLOR, s=30, linewidth=1.2,
-                               zorder=3)
+                left_out |= scatter_left_out(ax, mine["count"], mine["time_s"], mine)
         ax.plot([], [], linestyle="--", color="grey", label="ideal (linear) time")
-        if any_disturbed:
-            ax.scatter([], [], facecolor="none", edgecolor=DISTURBED_COLOR,
-                       label="disturbed run (left out)")
         counts = sorted(table["count"].unique())
         if len(counts) > 2:
             ax.set_xscale("log", base=2)
@@ -123,7 +127,8 @@ def scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame) -> plt.Figure:
         if ax.get_yscale() == "linear":
             ax.set_ylim(bottom=0)
         ax.set_title(workload)
-        ax.legend(**OUTSIDE_LEGEND)
+        handles, _ = ax.get_legend_handles_labels()
+        ax.legend(handles=handles + left_out_handles(left_out), **OUTSIDE_LEGEND)
     if not workloads:
         empty = ("every workload was measured at one count: nothing to scale" if single
                  else without or "no finished runs yet")
@@ -134,8 +139,7 @@ def scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame) -> plt.Figure:
                   (one_count, "0.25"),
                   (CI_NOTE if workloads else "", "0.25"),
                   (no_fit_note(scaling), "0.25"),
-                  ("hollow grey: disturbed runs, shown but left out of the statistics"
-                   if any_disturbed else "", "0.25")])
+                  *_left_out_notes(left_out)])
     return fig
 
 
@@ -184,7 +188,7 @@ def llm_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None) -> plt.Fig
         llm = llm.assign(model_label=[model_label(m, s) for m, s in zip(
             llm.get("model", pd.Series(None, index=llm.index)),
             llm.get("synthetic_model", pd.Series(False, index=llm.index)))])
-    any_disturbed = False
+    left_out = set()  # the kinds of left-out runs drawn (disturbed, warmup)
     for row, (workload, model) in zip(axes, models):
         mine = table[(table["workload"] == workload) & (table["model_label"].fillna("") == model)]
         dots = llm[(llm["workload"] == workload) & (llm["model_label"].fillna("") == model)]
@@ -215,13 +219,10 @@ def llm_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None) -> plt.Fig
                 if dot_col in d and not d.empty:
                     dx = np.array([gpus.index(int(g)) if int(g) in gpus else np.nan
                                    for g in d["gpus"]]) + offset
-                    hollow = disturbed_mask(d).to_numpy()
+                    counted = counted_mask(d).to_numpy()
                     dy = pd.to_numeric(d[dot_col], errors="coerce").to_numpy(float)
-                    ax.scatter(dx[~hollow], dy[~hollow], color="black", s=9, zorder=3)
-                    if hollow.any():
-                        any_disturbed = True
-                        ax.scatter(dx[hollow], dy[hollow], facecolor="none",
-                                   edgecolor=DISTURBED_COLOR, s=25, linewidth=1.2, zorder=3)
+                    ax.scatter(dx[counted], dy[counted], color="black", s=9, zorder=3)
+                    left_out |= scatter_left_out(ax, dx, dy, d, s=25)
             ax.set_xticks(range(len(gpus)), [str(g) for g in gpus])
             ax.set_xlabel("GPUs (0 = CPU only)")
             ax.set_ylabel(ylabel)
@@ -238,7 +239,6 @@ def llm_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None) -> plt.Fig
          "only" if synthetic else "", NOT_DONE_COLOR),
         ("bars: llm.csv means over the undisturbed repeats; " + CI_NOTE + "; dots: repeats",
          "0.25"),
-        ("hollow grey: disturbed runs, shown but left out of the statistics"
-         if any_disturbed else "", "0.25"),
+        *_left_out_notes(left_out),
     ])
     return fig

@@ -2,7 +2,8 @@
 (``epoch_time_figure``), each point's peak memory (``memory_figure``), the container
 start-up probes (``startup_figure``), which requested points finished
 (``completeness_figure``). Anomalies are drawn, never dropped; error bars are the tables'
-own 95% confidence intervals; disturbed runs are hollow grey (report/style.py)."""
+own 95% confidence intervals; disturbed runs are hollow grey, warm-up runs hollow dark
+diamonds, neither in any statistic (report/style.py)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,10 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.lines import Line2D
 
-from scalesweep.analyse.frame import truthy
 from scalesweep.analyse.stats import describe_repeats
 from scalesweep.plan.kinds import kind_of
 from scalesweep.plan.sweep import RUNTIMES
 from scalesweep.report.style import (
-    DISTURBED_COLOR,
     OUTSIDE_LEGEND,
     _empty,
     _finish,
@@ -29,14 +28,18 @@ from scalesweep.report.style import (
     _scale_labels,
     _theme,
     count_axis_label,
-    disturbed_mask,
+    counted_mask,
+    flag_mask,
     disturbed_note,
+    left_out_handles,
     no_data_figure,
     not_done_note,
     point_label,
     runtime_order,
     runtime_palette,
     shared_cores_note,
+    strip_left_out,
+    warmup_note,
 )
 from scalesweep.report.run_tables import STARTUP_PROBES
 
@@ -44,22 +47,25 @@ def epoch_time_figure(epochs: pd.DataFrame, points: pd.DataFrame | None = None,
                       title: str = "") -> plt.Figure:
     """Distribution of per-epoch seconds per runtime x count: boxes over steady-state
     epochs of all undisturbed repeats, dots for each of them, 'x' for first (warm-up)
-    epochs, which the steady-state time excludes but the figure still shows; every epoch
-    of a disturbed run is a hollow grey dot (shown, not in the boxes)."""
+    epochs (``first_epoch``), which the steady-state time excludes but the figure still
+    shows; every epoch of a disturbed run is a hollow grey dot, of a warm-up run (a warm-up
+    block: ``warmup``) a hollow dark diamond (shown, not in the boxes)."""
     name = title or "per-epoch time"
     if _empty(epochs, "runtime", "count", "epoch_s"):
         return _finish(no_data_figure(name, "no data: no finished CNN runs"),
                        not_done_note(points, _only(epochs, points)))
     _theme()
     df = epochs.copy()
-    df["warmup"] = df["warmup"].map(truthy).astype(bool) if "warmup" in df else False
-    hollow = disturbed_mask(df)
+    if "first_epoch" not in df and "warmup" in df:  # an epochs.csv from before warm-up blocks
+        df = df.rename(columns={"warmup": "first_epoch"})
+    df["first_epoch"] = flag_mask(df, "first_epoch")
+    counted = counted_mask(df)
     df["x"], order = _scale_labels(df)
     hue_order = runtime_order(df["runtime"])
     palette = runtime_palette(hue_order)
     fig, ax = plt.subplots(figsize=(max(9.5, 1.6 * len(order) * len(hue_order) + 5.5), 5.2))
-    steady = df[~df["warmup"] & ~hollow]
-    warm = df[df["warmup"] & ~hollow]
+    steady = df[~df["first_epoch"] & counted]
+    warm = df[df["first_epoch"] & counted]
     common = dict(x="x", y="epoch_s", hue="runtime", order=order, hue_order=hue_order, ax=ax)
     if not steady.empty:
         # width 0.8, as the dots' dodge: each runtime's dots over its own box
@@ -71,10 +77,7 @@ def epoch_time_figure(epochs: pd.DataFrame, points: pd.DataFrame | None = None,
         sns.stripplot(data=warm, palette=palette, dodge=True, jitter=0.05, size=8,
                       marker="X", edgecolor="black", linewidth=0.6, legend=steady.empty,
                       **common)
-    if hollow.any():
-        sns.stripplot(data=df[hollow], palette={rt: "white" for rt in hue_order}, dodge=True,
-                      jitter=0.12, size=6, edgecolor=DISTURBED_COLOR, linewidth=1.2,
-                      legend=False, **common)
+    left_out = strip_left_out(df, common, jitter=0.12)
     ax.set_xlabel(count_axis_label(df))
     ax.set_ylabel("seconds per epoch")
     ax.set_ylim(bottom=0)
@@ -82,18 +85,15 @@ def epoch_time_figure(epochs: pd.DataFrame, points: pd.DataFrame | None = None,
     handles, labels = ax.get_legend_handles_labels()
     handles += [Line2D([], [], marker="X", linestyle="", color="0.4", markeredgecolor="black",
                        markersize=9, label="first epoch (warm-up)")]
-    if hollow.any():
-        handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="white",
-                              markeredgecolor=DISTURBED_COLOR, markersize=6,
-                              label="disturbed run (left out)"))
-    ax.legend(handles=handles, **OUTSIDE_LEGEND)
+    ax.legend(handles=handles + left_out_handles(left_out), **OUTSIDE_LEGEND)
     run_key = [c for c in ("runtime", "arm", "count", "repeat") if c in df]
     n_runs = df.groupby(run_key).ngroups if "repeat" in df else len(df)
+    runs = df.drop_duplicates(run_key) if "repeat" in df else df
     return _finish(fig, not_done_note(points, _only(epochs)),
                    [f"{len(df)} epochs of {n_runs} runs; boxes: steady-state epochs (all but "
                     "the first, when a run has several) pooled over repeats; boxes show the "
                     "spread of epochs, not a confidence interval",
-                    disturbed_note(df.drop_duplicates(run_key) if "repeat" in df else df)],
+                    disturbed_note(runs), warmup_note(runs)],
                    warnings=[shared_cores_note(epochs)])
 
 
@@ -116,8 +116,7 @@ def memory_figure(runs: pd.DataFrame, points: pd.DataFrame | None = None,
     palette = runtime_palette(hue_order)
     fig, ax = plt.subplots(figsize=(max(9.5, 1.6 * len(order) * len(hue_order) + 5.5), 5.2))
     common = dict(x="x", y="peak_rss_mb", hue="runtime", order=order, hue_order=hue_order, ax=ax)
-    hollow = disturbed_mask(df)
-    valid = df[~hollow]
+    valid = df[counted_mask(df)]  # neither disturbed nor warm-up
     width = 0.8 / len(hue_order)  # seaborn's dodge: the dots sit on their bars
     if not valid.empty:
         stats = describe_repeats(valid, ["x", "runtime"], "peak_rss_mb")
@@ -139,10 +138,7 @@ def memory_figure(runs: pd.DataFrame, points: pd.DataFrame | None = None,
                             capsize=5, zorder=4)
         sns.stripplot(data=valid, palette=palette, dodge=True, jitter=0.1, size=5,
                       edgecolor="black", linewidth=0.5, legend=False, **common)
-    if hollow.any():
-        sns.stripplot(data=df[hollow], palette={rt: "white" for rt in hue_order}, dodge=True,
-                      jitter=0.1, size=6, edgecolor=DISTURBED_COLOR, linewidth=1.2,
-                      legend=False, **common)
+    left_out = strip_left_out(df, common)
     ax.set_xticks(range(len(order)), order)
     ax.set_xlim(-0.5, len(order) - 0.5)
     # a server's memory (one server per node, by GPUs), not the largest rank's
@@ -156,11 +152,7 @@ def memory_figure(runs: pd.DataFrame, points: pd.DataFrame | None = None,
     if not valid.empty:
         handles.append(Line2D([], [], color="black", linewidth=1.2, marker="_", markersize=10,
                               label="95% CI of the mean"))
-    if hollow.any():
-        handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="white",
-                              markeredgecolor=DISTURBED_COLOR, markersize=6,
-                              label="disturbed run (left out)"))
-    ax.legend(handles=handles, **OUTSIDE_LEGEND)
+    ax.legend(handles=handles + left_out_handles(left_out), **OUTSIDE_LEGEND)
     what = ("the inference server's peak RSS as the LLM payload sampled it" if llm else
             "the largest rank's ru_maxrss (the kernel's high-water mark of the rank process)")
     return _finish(fig, not_done_note(points, _only(runs)),
@@ -172,7 +164,7 @@ def memory_figure(runs: pd.DataFrame, points: pd.DataFrame | None = None,
                     "with its descendants (memory over time), which miss peaks shorter than "
                     "the interval" + ("" if not llm else " and also count the payload's "
                                       "client process, not only the server"),
-                    disturbed_note(df)],
+                    disturbed_note(df), warmup_note(df)],
                    warnings=[shared_cores_note(runs)])
 
 

@@ -1,7 +1,9 @@
 """The report's per-run tables (pure: parsed metrics.json records or points.csv in,
 DataFrame out): the requested points that did not finish (``missing_table``), every
 epoch's time (``epochs_table``), each run's provenance (``provenance_table``), the
-container start-up probes (``startup_samples``, ``startup_table``)."""
+container start-up probes (``startup_samples``, ``startup_table``). The epoch and
+provenance tables carry runs.csv's ``warmup`` (the run is in one of the first
+measurement.warmup_blocks blocks of its series: kept, in no statistic)."""
 
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ from scalesweep.report.style import _empty
 
 POINT_COLUMNS = ["workload", "runtime", *AXES, "repeat"]
 MISSING_COLUMNS = [*POINT_COLUMNS, "state", "reason", "log", "path"]
-EPOCH_COLUMNS = [*POINT_COLUMNS, "count", "epoch", "epoch_s", "warmup", "disturbed",
-                 "shared_cores"]
+EPOCH_COLUMNS = [*POINT_COLUMNS, "count", "epoch", "epoch_s", "first_epoch", "warmup",
+                 "disturbed", "shared_cores"]
 STARTUP_PROBES = ("noop", "python", "import_torch")
 STARTUP_COLUMNS = [
     "runtime", "probe", "n", "native_median_s", "container_median_s", "startup_overhead_s",
@@ -29,7 +31,7 @@ PROVENANCE_COLUMNS = [
     *POINT_COLUMNS, "mode", "hosts", "host_platform", "launcher", "slurm_job_id", "image_digest",
     "image", "image_source", "image_builder", "runtime_version", "python", "torch", "engine", "engine_version", "model", "model_sha256",
     "dataset", "parallel", "mpi_origin", "mpi_library", "mpi_library_version", "git_commit",
-    "start", "end", "disturbed", "disturbed_reason", "exclusive",
+    "start", "end", "warmup", "disturbed", "disturbed_reason", "exclusive",
     "shared_cores", "cpus_bound", "gpus_visible", "order_position", "path",
 ]
 
@@ -48,11 +50,12 @@ def missing_table(points: pd.DataFrame) -> pd.DataFrame:
 
 
 
-def epochs_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
+def epochs_table(records: Iterable[tuple[str, dict]], warmup_blocks: int = 0) -> pd.DataFrame:
     """One row per epoch of every run that has epoch_s (tidy: point, count, epoch, seconds,
-    warmup = first epoch of a run that has several, excluded from the steady-state time,
-    disturbed and shared_cores of the run). count is the run's scaling count, as in
-    runs.csv."""
+    first_epoch = first epoch of a run that has several, excluded from the steady-state
+    time, and of the run: warmup (its block is one of the ``warmup_blocks`` first of its
+    series: measurement.warmup_blocks, as runs.csv), disturbed and shared_cores). count is
+    the run's scaling count, as in runs.csv."""
     rows = []
     for _path, m in records:
         epochs = m.get("epoch_s") or []
@@ -66,7 +69,8 @@ def epochs_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
         for i, seconds in enumerate(epochs, start=1):
             rows.append({**{c: point.get(c) for c in POINT_COLUMNS}, "count": count,
                          "epoch": i, "epoch_s": float(seconds),
-                         "warmup": i == 1 and len(epochs) > 1, "disturbed": disturbed,
+                         "first_epoch": i == 1 and len(epochs) > 1,
+                         "warmup": _warmup(point, warmup_blocks), "disturbed": disturbed,
                          "shared_cores": shared})
     if not rows:
         return pd.DataFrame(columns=EPOCH_COLUMNS)
@@ -75,12 +79,21 @@ def epochs_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
 
 
 
-def provenance_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
+def _warmup(point: dict, warmup_blocks: int) -> bool:
+    """Whether the run of ``point`` is in a warm-up block (``plan.sweep.is_warmup``)."""
+    repeat = point.get("repeat")
+    return repeat is not None and int(repeat) <= int(warmup_blocks)
+
+
+
+def provenance_table(records: Iterable[tuple[str, dict]],
+                     warmup_blocks: int = 0) -> pd.DataFrame:
     """Where and with what each run was measured: hosts, launcher, Slurm job, image digest,
     container runtime version, library and engine versions, model and dataset, the CNN's
     parallel mode and the MPI library its ranks loaded (mpi_origin: host, container or
     mixed; empty without MPI), git commit,
-    times, whether it was disturbed, what the allocation gave it (exclusive, shared cores,
+    times, whether it was a warm-up run (its block one of the ``warmup_blocks`` first of
+    its series) or disturbed, what the allocation gave it (exclusive, shared cores,
     CPUs and GPUs bound), its place in its block's order, metrics file."""
     rows = []
     for path, m in records:
@@ -120,6 +133,7 @@ def provenance_table(records: Iterable[tuple[str, dict]]) -> pd.DataFrame:
             "git_commit": m.get("git_commit"),
             "start": m.get("harness_start") or m.get("start"),
             "end": m.get("harness_end") or m.get("end"),
+            "warmup": _warmup(m["point"], warmup_blocks),
             "disturbed": disturbance(m)[0],
             "disturbed_reason": disturbance(m)[1],
             "exclusive": allocation.get("exclusive"),

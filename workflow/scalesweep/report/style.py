@@ -1,11 +1,14 @@
 """The report's figure style, shared by every figure (report/figures.py, run_figures.py,
 plots.py, memory.py, drift.py): the theme, the fixed colour of each runtime (native is always
 the first colour), the notes under a figure (requested points not done, shared cores,
-disturbed runs), the footer that holds them, and the small helpers the figures share
-(point labels, count axes, an empty figure saying "no data").
+disturbed and warm-up runs), the footer that holds them, and the small helpers the figures
+share (point labels, count axes, an empty figure saying "no data").
 
-Disturbed runs are drawn hollow grey and left out of every statistic; rows measured on
-shared cores are labelled as not physical.
+Disturbed runs are drawn as hollow grey circles and warm-up runs (the first
+measurement.warmup_blocks blocks of every series: runs.csv's ``warmup``) as hollow dark
+diamonds; both are left out of every statistic (a warm-up run that was also disturbed is
+drawn and counted as warm-up only). Rows measured on shared cores are labelled as not
+physical.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ NOT_DONE_COLOR = "#b22222"
 DISTURBED_COLOR = "0.55"
 CI_TEXT = "error bars: the 95% confidence intervals of the tables"
 DISTURBED_TEXT = "hollow grey markers: disturbed runs, shown but left out of the statistics"
+WARMUP_COLOR = "0.1"
+WARMUP_MARKER = "D"
+WARMUP_LABEL = "warm-up run (left out)"
+DISTURBED_LABEL = "disturbed run (left out)"
 FOOTER_PT = 9
 # Legends beside the axes: inside, they hide error bars and points.
 OUTSIDE_LEGEND = dict(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
@@ -142,13 +149,79 @@ def shared_cores_note(*tables: pd.DataFrame | None) -> str:
 
 
 
-def disturbed_mask(df: pd.DataFrame | None) -> pd.Series:
-    """Which rows are disturbed runs (False where the table has no such column)."""
+def flag_mask(df: pd.DataFrame | None, col: str) -> pd.Series:
+    """A flag column of ``df`` read back (False where the table has no such column)."""
     if df is None:
         return pd.Series(dtype=bool)
-    if "disturbed" not in df.columns:
+    if col not in df.columns:
         return pd.Series(False, index=df.index)
-    return df["disturbed"].map(truthy).astype(bool)
+    return df[col].map(truthy).astype(bool)
+
+
+
+def warmup_mask(df: pd.DataFrame | None) -> pd.Series:
+    """Which rows are warm-up runs (runs.csv's ``warmup``: a warm-up block of its series)."""
+    return flag_mask(df, "warmup")
+
+
+
+def disturbed_mask(df: pd.DataFrame | None) -> pd.Series:
+    """Which rows are disturbed runs that are not warm-up runs (a warm-up run is drawn and
+    counted as warm-up only); False where the table has no such column."""
+    return flag_mask(df, "disturbed") & ~warmup_mask(df)
+
+
+
+def counted_mask(df: pd.DataFrame | None) -> pd.Series:
+    """Which rows are runs the statistics use: neither disturbed nor warm-up."""
+    return ~(flag_mask(df, "disturbed") | warmup_mask(df))
+
+
+
+def scatter_left_out(ax, x, y, rows: pd.DataFrame, s: float = 30) -> set[str]:
+    """The runs of ``rows`` no statistic uses, at (``x``, ``y``) (aligned with ``rows``):
+    disturbed ones hollow grey circles, warm-up ones hollow dark diamonds. The kinds drawn
+    ("disturbed", "warmup"), for ``left_out_handles``."""
+    x, y = np.asarray(x), np.asarray(y, dtype=float)
+    drawn = set()
+    for kind, mask, edge, marker in (
+            ("disturbed", disturbed_mask(rows), DISTURBED_COLOR, "o"),
+            ("warmup", warmup_mask(rows), WARMUP_COLOR, WARMUP_MARKER)):
+        m = mask.to_numpy(bool)
+        if m.any():
+            ax.scatter(x[m], y[m], facecolor="none", edgecolor=edge, marker=marker, s=s,
+                       linewidth=1.2, zorder=3)
+            drawn.add(kind)
+    return drawn
+
+
+
+def strip_left_out(df: pd.DataFrame, common: dict, size: float = 6,
+                   jitter: float = 0.1) -> set[str]:
+    """``scatter_left_out`` for a seaborn strip plot (``common``: its x, y, hue, order,
+    hue_order and ax), each run dodged over its runtime's place."""
+    drawn = set()
+    for kind, mask, edge, marker in (
+            ("disturbed", disturbed_mask(df), DISTURBED_COLOR, "o"),
+            ("warmup", warmup_mask(df), WARMUP_COLOR, WARMUP_MARKER)):
+        if mask.any():
+            sns.stripplot(data=df[mask], palette={rt: "white" for rt in common["hue_order"]},
+                          dodge=True, jitter=jitter, size=size, marker=marker, edgecolor=edge,
+                          linewidth=1.2, legend=False, **common)
+            drawn.add(kind)
+    return drawn
+
+
+
+def left_out_handles(kinds, size: float = 6) -> list:
+    """Legend entries for the left-out runs drawn (``scatter_left_out``'s kinds)."""
+    from matplotlib.lines import Line2D
+
+    styles = (("disturbed", DISTURBED_COLOR, "o", DISTURBED_LABEL),
+              ("warmup", WARMUP_COLOR, WARMUP_MARKER, WARMUP_LABEL))
+    return [Line2D([], [], marker=marker, linestyle="", markerfacecolor="none",
+                   markeredgecolor=edge, markeredgewidth=1.2, markersize=size, label=label)
+            for kind, edge, marker, label in styles if kind in kinds]
 
 
 
@@ -160,6 +233,17 @@ def disturbed_note(df: pd.DataFrame | None, what: str = "runs") -> str:
     n = int(mask.sum())
     return (f"{n} disturbed {what} (interference during the measurement) drawn as hollow grey "
             "markers: shown, but left out of every statistic")
+
+
+
+def warmup_note(df: pd.DataFrame | None, what: str = "runs", drawn: str = "drawn as hollow "
+                "dark diamonds: shown") -> str:
+    """'N warm-up runs: ...' where a table of runs (or epochs) holds warm-up ones."""
+    mask = warmup_mask(df)
+    if not mask.any():
+        return ""
+    return (f"{int(mask.sum())} warm-up {what} (the first measurement.warmup_blocks block(s) "
+            f"of each series) {drawn}, but left out of every statistic")
 
 
 
