@@ -141,3 +141,13 @@ def test_an_inconclusive_verdict_says_what_settling_it_would_cost():
     assert f"{expected} of measurement at 24 s per block" in row_["verdict_text"]
     assert ("beyond measurement.max_repeats=6: it cannot settle within this campaign's "
             "budget") in row_["verdict_text"]
+
+
+def test_adjusting_again_keeps_what_was_added_to_a_text_since():
+    """The report's second pass (add_q_values) must not drop what overhead_summary added
+    to a verdict's text after deciding it (the cost of settling it, the spread)."""
+    once = adjust_verdicts(campaign_of_six())
+    once.loc[0, "verdict_text"] += "; ~7 min of measurement at 32 s per block"
+    once.loc[1, "verdict_text"] += "; runs differ far more from each other"
+    twice = adjust_verdicts(once)
+    assert twice["verdict_text"].tolist() == once["verdict_text"].tolist()

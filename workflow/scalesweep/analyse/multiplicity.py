@@ -67,6 +67,7 @@ def adjust_verdicts(table: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.D
             "verdict_text_unadjusted" in out.columns) else out["verdict_text"].astype(str)
     else:
         own, own_text = out["verdict"].astype(str), out["verdict_text"].astype(str)
+    current, current_text = out["verdict"].astype(str).tolist(), out["verdict_text"].tolist()
     p = pd.to_numeric(out["p_value"], errors="coerce").to_numpy(float)
     eq_p = pd.to_numeric(out["equivalence_p_value"], errors="coerce").to_numpy(float)
     q = out["q_value"].to_numpy(float)
@@ -89,9 +90,12 @@ def adjust_verdicts(table: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.D
             else:
                 new = "inconclusive"
         verdicts.append(new)
-        texts.append(text if new == verdict else
-                     _downgraded_text(verdict, new, text, p[i], q[i], eq_p[i], eq_q[i], m,
-                                      m_eq, alpha))
+        if new == current[i]:  # decided as before (a table adjusted already): kept as is,
+            texts.append(current_text[i])  # with what was added to its text since
+        else:
+            texts.append(text if new == verdict else
+                         _downgraded_text(verdict, new, text, p[i], q[i], eq_p[i], eq_q[i],
+                                          m, m_eq, alpha))
     out["verdict"] = verdicts
     out["verdict_text"] = texts
     if "verdict_unadjusted" not in out.columns:

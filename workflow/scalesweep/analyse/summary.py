@@ -363,10 +363,14 @@ def _with_cost(table: pd.DataFrame, data: pd.DataFrame, keys: list[str],
         _wall=lambda d: pd.to_numeric(d["harness_wall_s"], errors="coerce"))
     block_col = "block_id" if "block_id" in valid.columns else "repeat"
     # seconds of each run, by row key, runtime and block (as _with_spread's lookups)
+    # (keys normalised: a missing model is None in one table and NaN in the other)
+    def norm(values) -> tuple:
+        return tuple("" if pd.isna(v) else v for v in values)
+
     walls: dict[tuple, dict] = {}
     for (*key, rt, block), wall in valid.groupby(
             [*keys, "runtime", block_col], dropna=False)["_wall"].sum().items():
-        walls.setdefault((*key, rt), {})[block] = wall
+        walls.setdefault(norm((*key, rt)), {})[block] = wall
     texts = []
     for key, runtime, verdict, text, more, n in zip(
             table[keys].itertuples(index=False, name=None), table["runtime"],
@@ -375,7 +379,8 @@ def _with_cost(table: pd.DataFrame, data: pd.DataFrame, keys: list[str],
         if verdict != "inconclusive" or more <= 0:
             texts.append(text)
             continue
-        native, other = walls.get((*key, REFERENCE), {}), walls.get((*key, runtime), {})
+        native = walls.get(norm((*key, REFERENCE)), {})
+        other = walls.get(norm((*key, runtime)), {})
         blocks = [native[b] + other[b] for b in set(native) & set(other)
                   if native[b] > 0 and other[b] > 0]
         seconds = float(np.median(blocks)) if blocks else float("nan")

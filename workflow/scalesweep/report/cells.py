@@ -59,7 +59,10 @@ def pct(value, signed: bool = True) -> str:
     x = number(value)
     if not math.isfinite(x):
         return ""
-    return f"{x:+.1f}%" if signed else f"{x:.1f}%"
+    text = f"{x:+.1f}" if signed else f"{x:.1f}"
+    # a value that rounds to zero reads 0.0, never -0.0
+    return ("0.0" if text in ("-0.0", "+0.0", "0.0") and signed is False else
+            "+0.0" if text in ("-0.0", "+0.0") else text) + "%"
 
 
 def overhead_ci(row) -> str:
