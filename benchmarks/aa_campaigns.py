@@ -14,8 +14,9 @@ comparisons, like the issue's campaign). The machine must be quiet (nothing else
 running): every run records the load it saw, and disturbed runs are left out anyway.
 
 Reported, per campaign and over the K campaigns, side by side for the verdict as decided
-over the campaign (column ``verdict``) and each comparison's own (``verdict_unadjusted``,
-the rule before issue #39) on the same runs:
+over the campaign (column ``verdict``) and each comparison's own (``verdict_unadjusted``:
+the verdicts as issue #39 found them, but on runs measured under today's stops and
+warm-up) on the same runs:
 - campaigns with any false difference (a native-aa row "faster"/"slower"): the
   campaign-level false-difference rate (its 95% Clopper-Pearson interval: K is small);
 - the share of conclusive verdicts (equivalent, slower or faster) among every row;
@@ -92,12 +93,18 @@ def series_figures(workdir: Path) -> pd.DataFrame:
     run's start to its last run's end."""
     runs = pd.read_csv(workdir / "results" / "summary" / "runs.csv")
     keys = [k for k in ("workload", "nodes", "gpus", "ranks", "threads", "arm") if k in runs]
-    start = pd.to_numeric(runs.get("start"), errors="coerce")
-    end = pd.to_numeric(runs.get("end"), errors="coerce")
-    data = runs.assign(_start=start, _end=end)
-    return data.groupby(keys, dropna=False).agg(
-        blocks=("repeat", "max"), first=("_start", "min"), last=("_end", "max")).assign(
-        seconds=lambda d: d["last"] - d["first"]).reset_index()
+    # start and end are ISO times; blocks counted after the warm-up ones
+    data = runs.assign(_start=pd.to_datetime(runs["start"], utc=True, errors="coerce"),
+                       _end=pd.to_datetime(runs["end"], utc=True, errors="coerce"),
+                       _counted=~runs.get("warmup", pd.Series(False, index=runs.index))
+                       .fillna(False).astype(bool))
+    out = data.groupby(keys, dropna=False).agg(
+        first=("_start", "min"), last=("_end", "max")).reset_index()
+    counted = data[data["_counted"]].groupby(keys, dropna=False)["repeat"].nunique()
+    out["blocks"] = [counted.get(tuple(r), 0) if len(keys) > 1 else counted.get(r[0], 0)
+                     for r in out[keys].itertuples(index=False, name=None)]
+    out["seconds"] = (out["last"] - out["first"]).dt.total_seconds()
+    return out
 
 
 def main() -> int:

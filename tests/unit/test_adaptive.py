@@ -118,7 +118,7 @@ def test_a_series_that_cannot_settle_within_max_repeats_stops_early_and_says_wha
     [text] = d["futility"]
     assert text in d["reasons"]
     assert (f"cannot settle within max_repeats=6 at the measured spread: needs about {need} "
-            f"blocks ({need - 5} more than the 5 measured, ~{(need - 5) * 24 / 60:.0f} min "
+            f"same-block pairs ({need - 5} more than the 5 measured, ~{(need - 5) * 24 / 60:.0f} min "
             "more of wall time at this series' 24 s per block") in text, text
     # judged again under the current config: a maximum that reaches it continues
     cfg["measurement"]["max_repeats"] = need

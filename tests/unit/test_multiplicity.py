@@ -134,11 +134,12 @@ def test_an_inconclusive_verdict_says_what_settling_it_would_cost():
     config = base_config(max_repeats=6)
     table = overhead_summary(with_blocks(pd.DataFrame(rows)), config)
     row_ = table.iloc[0]
-    assert row_["verdict"] == "inconclusive" and row_["repeats_needed"] > 1
-    more = int(row_["repeats_needed"])
+    assert row_["verdict"] == "inconclusive" and row_["repeats_to_decide"] > 1
+    more = int(row_["repeats_to_decide"])  # to a verdict, as the futility stop counts
     minutes = more * 24 / 60
     expected = (f"~{more * 24:.0f} s" if more * 24 < 120 else f"~{minutes:.0f} min")
-    assert f"{expected} of measurement at 24 s per block" in row_["verdict_text"]
+    assert (f"to a verdict about {more} more pairs, {expected} of measurement at 24 s per "
+            "block") in row_["verdict_text"]
     assert ("beyond measurement.max_repeats=6: it cannot settle within this campaign's "
             "budget") in row_["verdict_text"]
 

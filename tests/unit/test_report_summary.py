@@ -280,7 +280,8 @@ def test_significance_counts_chance_and_benjamini_hochberg():
     assert diff["expected_by_chance"] == pytest.approx(9 * 0.05)
     assert diff["bh_significant"] == int((q < 0.05).sum()) == 1
     assert diff["claims"] == 1
-    assert diff["claims_not_bh_significant"] == ""
+    assert diff["claims_not_bh_significant"].startswith("cnn apptainer n1-g0-r2-t1")
+    assert diff["claims_not_bh_significant"].endswith("; and 1 more")
     statement = diff["statement"]
     assert statement.startswith("5 of 9 comparisons significant at 5% (p_value < 0.05); if no "
                                 "runtime differed from native, chance alone would give about "
@@ -574,7 +575,8 @@ CAVEATS = {
                     "about 4 more repeats each would settle them",
     "no_ci": "1 comparison without a 95% CI",
     "pairs": "Pairs left out of the verdicts: 0 measured too far apart, 2 whose machine-speed",
-    "fdr": "cnn apptainer n1-g0-r1-t1 not significant after Benjamini-Hochberg",
+    "fdr": "cnn apptainer n1-g0-r1-t1 significant alone, not after Benjamini-Hochberg over the "
+           "campaign: inconclusive",
     "flag": "Scaling rows flagged (high variance, a single repeat or superlinear): cnn "
             "native 1 thr/rank count 2: single_repeat",
     "fits": "Scaling laws not fitted (too few points) for 1 series (cnn native), e.g. amdahl: "

@@ -249,15 +249,16 @@ def test_aa_false_rate_under_a_mean_reverting_drift_with_random_order():
     assert result["false"] <= LIMIT, result
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "ABBA under a drift that reverts from run to run: 6.96% false verdicts over 10 000 "
-    "campaigns. Consecutive blocks in opposite order see opposite halves of the same "
-    "reversion, so their log ratios correlate (lag-1 about +0.11) and the t interval is "
-    "too narrow; random order (measurement.order: random) gives 5.3% (test above). Since "
-    "futile series stop at 5 blocks (issue 39), 6.1% of these 2000, at the limit (6.15%)."))
 def test_aa_false_rate_under_a_mean_reverting_drift_with_abba_order():
+    """A known excess, pinned: ABBA under a drift that reverts from run to run gave 6.96%
+    false verdicts over 10 000 campaigns. Consecutive blocks in opposite order see
+    opposite halves of the same reversion, so their log ratios correlate (lag-1 about
+    +0.11) and the t interval is too narrow; random order (measurement.order: random)
+    gives 5.3% (test above). Since futile series stop at 5 blocks (issue 39), 6.1% of
+    these 2000: above the nominal 5%, below 8% (per comparison; over a campaign the
+    verdicts are adjusted)."""
     result = simulate(fit_ar1(), CAMPAIGNS, seed=26)
-    assert result["false"] <= LIMIT, result
+    assert ALPHA < result["false"] <= 0.08, result
 
 
 def test_aa_under_cnn_noise_stops_early_and_calls_it_equivalent():

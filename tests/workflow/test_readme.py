@@ -637,6 +637,7 @@ def test_sample_verdicts_are_in_the_analysis_own_words():
     pattern = re.compile(
         r"(?P<verdict>equivalent within \+-(?P<margin>[\d.]+)%|faster by [\d.]+%|slower by [\d.]+%|"
         r"inconclusive: about (?P<more>\d+) more repeats? needed) \((?:overhead )?(?P<o>-?[\d.]+)%, "
+        r"(?:two one-sided tests' 90% CI (?P<lo90>-?[\d.]+)% \.\. (?P<hi90>-?[\d.]+)%, )?"
         r"95% CI (?P<lo>-?[\d.]+)% \.\. (?P<hi>-?[\d.]+)%, n=(?P<n>\d+) same-block pairs\)$")
     found = 0
     for line in samples:
@@ -646,7 +647,9 @@ def test_sample_verdicts_are_in_the_analysis_own_words():
         kind = m["verdict"].split()[0].rstrip(":")
         v = {"verdict": kind, "overhead_pct": float(m["o"]), "ci95_low_pct": float(m["lo"]),
              "ci95_high_pct": float(m["hi"]), "paired": True, "n": int(m["n"]),
-             "n_native": int(m["n"]), "ci_method": "paired t"}
+             "n_native": int(m["n"]), "ci_method": "paired t",
+             **({"ci90_low_pct": float(m["lo90"]), "ci90_high_pct": float(m["hi90"])}
+                if m["lo90"] else {})}
         text = _verdict_text(v, float(m["margin"] or 5), int(m["more"] or 0))
         text = text.replace(" pairs)", " same-block pairs)")  # as overhead._with_pairing says it
         assert line.endswith(text), f"README sample {line!r}: the analysis writes {text!r}"

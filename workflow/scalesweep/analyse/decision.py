@@ -18,9 +18,9 @@ import numpy as np
 
 from scalesweep.analyse.pairing import block_pairs
 from scalesweep.analyse.verdict import overhead_verdict
-from scalesweep.analyse.summary import campaign_settings
+from scalesweep.analyse.summary import campaign_settings, duration_text
 from scalesweep.plan.adaptive import MIN_COMPARED, Series, block_bounds, repeat_bounds, wants_more
-from scalesweep.plan.adaptive import campaign_comparisons, is_futile
+from scalesweep.plan.adaptive import campaign_comparisons, is_futile, looks, settle_level
 from scalesweep.plan.sweep import REFERENCE, is_native, is_warmup, warmup_blocks
 
 
@@ -143,25 +143,6 @@ def decide(
     }
 
 
-# The settled stop. A series that stops as soon as a difference test crosses its level
-# after any block inflates the false "faster"/"slower" rate (optional stopping); stopping
-# on the CI's width does not. So a settled stop needs a p value below 5% divided by the
-# campaign's comparisons (a Bonferroni level: below it the Benjamini-Hochberg q value of
-# the published verdict is below 5% whatever the other comparisons give) and by the looks
-# at which the series can stop settled (a Bonferroni bound over its decisions, from
-# MIN_COMPARED pairs to max_repeats). Simulated (tests/unit/test_verdict_simulation.py,
-# benchmarks/stopping_simulation.py): docs/measurement.md, "Enough repeats".
-def looks(low: int, high: int) -> int:
-    """The decisions at which a comparison can stop settled: from MIN_COMPARED (or the
-    minimum of repeats) to the maximum, in repeats that count."""
-    return max(high - max(low, MIN_COMPARED) + 1, 1)
-
-
-def settle_level(comparisons: int, looks_: int, confidence: float = 0.95) -> float:
-    """The p value below which a comparison's verdict is settled (see above)."""
-    return (1 - confidence) / max(int(comparisons), 1) / max(int(looks_), 1)
-
-
 def block_seconds(native: Mapping[int, Mapping[str, Any]],
                   other: Mapping[int, Mapping[str, Any]]) -> float | None:
     """The median wall seconds of one block of a series: its two runs' ``harness_wall_s``
@@ -181,29 +162,19 @@ def block_seconds(native: Mapping[int, Mapping[str, Any]],
 
 def futility_text(verdict: Mapping[str, Any], have: int, max_repeats: int,
                   seconds_per_block: float | None) -> str:
-    """"cannot settle within max_repeats=K at the measured spread: needs about N blocks
-    (...)": why a futile comparison stops (``decide``)."""
+    """"cannot settle within max_repeats=K at the measured spread: needs about N
+    same-block pairs (...)": why a futile comparison stops (``decide``)."""
     from scalesweep.analyse.verdict import MAX_REPEATS
 
     need = int(verdict["pairs_to_decide"])
     more = max(need - have, 0)
     about = f"over {MAX_REPEATS}" if need >= MAX_REPEATS else f"about {need}"
-    wall = (f", ~{_duration(more * seconds_per_block)} more of wall time at this series' "
+    wall = (f", ~{duration_text(more * seconds_per_block)} more of wall time at this series' "
             f"{seconds_per_block:.3g} s per block" if seconds_per_block else "")
     return (f"cannot settle within max_repeats={max_repeats} at the measured spread: needs "
-            f"{about} blocks ({more} more than the {have} measured{wall}; overhead "
+            f"{about} same-block pairs ({more} more than the {have} measured{wall}; overhead "
             f"{_fmt(verdict.get('overhead_pct'))}%, 95% CI half-width "
             f"{_fmt(verdict.get('ci_half_width_pp'))} pp)")
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
 
 
 def blocks_at_spread(series: Series, config: dict,

@@ -84,7 +84,8 @@ VERDICT_COLUMNS = [
     "overhead_ci95_low_pct", "overhead_ci95_high_pct", "ci_half_width_pp", "ci_method",
     "normality_p_value", "p_value", "significant", "equivalence_p_value",
     "equivalence_ci90_low_pct", "equivalence_ci90_high_pct", "margin_pct",
-    "verdict", "verdict_text", "repeats_needed", "target_ci_pp", "target_met",
+    "verdict", "verdict_text", "repeats_needed", "repeats_to_decide", "target_ci_pp",
+    "target_met",
 ]
 
 
@@ -232,6 +233,8 @@ def verdict_table(
                 "verdict": v["verdict"],
                 "verdict_text": _with_pairing(v["verdict_text"], pairs, paired),
                 "repeats_needed": v["repeats_needed"],
+                # the pairs more until the verdict is decided (not only narrow)
+                "repeats_to_decide": v["repeats_to_decide"],
                 "target_ci_pp": target_ci_pp, "target_met": v["target_met"],
             })
             if memo is not None:

@@ -372,9 +372,11 @@ def _with_cost(table: pd.DataFrame, data: pd.DataFrame, keys: list[str],
             [*keys, "runtime", block_col], dropna=False)["_wall"].sum().items():
         walls.setdefault(norm((*key, rt)), {})[block] = wall
     texts = []
+    to_decide = table["repeats_to_decide"] if "repeats_to_decide" in table else table[
+        "repeats_needed"]
     for key, runtime, verdict, text, more, n in zip(
             table[keys].itertuples(index=False, name=None), table["runtime"],
-            table["verdict"], table["verdict_text"], table["repeats_needed"], table["n"]):
+            table["verdict"], table["verdict_text"], to_decide, table["n"]):
         more = int(more) if pd.notna(more) else 0
         if verdict != "inconclusive" or more <= 0:
             texts.append(text)
@@ -385,25 +387,30 @@ def _with_cost(table: pd.DataFrame, data: pd.DataFrame, keys: list[str],
                   if native[b] > 0 and other[b] > 0]
         seconds = float(np.median(blocks)) if blocks else float("nan")
         workload = dict(zip(keys, key)).get("workload")
-        high = repeat_bounds(config, workload)[1] if workload in (
-            config.get("workloads") or {}) else None
-        extra = []
-        if np.isfinite(seconds) and seconds > 0:
-            extra.append(f"~{_duration(more * seconds)} of measurement at {seconds:.0f} s "
-                         "per block")
+        low, high = repeat_bounds(config, workload) if workload in (
+            config.get("workloads") or {}) else (None, None)
+        # the limit that bounds the series: max_repeats, or sweep.repeats without
+        # adaptive repeats
+        limit = "measurement.max_repeats" if high != low else "sweep.repeats"
+        extra = [f"to a verdict about {more} more pair{'s' if more != 1 else ''}"
+                 + (f", ~{duration_text(more * seconds)} of measurement at {seconds:.0f} s "
+                    "per block" if np.isfinite(seconds) and seconds > 0 else "")]
         if high is not None and int(n) + more > high:
-            extra.append(f"beyond measurement.max_repeats={high}: it cannot settle within "
-                         "this campaign's budget")
+            extra.append(f"beyond {limit}={high}: it cannot settle within this campaign's "
+                         "budget")
         texts.append(text + (f"; {', '.join(extra)}" if extra else ""))
     return table.assign(verdict_text=texts)
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
+    """A duration as a reader takes it in: s, min, h or days."""
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 2 * 3600:
         return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
 
 
 def _probe_tolerance(data: pd.DataFrame, settings: dict):

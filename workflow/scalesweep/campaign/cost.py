@@ -187,6 +187,7 @@ def _print_text(configs, args, site, totals, cost, summary, support, warnings, r
               f"per block; after sweep.repeats ({rule['sweep_repeats']}) blocks it adds one at "
               f"a time until every comparison has {rule['min_pairs']} same-block pairs and a "
               f"95% CI half-width <= measurement.target_ci_pp ({rule['target_ci_pp']:g} pp), "
+              f"or a verdict settled over the campaign, or none within reach (futility), "
               f"at most measurement.max_repeats ({rule['max_repeats']}) blocks. A first dry "
               f"run lists the first {rule['blocks_first']} blocks "
               f"({rule['first_dry_run_runs']} runs); the workflow adds the others.")

@@ -253,15 +253,62 @@ def wants_more(decision: Mapping[str, Any], config: dict) -> bool:
     if any(len(v) < low for v in (decision.get("valid_repeats") or {}).values()):
         return True
     left = block_bounds(config, series["workload"])[1] - int(decision["round"])
+    # the campaign's comparisons now, or as the decision counted them where more
+    m = int(decision.get("campaign_comparisons") or 1)
+    try:
+        m = max(m, campaign_comparisons(config))
+    except (KeyError, TypeError, ValueError, AttributeError):  # no sweep to read from
+        pass
     for c in (decision.get("comparisons") or {}).values():
         half = c.get("ci_half_width_pp")
         if min(c.get("n") or 0, c.get("n_native") or 0) < MIN_COMPARED:
             return True
-        if c.get("settled") or (half is not None and half <= target):
+        if is_settled(c, config, series["workload"], m) or (half is not None and half <= target):
             continue  # its verdict holds over the campaign, or its CI meets the target
         if not is_futile(c, left):
             return True
     return not decision["enough"] and not decision.get("comparisons")
+
+
+# The settled stop. A series that stops as soon as a difference test crosses its level
+# after any block inflates the false "faster"/"slower" rate (optional stopping); stopping
+# on the CI's width does not. So a settled stop needs a p value below 5% divided by the
+# campaign's comparisons (a Bonferroni level: below it the Benjamini-Hochberg q value of
+# the published verdict is below 5% whatever the other comparisons give) and by the looks
+# at which the series can stop settled (a Bonferroni bound over its decisions, from
+# MIN_COMPARED pairs to max_repeats). Simulated (tests/unit/test_verdict_simulation.py,
+# benchmarks/stopping_simulation.py): docs/measurement.md, "Enough repeats".
+def looks(low: int, high: int) -> int:
+    """The decisions at which a comparison can stop settled: from MIN_COMPARED (or the
+    minimum of repeats) to the maximum, in repeats that count."""
+    return max(high - max(low, MIN_COMPARED) + 1, 1)
+
+
+def settle_level(comparisons: int, looks_: int, confidence: float = 0.95) -> float:
+    """The p value below which a comparison's verdict is settled (see above)."""
+    return (1 - confidence) / max(int(comparisons), 1) / max(int(looks_), 1)
+
+
+CLAIM_P = {"equivalent": "equivalence_p_value", "slower": "p_value", "faster": "p_value"}
+
+
+def claim_p(comparison: Mapping[str, Any]) -> float | None:
+    """The p value of the verdict a comparison claims (None: it claims nothing)."""
+    p = comparison.get(CLAIM_P.get(str(comparison.get("verdict")), ""))
+    return float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) else None
+
+
+def is_settled(comparison: Mapping[str, Any], config: dict, workload: str,
+               comparisons: int | None = None) -> bool:
+    """Whether a comparison's verdict is settled under ``config``'s campaign (its
+    comparisons and looks now: the A/A runtime added to a finished campaign doubles the
+    comparisons, and a comparison settled before may not be any more)."""
+    p = claim_p(comparison)
+    have = min(comparison.get("n") or 0, comparison.get("n_native") or 0)
+    if p is None or have < MIN_COMPARED:
+        return False
+    m = comparisons if comparisons is not None else campaign_comparisons(config)
+    return p < settle_level(m, looks(*repeat_bounds(config, workload)))
 
 
 def is_futile(comparison: Mapping[str, Any], blocks_left: int) -> bool:
@@ -283,11 +330,21 @@ def campaign_comparisons(config: dict) -> int:
     series of the sweep (every arm of every geometry of every workload; the A/A runtime
     included), whatever ``only:`` selects; at least 1. What the adaptive rule's settled
     stop divides its level by (``scalesweep.analyse.decision.settle_level``)."""
-    from scalesweep.plan.sweep import sweep_points
+    # asked once per decision and per walk of a series: the sweep enumerated once per
+    # config (a Frontier campaign has thousands of series)
+    key = json.dumps(config, sort_keys=True, default=str)
+    if key not in _COMPARISONS:
+        from scalesweep.plan.sweep import sweep_points
 
-    count = 0
-    for series in series_of(sweep_points(config)):
-        runtimes = series.runtimes(config)
-        if REFERENCE in runtimes:
-            count += sum(rt != REFERENCE for rt in runtimes)
-    return max(count, 1)
+        count = 0
+        for series in series_of(sweep_points(config)):
+            runtimes = series.runtimes(config)
+            if REFERENCE in runtimes:
+                count += sum(rt != REFERENCE for rt in runtimes)
+        if len(_COMPARISONS) > 64:
+            _COMPARISONS.clear()
+        _COMPARISONS[key] = max(count, 1)
+    return _COMPARISONS[key]
+
+
+_COMPARISONS: dict[str, int] = {}

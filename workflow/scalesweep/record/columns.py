@@ -116,6 +116,7 @@ _STATISTICS_OF_TIME = [Column(n, MEASUREMENT, "s") for n in (
 SUMMARY_COLUMNS: dict[str, Column] = {c.name: c for c in [
     Column("n", MEASUREMENT, "runs"), Column("n_native", MEASUREMENT, "runs"),
     Column("n_disturbed", MEASUREMENT, "runs"), Column("repeats_needed", MEASUREMENT, "runs"),
+    Column("repeats_to_decide", MEASUREMENT, "runs"),
     Column("n_warmup", MEASUREMENT, "runs"),
     Column("baseline_count", DERIVED),
     *_STATISTICS_OF_TIME,

@@ -323,8 +323,9 @@ def caveats(tables: dict[str, pd.DataFrame | None]) -> list[str]:
         for _, row in significance.iterrows():
             if as_text(row.get("claims_not_bh_significant")):
                 lines.append(f"Many comparisons ({as_text(row.get('family'))}): "
-                             f"{as_text(row.get('claims_not_bh_significant'))} not significant "
-                             "after Benjamini-Hochberg over the campaign (significance.csv).")
+                             f"{as_text(row.get('claims_not_bh_significant'))} significant "
+                             "alone, not after Benjamini-Hochberg over the campaign: "
+                             "inconclusive (significance.csv).")
 
     if n_rows(scaling) and "flag" in scaling.columns:
         flagged = scaling[column(scaling, "flag").map(as_text) != ""]

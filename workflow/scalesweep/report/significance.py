@@ -91,10 +91,13 @@ def significance_table(overhead: pd.DataFrame | None, alpha: float = 0.05) -> pd
         verdicts = overhead["verdict"].astype(str) if "verdict" in overhead else pd.Series(
             "", index=overhead.index)
         claimed = verdicts.isin(CLAIMS[column]).to_numpy()
-        weak = overhead[claimed & ~(q < alpha)]
         own = (overhead["verdict_unadjusted"].astype(str) if "verdict_unadjusted" in overhead
                else verdicts)
-        alone = overhead[own.isin(CLAIMS[column]).to_numpy() & ~claimed]
+        # claimed by a comparison alone, inconclusive over the campaign (a table not
+        # adjusted yet: its claims whose q is not below alpha)
+        alone = overhead[(own.isin(CLAIMS[column]).to_numpy() & ~claimed)
+                         | (claimed & ~(q < alpha))]
+        weak = alone
         level = f"{alpha * 100:g}%"
         if m == 0:
             statement = f"no {what} comparison with a test in overhead.csv"
