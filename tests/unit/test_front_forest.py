@@ -329,3 +329,18 @@ def test_load_table_keeps_the_decidable_rows_and_drops_when_none_is():
                                       verdict_text="inconclusive: about 3 more repeats needed")
     assert not fl.undecidable(other).any()
     assert len(_Page(rp.front_page({"llm_load_overhead": other})).tables[fl.LOAD_TABLE_ID]) == 2
+
+
+def test_an_equivalence_shows_the_90_percent_interval_it_was_decided_on():
+    """The issue's LLM A/A: equivalent (TOST's 90% CI inside +-5%) while the 95% CI
+    reaches past the band: the thick 90% bar is drawn for equivalent rows only."""
+    table = pd.DataFrame([
+        {**_row(verdict="equivalent", overhead=-0.4, low=-5.6, high=5.2),
+         "equivalence_ci90_low_pct": -4.6, "equivalence_ci90_high_pct": 4.2, "margin_pct": 5.0},
+        {**_row(verdict="inconclusive", overhead=1.0, low=-6.0, high=8.0),
+         "equivalence_ci90_low_pct": -4.0, "equivalence_ci90_high_pct": 6.5, "margin_pct": 5.0}])
+    fig, drawn = rf.forest_figure(table)
+    assert drawn["ci90_low_pct"].iloc[0] == -4.6 and drawn["ci90_high_pct"].iloc[0] == 4.2
+    assert drawn[["ci90_low_pct", "ci90_high_pct"]].iloc[1].isna().all()
+    thick = [line for line in fig.axes[0].get_lines() if line.get_linewidth() >= 6]
+    assert [list(line.get_xdata()) for line in thick] == [[-4.6, 4.2]]

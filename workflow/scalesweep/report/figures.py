@@ -348,7 +348,7 @@ FOREST_ID = "scalesweep-forest"  # the root <svg>'s id; every id inside it start
 NO_CI = "no CI"
 NO_ESTIMATE = "no estimate"
 FOREST_COLUMNS = ["label", "overhead_pct", "ci_low_pct", "ci_high_pct", "margin_pct",
-                  "verdict", "color", "aa", "has_ci", "note"]
+                  "verdict", "color", "aa", "has_ci", "note", "ci90_low_pct", "ci90_high_pct"]
 
 
 def forest_rows(overhead: pd.DataFrame | None, labels: list[str] | None = None,
@@ -378,7 +378,14 @@ def forest_rows(overhead: pd.DataFrame | None, labels: list[str] | None = None,
         "label": list(labels), "overhead_pct": estimate, "ci_low_pct": low,
         "ci_high_pct": high, "margin_pct": numeric_column(overhead, "margin_pct"),
         "verdict": verdicts, "color": [VERDICT_COLORS.get(v, "#334155") for v in verdicts],
-        "aa": aa, "has_ci": has_ci, "note": notes}, columns=FOREST_COLUMNS)
+        "aa": aa, "has_ci": has_ci, "note": notes,
+        # an equivalence is decided on the 90% interval (two one-sided tests): drawn
+        # thick inside the 95% one, so a 95% bar past the band is no contradiction
+        "ci90_low_pct": [lo if v == "equivalent" else np.nan for lo, v in zip(
+            numeric_column(overhead, "equivalence_ci90_low_pct"), verdicts)],
+        "ci90_high_pct": [hi if v == "equivalent" else np.nan for hi, v in zip(
+            numeric_column(overhead, "equivalence_ci90_high_pct"), verdicts)]},
+        columns=FOREST_COLUMNS)
 
 
 def forest_figure(overhead: pd.DataFrame | None, labels: list[str] | None = None,
@@ -413,6 +420,9 @@ def forest_figure(overhead: pd.DataFrame | None, labels: list[str] | None = None
                         xerr=[[max(0.0, r.overhead_pct - r.ci_low_pct)],
                               [max(0.0, r.ci_high_pct - r.overhead_pct)]],
                         fmt="none", ecolor=r.color, elinewidth=2, capsize=3, zorder=2)
+        if np.isfinite(r.ci90_low_pct) and np.isfinite(r.ci90_high_pct):
+            ax.plot([r.ci90_low_pct, r.ci90_high_pct], [yi, yi], color=r.color,
+                    linewidth=6, alpha=0.55, solid_capstyle="butt", zorder=2)
         x = r.overhead_pct if np.isfinite(r.overhead_pct) else 0.0
         hollow = not np.isfinite(r.overhead_pct)
         ax.plot([x], [yi], marker=marker, markersize=7, linestyle="",
@@ -440,7 +450,8 @@ def forest_figure(overhead: pd.DataFrame | None, labels: list[str] | None = None
     pad = max(1.0, (hi - lo) * 0.08)
     ax.set_xlim(lo - pad, hi + pad * (3 if notes else 1))  # room for "no CI"
     ax.grid(axis="y", visible=False)
-    ax.set_xlabel("container overhead (%), 95% CI  (positive: the container is slower)",
+    ax.set_xlabel("container overhead (%), 95% CI; thick: the 90% CI an equivalence is "
+                  "decided on  (positive: the container is slower)",
                   fontsize="small")
     handles = [Line2D([], [], marker="o", linestyle="", color=VERDICT_COLORS[v], label=v)
                for v in VERDICT_COLORS if v in set(rows["verdict"])]
