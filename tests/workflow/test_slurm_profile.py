@@ -323,7 +323,7 @@ def test_dry_run_lists_every_point_with_its_resources(tmp_path, monkeypatch, sit
     points = sweep_points(config)
     planned = _planned_resources(proc.stdout)
     # native is measured in the blocks of each container runtime (sweep.BLOCK_DIR)
-    assert len(points) == 204
+    assert len(points) == 204 // 3 * (1 + 3)  # 3 repeats after 1 warm-up block
     assert set(planned) == {f"results/runs/{p.path}/metrics.json" for p in points}
     for p in points:
         got = planned[f"results/runs/{p.path}/metrics.json"]
@@ -689,7 +689,7 @@ def test_dry_run_prints_each_points_sbatch_and_srun(tmp_path, monkeypatch):
             commands[m[1]] = line
     assert set(commands) == {f"results/runs/cnn_ddp/{arm}/n2-g8-r8-t7/rep{k}/{rt}"
                              for arm in ("apptainer", "apptainer-hostmpi")
-                             for rt in ("native", arm) for k in (1, 2, 3)}
+                             for rt in ("native", arm) for k in (1, 2, 3, 4)}  # 1 warm-up
     debug = ExecutorSettings(qos="debug")
     for path, line in commands.items():
         command, _, comment = line.partition("  # ")
@@ -708,9 +708,10 @@ def test_dry_run_prints_each_points_sbatch_and_srun(tmp_path, monkeypatch):
         assert " ..." not in srun, line
     summary = proc.stdout.split("\nscalesweep, this dry run:\n")
     assert len(summary) == 2 and "This was a dry-run" in summary[0]
-    assert "points: 12 run_point jobs listed above (cnn_ddp); the 2 series selected " \
-           "measure 20 to 32 runs in all" in summary[1]
-    assert "Slurm jobs: 12 points asking 12.0 node-hours at attempt 1, each with the " \
+    # (each series: 1 warm-up block, then 3 to 8 blocks: 5 same-block pairs at least)
+    assert "points: 16 run_point jobs listed above (cnn_ddp); the 2 series selected " \
+           "measure 24 to 36 runs in all" in summary[1]
+    assert "Slurm jobs: 16 points asking 16.0 node-hours at attempt 1, each with the " \
            "plugin's options of this command line: --qos=debug" in summary[1]
     assert "images, on this host first: build: resources/images/pytorch.sif (apptainer, " \
            "containers/apptainer/pytorch-rocm.def)" in summary[1]
@@ -730,4 +731,4 @@ def test_dry_run_prints_each_points_sbatch_and_srun(tmp_path, monkeypatch):
     assert "--gpu-bind=closest /" in native and "apptainer exec" not in native.partition(" ; ")[2]
     # the resources the plugin gets are unchanged (the existing checks read these lines)
     planned = _planned_resources(proc.stdout)
-    assert len(planned) == 12  # 2 arms x (native, container) x 3 repeats
+    assert len(planned) == 16  # 2 arms x (native, container) x (1 warm-up + 3 repeats)
