@@ -145,6 +145,21 @@ def test_a_settled_verdict_stops_before_its_ci_meets_the_target():
     assert not many["comparisons"]["charliecloud"]["settled"] and wants_more(many, cfg)
 
 
+def test_a_settled_stop_is_judged_again_when_the_campaign_grows():
+    """The README's flow: the quickstart, then the A/A check on the finished campaign.
+    A comparison settled over the 2 comparisons of the first campaign (p below
+    5%/(2 x 2)) is not settled over the 4 of the second (5%/(4 x 2)): its series
+    continues."""
+    cfg = _config()
+    d = decide(SERIES, 5, _ratios(0.18 + 0.05 * np.array([-1.2, -0.5, 0.0, 0.5, 1.2])), cfg)
+    c = d["comparisons"]["charliecloud"]
+    c["p_value"] = 0.01  # between 0.05 / 4 and 0.05 / 8
+    assert c["verdict"] == "slower" and not c["target_met"] and not c["futile"]
+    assert not wants_more(d, cfg)
+    cfg["measurement"]["aa_calibration"] = True  # 2 series x (charliecloud, native-aa)
+    assert wants_more(d, cfg)
+
+
 def test_blocks_at_spread_follows_the_same_stops():
     from scalesweep.analyse.decision import blocks_at_spread
 
