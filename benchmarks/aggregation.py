@@ -6,7 +6,8 @@ run, and the figures.
 
 --full: 100,000 runs (5 workloads: 3 CNN + 2 LLM, x 4 runs per block set (native twice:
 beside charliecloud and beside apptainer) x 10 node counts x 5 GPU counts x 4 thread counts
-x 25 repeats); --smoke: 1,000 runs.
+x 25 blocks: 1 warm-up (measurement.warmup_blocks' default) + 24 repeats); --smoke: 1,000
+runs (2 blocks: the warm-up + 1 repeat).
 
 The metrics.json files are realistic: copies of a real CNN and a real LLM run of this
 repository (benchmarks/data/metrics_{cnn,llm}.json) with the point and the measured values
@@ -47,11 +48,15 @@ DATA = Path(__file__).resolve().parent / "data"
 
 def sweep_config(runs: int) -> dict:
     """A GPU-cluster config (benchmarks/configs/gpu-cluster.site.yaml: Frontier's nodes,
-    every runtime) whose sweep has `runs` points (25 repeats for the full size)."""
+    every runtime) whose sweep has `runs` points (25 blocks for the full size: the warm-up
+    block of measurement.warmup_blocks' default, then 24 repeats; the same 100,000 runs as
+    the figures of BENCHMARKS.md measured before the warm-up block, when they were 25
+    repeats)."""
+    # sweep.repeats counts the blocks after the warm-up one (plan.sweep.blocks_for)
     if runs >= 100_000:
-        nodes, gpus, threads, repeats = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], [1, 2, 4, 6, 8], [1, 2, 4, 7], 25
-    else:  # smoke: 5 x 4 x 5 x 5 x 1 x 2 = 1,000
-        nodes, gpus, threads, repeats = [1, 2, 4, 8, 16], [1, 2, 4, 6, 8], [7], 2
+        nodes, gpus, threads, repeats = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], [1, 2, 4, 6, 8], [1, 2, 4, 7], 24
+    else:  # smoke: 5 x 4 x 5 x 5 x 1 x (1 warm-up + 1) = 1,000
+        nodes, gpus, threads, repeats = [1, 2, 4, 8, 16], [1, 2, 4, 6, 8], [7], 1
     workloads = {}
     for i in range(3):
         workloads[f"cnn_{i}"] = {"payload": "cnn", "parallel": "ddp", "dataset": "bench",
@@ -173,16 +178,25 @@ def run_rule_script(code: Path, script: str, config: dict, log: Path, output=Non
             sys.stderr = stderr
 
 
+def extra_block(config: dict) -> int:
+    """The block number of ``extra_run``: the one after the config's last (its warm-up
+    blocks and sweep.repeats: plan.sweep.blocks_for), so that it adds a run and does not
+    rewrite one of the sweep's."""
+    from scalesweep.plan.sweep import blocks_for
+
+    return blocks_for(config, config["sweep"]["repeats"]) + 1
+
+
 def extra_run(root: Path, config: dict, paths: list[str]) -> str:
-    """One more run of the campaign (a repeat beyond the config's of its first point, as
+    """One more run of the campaign (a block beyond the config's of its first point, as
     the adaptive repeats add): its metrics.json written, its path returned."""
+    import dataclasses
+
     from scalesweep.plan.sweep import SweepPoint
 
     first = SweepPoint.from_path(paths[0].removeprefix("results/runs/").removesuffix(
         "/metrics.json"))
-    repeats = config["sweep"]["repeats"]
-    import dataclasses
-    point = dataclasses.replace(first, repeat=repeats + 1)
+    point = dataclasses.replace(first, repeat=extra_block(config))
     templates = {"cnn": json.loads((DATA / "metrics_cnn.json").read_text()),
                  "llm": json.loads((DATA / "metrics_llm.json").read_text())}
     payload = config["workloads"][point.workload]["payload"]
@@ -298,7 +312,7 @@ def main(argv: list[str] | None = None) -> dict:
     # no summary, no cache, no run of an earlier update stage
     shutil.rmtree(root / "results" / "summary", ignore_errors=True)
     runs_dir = root / "results" / "runs"
-    for extra in runs_dir.glob(f"*/*/*/rep{config['sweep']['repeats'] + 1}"):
+    for extra in runs_dir.glob(f"*/*/*/rep{extra_block(config)}"):
         shutil.rmtree(extra)
     disk_mb = sum(f.stat().st_size for f in runs_dir.rglob("metrics.json")) / 2**20
     stages = {}

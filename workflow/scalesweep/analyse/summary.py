@@ -91,9 +91,12 @@ def scaling_summary(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFrame:
                 log(f"scaling: {series}: no finished run of its baseline count {at}; left out")
                 continue
             also = ", as every other run of the series" if df.empty and len(every) > n else ""
-            why = (f"no numbers: no undisturbed run of its baseline count {at} ({n} "
-                   f"disturbed or warm-up{also}; `scalesweep status` says how to replace "
-                   "them)")
+            at_base = every[every["count"] == at]
+            warm = int(at_base["warmup"].map(truthy).sum()) if "warmup" in at_base else 0
+            kinds = ", ".join(f"{k} {what}" for k, what in ((n - warm, "disturbed"),
+                                                           (warm, "warm-up")) if k)
+            why = (f"no numbers: no undisturbed run of its baseline count {at} ({kinds}"
+                   f"{also}; `scalesweep status` says how to replace them)")
             log(f"scaling: {series}: {why}; left out of the scaling statistics")
             left_out.append({**dict(zip(SCALING_SERIES, key)), "count": at, "n": 0,
                              "baseline_count": at, "scaling": mode, "_why": why})

@@ -416,8 +416,14 @@ def run(args) -> int:
     if not sources.workflow_configfile.exists():
         print(f"note: {sources.workflow_configfile} does not exist: the config is "
               f"{sources.describe()} alone (as for snakemake)")
-    cols = ["state", "warmup", "path", "reason", "slurm_state", "log"]
     shown = table[table["state"] != "done"] if not args.all else table
+    # a warm-up column only where a listed point is one, and then as a label ("yes" on
+    # the warm-up rows, blank on the others) rather than a column of True/False
+    warm_shown = shown["warmup"].astype(bool)
+    if warm_shown.any():
+        shown = shown.assign(**{"warm-up": warm_shown.map({True: "yes", False: ""})})
+    cols = ["state", *(["warm-up"] if warm_shown.any() else []), "path", "reason",
+            "slurm_state", "log"]
     if not shown.empty:
         print(shown[cols].to_string(index=False))
     if len(disturbed):
