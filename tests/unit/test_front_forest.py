@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from test_load_analysis import _requests  # a load level's requests, as the engine logs them
+
 from scalesweep.analyse.load import load_runs, load_verdicts
 from scalesweep.analyse.summary import campaign_settings
 from scalesweep.plan.kinds.llm import compact_level
@@ -239,18 +241,6 @@ def test_front_page_without_comparisons_has_no_forest_plot():
 
 # --- LLM under load: what cannot be decided by design is one line -----------------------------
 
-def _requests(rng, n, ttft, tpot, tokens=8):
-    out, t = [], 0.0
-    for i in range(n):
-        t += rng.exponential(1.0)
-        first = t + ttft * rng.uniform(0.9, 1.1)
-        end = first + tpot * (tokens - 1) * rng.uniform(0.95, 1.05)
-        out.append({"ok": True, "t_arrival": t, "t_send": t, "t_first": first, "t_end": end,
-                    "t_tokens": list(np.linspace(first, end, tokens)), "input_tokens": 8,
-                    "output_tokens": tokens, "index": i})
-    return out
-
-
 def load_overhead(requests: int, repeats: int = 3, seed: int = 0) -> pd.DataFrame:
     """llm_load_overhead.csv as scalesweep.analyse.load writes it (its own wording), for
     native and charliecloud with ``requests`` requests per level and run: a closed loop
@@ -263,7 +253,7 @@ def load_overhead(requests: int, repeats: int = 3, seed: int = 0) -> pd.DataFram
             for i, spec in enumerate([{"shape": "closed", "concurrency": 1},
                                       {"shape": "poisson", "rate": 1.0, "bisection": False},
                                       {"shape": "poisson", "rate": 4.0, "bisection": False}]):
-                reqs = _requests(rng, requests, 0.05 * (i + 1), 0.01)
+                reqs = _requests(rng, requests, 0.05 * (i + 1), 0.01, tokens=8)
                 levels.append({"level": i, **spec,
                                **level_summary(reqs, reqs[-1]["t_end"], "llama2-70b")})
             rows.append({"workload": "llm", "payload": "llm", "model_label": "m (synthetic weights)",

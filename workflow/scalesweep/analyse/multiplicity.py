@@ -31,8 +31,6 @@ from scalesweep.analyse.stats import CONFIDENCE, fdr_adjust
 
 DIFFERENCE_CLAIMS = ("slower", "faster")
 ADJUSTMENT = "Benjamini-Hochberg"
-# the columns added (after the p values they adjust) and the comparison's own verdict
-ADDED_COLUMNS = ("q_value", "equivalence_q_value", "comparisons", "verdict_unadjusted")
 
 
 def _fmt_p(x: float) -> str:
