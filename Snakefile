@@ -30,12 +30,11 @@ onsuccess:
 
 
 onerror:
-    print(
-        "scalesweep: some points failed; finished points are kept. "
-        "See failure.json in each failed point's directory, then re-run the same command. "
-        "A summary and report of what finished meanwhile: the same command with "
-        f"{PARTIAL_HINT}, then snakemake --report report.html."
-    )
+    # what failed, named: points (with their records' reasons) or other jobs (with their
+    # logs), from Snakemake's log of this run (`log`)
+    from scalesweep.campaign.failed_run import failure_message
+
+    print(failure_message(log, PARTIAL_HINT))
 
 
 rule summary:

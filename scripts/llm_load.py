@@ -43,7 +43,8 @@ TIME_FIELDS = ("t_arrival", "t_send", "t_first", "t_end")
 
 
 # the words generated prompts are made of (common English words: one token each, or
-# nearly, for most tokenizers); a prompt's recorded input_tokens is the engine's own count
+# nearly, for most tokenizers); a request records the engine's own count of its tokens
+# (input_tokens, or prompt_text_tokens: request_record)
 WORDS = ("the of and to in is was for on that with as by at from his her they which this "
          "one time data model node light water world system number part people year work "
          "day city point river music energy field table order paper story group").split()
@@ -67,8 +68,14 @@ def generated_prompts(n: int, input_words: tuple[int, int], output_tokens: tuple
 
 def request_record(rec: dict[str, Any], t0: float, level: int,
                    counted: int | None = None) -> dict[str, Any]:
-    """One request as ``scalesweep.record.load`` reads it (times from the level's start;
-    ``counted``: its prompt's tokens counted apart, where the request reported none)."""
+    """One request as ``scalesweep.record.load`` reads it (times from the level's start).
+
+    Its input tokens, each named by what it counts: ``input_tokens``, the tokens the
+    server says it evaluated (its usage' ``prompt_tokens``: the prompt as the chat
+    template rendered it), None where the engine reports none (llama-cpp-python's stream);
+    ``prompt_text_tokens``, where it reports none, ``counted``: the prompt text alone by
+    the server's tokenizer (``Engine.count_tokens``), without the chat template (25 where
+    the server evaluated 33 in the quickstart's campaign, issue 40)."""
     def rel(v):
         return None if v is None else round(v - t0, 6)
 
@@ -81,9 +88,8 @@ def request_record(rec: dict[str, Any], t0: float, level: int,
         "error": rec.get("error"),
         **{k: rel(rec.get(k)) for k in TIME_FIELDS},
         "t_tokens": [rel(t) for t in rec.get("t_pieces") or []],
-        "input_tokens": reported if reported is not None else counted,
-        "input_tokens_source": "engine" if reported is not None else
-                               "prompt text, counted by the engine's tokenizer" if counted is not None else None,
+        "input_tokens": reported,
+        "prompt_text_tokens": counted if reported is None else None,
         "output_tokens": rec.get("completion_tokens"),
         "token_source": rec.get("token_source"),
         "stream_pieces": rec.get("stream_pieces"),

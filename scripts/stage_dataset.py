@@ -248,6 +248,12 @@ def stage(args: argparse.Namespace) -> int:
             "image_size": args.image_size,
             "staged_s": round(time.time() - t0, 3),
             "synthetic": args.source == "synthetic",
+            # the config's datasets.<name> as staged (record.dataset.SOURCE_KEYS): a config
+            # naming another source is refused before any job (scalesweep.plan.config)
+            "staged_from": {"source": args.source, "path": args.path, "sha256": args.sha256,
+                            "classes": list(args.classes),
+                            "images_per_class": args.images_per_class,
+                            "image_size": args.image_size},
             **extra,
         }
         write_json_atomic(tmp / INFO, info)

@@ -58,7 +58,7 @@ def tiny_config(**overrides) -> dict:
         # No warm-up block (the schema's default is 1): tests count their runs; those of
         # the warm-up set it (tests/unit/test_warmup.py)
         "measurement": {"adaptive": False, "max_outside_cpu_pct": 100, "max_steal_pct": 100,
-                        "warmup_blocks": 0},
+                        "max_stolen_cpu_pct": 100, "warmup_blocks": 0},
     }
     for key, value in overrides.items():
         config[key] = value

@@ -384,6 +384,7 @@ def test_metrics_that_cannot_be_written_after_the_run_name_the_path(tmp_path, mo
     injected at the write: an error naming the file, never a traceback without a path."""
     import scalesweep.run.harness as harness
     import scalesweep.run.run_record as run_record
+    from scalesweep.record.failures import device_of
     from scalesweep.record.pointdir import PointDirError
     from scalesweep.platform.site import load_site
     from scalesweep.plan.sweep import SweepPoint
@@ -402,7 +403,7 @@ def test_metrics_that_cannot_be_written_after_the_run_name_the_path(tmp_path, mo
                         measurement={"sample_interval_s": 0.2, "max_outside_cpu_pct": 100,
                                      "max_steal_pct": 100}, site=load_site("local"))
     assert str(out / "metrics.json") in str(exc.value)
-    assert "No space left on device" in str(exc.value)
+    assert f"no space left on {device_of(out)} while writing {out / 'metrics.json'}" in str(exc.value)
     assert not (out / "running.json").exists()
     # the attempt's record says so (written after the metrics, never "done" before them)
     from scalesweep.record.failures import read_attempts

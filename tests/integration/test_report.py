@@ -455,3 +455,19 @@ def test_rerun_redoes_only_the_failed_point_and_completes_the_report(partial_cam
     assert pd.read_csv(wd / "results/summary/missing.csv").empty
     assert len(pd.read_csv(wd / "results/summary/provenance.csv")) == (8 if container else 4)
     check_embedded(wd, report_items(container))
+
+
+def test_every_summary_table_gives_each_estimate_inside_its_own_interval(partial_campaign):
+    """Issue 40, case 8: every results/summary/*.csv of the completed campaign, every
+    estimate with an interval (scalesweep.record.columns.intervals: overhead, its
+    equivalence interval, scaling's mean and efficiency, the decomposition's differences,
+    accuracy parity, the achieved rate, ...): low <= estimate <= high."""
+    from test_intervals import checked_intervals, outside_own_interval, summary_tables
+
+    wd, container = partial_campaign
+    tables = summary_tables(wd / "results/summary")
+    checked = checked_intervals(tables)
+    assert {("scaling", "time_s"), ("scaling", "efficiency_pct")} <= checked, checked
+    if container:
+        assert {("overhead", "overhead_pct"), ("decomposition", "difference")} <= checked
+    assert outside_own_interval(tables) == []

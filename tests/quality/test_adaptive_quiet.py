@@ -35,7 +35,8 @@ def test_adaptive_interleaved_isolated_campaign(campaign):
     assert json.loads((series / "after3.json").read_text())["more"] is True
     assert not (series / "after4.json").exists()  # the maximum: no decision needed
     final = json.loads((series / "final.json").read_text())
-    assert final["repeats"] == 4 and len(final["metrics"]) == 8
+    assert final["repeats"] == final["blocks"] == 4 and len(final["metrics"]) == 8
+    assert final["warmup_blocks"] == 0  # this config measures none
     # every run records its place in its block
     m = json.loads((wd / "results/runs/cnn_ddp/native-aa/n1-g0-r1-t1/rep2/native-aa/metrics.json").read_text())
     if "order" in m:

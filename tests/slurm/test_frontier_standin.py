@@ -108,7 +108,7 @@ def narrowed_sweep(directory: Path, site: Path) -> Path:
         "models": {"astrollama": {"ollama_bin": "ollama"}},
         "containers": {"images": {"ollama": {"prebuilt": OLLAMA_REF}}, "startup_repeats": 1},
         "measurement": {"adaptive": False, "max_outside_cpu_pct": 100, "max_steal_pct": 100,
-                        "aa_calibration": False, "warmup_blocks": 0},
+                        "max_stolen_cpu_pct": 100, "aa_calibration": False, "warmup_blocks": 0},
     }
     path = directory / "standin.yaml"
     path.write_text(yaml.safe_dump(cfg))

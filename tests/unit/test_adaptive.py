@@ -279,6 +279,13 @@ def test_status_says_which_series_stopped_as_futile_and_what_they_need(tmp_path)
     [line] = futile_series(cfg, tmp_path, problems)
     assert line.startswith(SERIES.path) and "cannot settle within max_repeats=6" in line
     assert not problems
+    # a disturbed run of it is not replaced, and status does not call its repeats "enough"
+    from scalesweep.campaign.status import _replacement_advice
+
+    disturbed = {"path": [SERIES.point("native", 2).path]}
+    [advice] = _replacement_advice(cfg, tmp_path, disturbed, lambda extra: "cmd", problems)
+    assert advice.startswith(f"Not replaced for {SERIES.path}: stopped as futile")
+    assert "enough" not in advice
 
 
 # --- decision files: one path, and a file of another shape (review of #26) ----------------

@@ -213,3 +213,28 @@ def test_the_command_line(tmp_path, capsys):
     assert row(out, "data")["overhead_pct"] == pytest.approx(10.0, abs=1e-6)
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
     assert main(["decomposition", str(tmp_path / "bad.csv")]) != 0
+
+
+def test_a_skewed_component_gives_a_difference_inside_its_own_interval():
+    """Issue 40, case 8: 12 same-block pairs whose start-up imports are 11% faster in the
+    container but for one pair 65% slower. Shapiro-Wilk rejects the log ratios' normality,
+    so the CI is the rank interval (about -11% .. -10%), and the geometric means' difference
+    (about -6%) lay outside it: matplotlib then refused the figure ("'yerr' must not contain
+    negative values"). The difference is the Hodges-Lehmann shift the interval is built
+    around, in seconds, and the figure draws it."""
+    from scalesweep.analyse.verdict import RANK_METHOD
+    from scalesweep.report.decomposition import decomposition_figure
+
+    runs = runs_with({}, blocks=12)
+    d = [-0.12, -0.11, -0.125, -0.115, -0.118, -0.122, -0.112, -0.128, -0.119, -0.121,
+         -0.116, 0.5]
+    native = runs[runs["runtime"] == "native"].reset_index(drop=True)
+    at = runs.index[runs["runtime"] == "charliecloud"]
+    runs.loc[at, "startup_imports_s"] = (native["startup_imports_s"] * np.exp(d)).to_numpy()
+    out = row(decomposition_table(runs, CONFIG), "startup_imports")
+    assert out["ci_method"] == RANK_METHOD
+    geometric = out["container"] - out["native"]
+    assert geometric > out["difference_ci95_high"]  # the statistic of another method
+    assert out["difference_ci95_low"] <= out["difference"] <= out["difference_ci95_high"]
+    assert out["difference"] == pytest.approx(out["native"] * out["overhead_pct"] / 100)
+    decomposition_figure(decomposition_table(runs, CONFIG))

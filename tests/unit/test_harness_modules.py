@@ -126,7 +126,8 @@ def test_metrics_record_the_runtime_provenance(tmp_path, monkeypatch):
     assert rc == 0, (out / "run.log").read_text()
     m = json.loads((out / "metrics.json").read_text())
     assert m["runtime_provenance"] == {"runtime": "native", "native": True, "version": None}
-    assert m["interference"]["thresholds"] == {"max_outside_cpu_pct": 100.0, "max_steal_pct": 100.0}
+    assert m["interference"]["thresholds"] == {"max_outside_cpu_pct": 100.0, "max_steal_pct": 100.0,
+                                               "max_stolen_cpu_pct": 100.0}
 
 
 def test_startup_is_timed_in_the_launchs_environment(monkeypatch):
@@ -169,3 +170,20 @@ def test_execute_needs_the_measurement_section(tmp_path):
     with pytest.raises(TypeError, match="measurement"):
         execute(SweepPoint("cnn_ddp", "native", 1, 0, 1, 1, 1), launch,
                 str(tmp_path / "metrics.json"), str(tmp_path / "run.log"), site={})
+
+
+def test_a_local_point_has_the_time_limit_its_slurm_job_would_have():
+    """Outside Slurm a point's time limit is its first Slurm attempt's runtime, read from
+    the same facts (workloads.<name>.max_runtime_min, the site's slurm.max_runtime_min cap:
+    scalesweep.run.slurm.runtime_min), in seconds; in a Slurm job none (its own limit)."""
+    from scalesweep.platform.site import site_of
+    from scalesweep.run.payload_process import time_limit_s
+    from scalesweep.run.slurm import runtime_min
+
+    config = validated(tiny_config())
+    workload, site = config["workloads"]["cnn_ddp"], site_of(config)
+    assert time_limit_s(workload, site, environ={}) == 60 * runtime_min(workload, site) == 1800
+    assert time_limit_s({**workload, "max_runtime_min": 7}, site, environ={}) == 420
+    capped = {**site, "slurm": {**site["slurm"], "max_runtime_min": 5}}
+    assert time_limit_s({**workload, "max_runtime_min": 7}, capped, environ={}) == 300
+    assert time_limit_s(workload, site, environ={"SLURM_JOB_ID": "42"}) is None

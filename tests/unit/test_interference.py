@@ -49,6 +49,33 @@ def node(host="n1", outside=0.0, steal=0.0, load=0.5, window=10.0):
 # ---------------------------------------------------------------------- assess (pure)
 
 
+def test_outside_cpu_counts_against_the_cores_a_run_leaves_busy():
+    """The same outside use (6% of a 2-core node over 10 s: 1.2 CPU s) disturbs a run
+    of 2 ranks, which leaves no core idle, and not a run of 1, whose idle core absorbs it;
+    half the node used outside still spares the 1-rank run (issue 39's measurements)."""
+    def rec(outside_pct):
+        n = node("vm", outside_pct, 0.0, window=10.0)
+        return {**n, "ncpu": 2, "outside_cpu_s": outside_pct / 100 * 2 * 10.0}
+
+    two = assess([rec(6.0)], 10, 5, cores_used=2, max_stolen_cpu_pct=3)
+    assert two["disturbed"] and two["nodes"][0]["stolen_cpu_pct"] == 6.0
+    assert two["reasons"] == ["vm: outside processes took 6.0% of the time of the 2 cores "
+                              "the run uses (6.0% of the node's CPUs, no core left idle; "
+                              "threshold 3%)"]
+    one = assess([rec(6.0)], 10, 5, cores_used=1, max_stolen_cpu_pct=3)
+    assert not one["disturbed"] and one["nodes"][0]["stolen_cpu_pct"] == 0.0
+    # beyond the idle core: 60% of the node is 1.2 cores, 0.2 of them the run's
+    assert assess([rec(60.0)], 100, 5, cores_used=1,
+                  max_stolen_cpu_pct=3)["nodes"][0]["stolen_cpu_pct"] == 20.0
+    # the node's own threshold still holds, named once
+    both = assess([rec(12.0)], 10, 5, cores_used=2, max_stolen_cpu_pct=3)
+    assert len(both["reasons"]) == 1 and "of the node's CPUs (threshold 10%)" in both["reasons"][0]
+    # the input records are not changed
+    r = rec(6.0)
+    assess([r], 10, 5, cores_used=2, max_stolen_cpu_pct=3)
+    assert "stolen_cpu_pct" not in r
+
+
 def test_assess_thresholds_and_reasons():
     quiet = assess([node("n1", 2.0, 0.0), node("n2", 9.9, 4.9, load=3.0, window=12.0)], 10, 5)
     assert set(quiet) == RECORD_KEYS
@@ -56,7 +83,8 @@ def test_assess_thresholds_and_reasons():
     assert not quiet["disturbed"] and quiet["reasons"] == []
     assert (quiet["outside_cpu_pct_max"], quiet["steal_pct_max"], quiet["load1_max"]) == (9.9, 4.9, 3.0)
     assert quiet["window_s"] == 12.0
-    assert quiet["thresholds"] == {"max_outside_cpu_pct": 10.0, "max_steal_pct": 5.0}
+    assert quiet["thresholds"] == {"max_outside_cpu_pct": 10.0, "max_steal_pct": 5.0,
+                                   "max_stolen_cpu_pct": None}  # not judged without cores
 
     loud = assess([node("n1", 48.7), node("n2", 3.0, 7.25)], 10, 5)
     assert loud["disturbed"]
@@ -335,10 +363,13 @@ def test_execute_records_interference_allocation_and_order(tmp_path, monkeypatch
     m = json.loads((out / "metrics.json").read_text())
     i = m["interference"]
     print(f"through execute, with hog: {json.dumps(i['nodes'])}")
-    assert RECORD_KEYS <= set(i) and set(i["nodes"][0]) == NODE_KEYS
+    assert RECORD_KEYS <= set(i) and set(i["nodes"][0]) == NODE_KEYS | {"cores_used",
+                                                                          "stolen_cpu_pct"}
+    assert i["nodes"][0]["cores_used"] == 1  # 1 rank x 1 thread
     assert i["nodes_monitored"] == {"requested": 1, "monitored": 1, "note": None}
     assert m["disturbed"] is True and i["disturbed"] is True
-    assert i["thresholds"] == {"max_outside_cpu_pct": 10.0, "max_steal_pct": 100.0}
+    assert i["thresholds"] == {"max_outside_cpu_pct": 10.0, "max_steal_pct": 100.0,
+                               "max_stolen_cpu_pct": 100.0}
     assert i["outside_cpu_pct_max"] > 10 and 2.5 < i["window_s"] < 20
     assert i["nodes"][0]["own_cpu_s"] >= 1.0  # the payload (token) is the run's own
     a = m["allocation"]

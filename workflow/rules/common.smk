@@ -145,7 +145,9 @@ def completion_message():
         with points.open() as fh:
             counts = Counter(row["state"] for row in csv.DictReader(fh))
     left = ", ".join(
-        f"{counts[s]} {s}" for s in ("failed", "missing", "disturbed") if counts[s]
+        f"{counts[s]} {s}"
+        for s in ("failed", "missing", "disturbed", "foreign")
+        if counts[s]
     )
     head = (
         "scalesweep: sweep complete" if not left else f"scalesweep: done, with {left}"

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(config["_code_root"]) / "workflow"))
 from scalesweep.analyse.collect import readable_runs  # noqa: E402
 from scalesweep.analyse.decision import decide  # noqa: E402
 from scalesweep.plan.adaptive import Series  # noqa: E402
-from scalesweep.plan.sweep import SweepPoint  # noqa: E402
+from scalesweep.plan.sweep import SweepPoint, warmup_blocks  # noqa: E402
 from scalesweep.record.metrics import write_json_atomic  # noqa: E402
 from scalesweep.record.pointdir import METRICS_JSON  # noqa: E402
 
@@ -46,10 +46,14 @@ if series is None:
 
 if args.final:
     last = json.loads(Path(sorted(decisions, key=lambda f: int(Path(f).stem[5:]))[-1]).read_text()) if decisions else None
+    blocks = max(int(r["repeat"]) for r in runs)
+    warm = min(warmup_blocks(config), blocks)
     record = {
         "series": series.as_dict(),
         "metrics": sorted(metrics),
-        "repeats": max(int(r["repeat"]) for r in runs),
+        "blocks": blocks,  # measured, the warm-up blocks included
+        "warmup_blocks": warm,
+        "repeats": blocks - warm,  # the blocks that count (sweep.repeats, max_repeats)
         "disturbed_runs": sorted(r["path"] for r in runs if r["disturbed"]),
         "last_decision": last,
     }

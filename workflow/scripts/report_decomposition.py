@@ -16,6 +16,7 @@ from scalesweep.analyse.collect import readable_runs, summarised_metrics  # noqa
 from scalesweep.analyse.decomposition import decomposition_table  # noqa: E402
 from scalesweep.analyse.differences import differences_table  # noqa: E402
 from scalesweep.report.decomposition import decomposition_figure  # noqa: E402
+from scalesweep.report.style import no_data_figure  # noqa: E402
 
 sm = snakemake  # noqa: F821
 
@@ -30,7 +31,12 @@ except pd.errors.EmptyDataError:  # nothing finished yet
     runs = pd.DataFrame()
 table = decomposition_table(runs, sm.config, log)
 table.to_csv(sm.output.decomposition, index=False, float_format="%.10g")
-fig = decomposition_figure(table)
+try:
+    fig = decomposition_figure(table)
+except ValueError as exc:  # a value it cannot draw: the table stands, the figure says why
+    log(f"decomposition figure not drawn: {exc}")
+    fig = no_data_figure("where the container's cost goes",
+                         f"not drawn: {exc} (decomposition.csv holds every number)")
 fig.savefig(sm.output.figure, dpi=110)
 plt.close(fig)
 records = [(m, row) for _, m, row in readable_runs(summarised_metrics(runs), sm.config, log)]

@@ -40,12 +40,14 @@ except OSError as exc:
           "read-only results directory?); the point was not run", file=sys.stderr)
     sys.exit(74)  # EX_IOERR
 
+from scalesweep.plan.identity import identity_record, source_change  # noqa: E402
 from scalesweep.plan.payloads import image_location, image_manifest_of, payload_invocation, point_inputs  # noqa: E402
 from scalesweep.plan.sweep import POINT_DEPTH, SweepPoint, is_native, run_order  # noqa: E402
 from scalesweep.platform.site import site_of  # noqa: E402
 from scalesweep.record.hostenv import with_user  # noqa: E402
 from scalesweep.record.pointdir import FAILURE_JSON, PointDirError  # noqa: E402
 from scalesweep.run.harness import execute  # noqa: E402
+from scalesweep.run.payload_process import time_limit_s  # noqa: E402
 from scalesweep.run.pointlaunch import build_launch  # noqa: E402
 
 # $USER appears in site paths (/mnt/bb/$USER: the payload's arguments) and ch-run needs it
@@ -70,6 +72,16 @@ workload = config["workloads"][point.workload]
 inputs = point_inputs(point.workload, point.runtime, config)
 out_dir = metrics.parent
 inv = payload_invocation(point, workload, config, inputs, out_dir)
+# a dataset staged from another source than the config names (`restage` given without
+# --forcerun, which stages it anew) is not measured on (scalesweep.plan.identity)
+changed = (workload.get("dataset") in (config.get("datasets") or {})
+           and source_change(workload["dataset"], config["datasets"][workload["dataset"]]))
+if changed:
+    message = (f"scalesweep: point {point.path} was not run: {changed}. (`restage` names it, "
+               "but it was not staged anew: add the --forcerun.) Nothing was measured.")
+    print(message, file=sys.stderr)
+    print(message, file=sys.__stderr__)
+    sys.exit(65)  # EX_DATAERR
 launch = build_launch(
     point,
     workload,
@@ -87,12 +99,17 @@ try:
         str(metrics),
         args.log,
         image_manifest=image_manifest_of(config, point.workload, point.runtime),
-        extra=inv.extra,
+        # what the run is measured under: its measured config's digest, the campaign,
+        # the staged dataset's source (metrics.json: identity; scalesweep.plan.identity)
+        extra={**(inv.extra or {}),
+               "identity": identity_record(config, point.workload, point.runtime)},
         stage_from=inv.stage_from,
         dataset=inv.dataset,
         measurement=config["measurement"],
         site=site,
         order=run_order(point, config),
+        # outside Slurm, the limit its Slurm job would have: a hung rank ends the point
+        time_limit_s=time_limit_s(workload, site),
     )
 except PointDirError as exc:  # read-only or full: on the console, and in the log if it can
     message = f"scalesweep: point {point.path}: {exc}"

@@ -13,6 +13,7 @@ import pandas as pd
 
 from scalesweep.analyse import cachefiles, runcache
 from scalesweep.analyse.components import COMPONENT_COLUMNS, component_columns
+from scalesweep.analyse.foreign import is_foreign, mark, print_foreign, with_foreign  # noqa: F401
 from scalesweep.measure.probe import summary as probe_summary
 from scalesweep.plan.kinds import SweepError, kind_of
 from scalesweep.plan.kinds.cnn import steady_epoch_time  # noqa: F401  (re-exported)
@@ -36,13 +37,12 @@ RUN_COLUMNS = [
     "model", "model_label", "synthetic_model",
     "peak_rss_mb", "harness_wall_s", "harness_overhead_s",
     "warmup", "disturbed", "disturbed_reason", "outside_cpu_pct", "steal_pct", "load1_max",
-    "exclusive", "shared_cores", "order_position",
+    "exclusive", "shared_cores", "order_position", "config_digest", "foreign",
     "probe_gflops", "probe_gbps", "probe_change_pct", "within_run_cv_pct",
     "hosts", "launcher", "image_digest", "slurm_job_id", "git_commit", "torch", "start", "end",
     "path", *COMPONENT_COLUMNS,
 ]
 SHARED_CORES_NOTE = "shared cores: scaling and overhead figures are not physical"
-
 
 
 def disturbance(metrics: dict) -> tuple[bool, str]:
@@ -57,7 +57,6 @@ def disturbance(metrics: dict) -> tuple[bool, str]:
     if disturbed and not reason:
         reason = "disturbed (no reason recorded)"
     return disturbed, reason if disturbed else ""
-
 
 
 def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
@@ -84,6 +83,7 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
         start=metrics.get("harness_start") or metrics.get("start"),
         end=metrics.get("harness_end") or metrics.get("end"),
         path=path,
+        config_digest=(metrics.get("identity") or {}).get("config_digest"),  # foreign.py
     )
     disturbed, reason = disturbance(metrics)
     interference = metrics.get("interference") or {}
@@ -109,7 +109,6 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
     return row
 
 
-
 def history_runs(metrics_path: str | Path) -> list[Path]:
     """The metrics files kept in the point's history, newest first (the directory names
     are UTC time stamps, so they sort by time)."""
@@ -117,7 +116,6 @@ def history_runs(metrics_path: str | Path) -> list[Path]:
     if not history.is_dir():
         return []
     return sorted(history.glob(f"*/{METRICS_JSON}"), key=lambda p: p.parent.name, reverse=True)
-
 
 
 def read_run(path: str | Path, config: dict) -> tuple[dict, dict]:
@@ -148,13 +146,11 @@ def read_run(path: str | Path, config: dict) -> tuple[dict, dict]:
     return m, row
 
 
-
 def _finite(value) -> bool:
     try:
         return bool(np.isfinite(float(value)))
     except (TypeError, ValueError, OverflowError):
         return False
-
 
 
 def _earlier_run(path: str, problem: str, config: dict, log) -> tuple[str, dict, dict] | None:
@@ -171,7 +167,6 @@ def _earlier_run(path: str, problem: str, config: dict, log) -> tuple[str, dict,
     log(f"warning: {problem}; left out of the summary (a failed point in "
         "points.csv; `scalesweep rerun --failed` measures it again)")
     return None
-
 
 
 def summarised_metrics(runs: str | os.PathLike | pd.DataFrame) -> list[str]:
@@ -198,7 +193,8 @@ def readable_runs(metrics_paths: Iterable[str], config: dict,
     out = []
     for path in metrics_paths:
         try:
-            out.append((str(path), *read_run(path, config)))
+            m, row = read_run(path, config)
+            out.append((str(path), m, mark(row, m, config)))  # a foreign run: disturbed
             continue
         except MetricsError as exc:
             problem = str(exc)
@@ -206,7 +202,6 @@ def readable_runs(metrics_paths: Iterable[str], config: dict,
         if found is not None:
             out.append(found)
     return out
-
 
 
 def _read_rows(paths: list[str], idents: list, config: dict) -> tuple[RowStore, list]:
@@ -227,11 +222,9 @@ def _read_rows(paths: list[str], idents: list, config: dict) -> tuple[RowStore, 
     return store.sealed(), placed
 
 
-
 # below this many files to read, one process reads them (starting others costs more)
 PARALLEL_MIN = 2000
 CHUNK = 10_000
-
 
 
 def _read_all(paths: list[str], idents: list, config: dict,
@@ -252,7 +245,6 @@ def _read_all(paths: list[str], idents: list, config: dict,
         return pool.starmap(_read_rows, tasks, chunksize=1)
 
 
-
 MAX_WORKERS = 8  # (a login node's 128 cores would each hold a process of ~200 MiB)
 
 
@@ -263,7 +255,6 @@ def default_workers() -> int:
     except AttributeError:  # not on Linux
         cores = os.cpu_count() or 1
     return max(1, min(cores, MAX_WORKERS))
-
 
 
 def collect_runs(metrics_paths: Iterable[str], config: dict, log=None,
@@ -277,7 +268,6 @@ def collect_runs(metrics_paths: Iterable[str], config: dict, log=None,
     table is the same with or without it, byte for byte. ``workers``: processes that
     read the files (default: one per processor this process may use)."""
     return collect_runs_keyed(metrics_paths, config, log, cache, workers)[0]
-
 
 
 def collect_runs_keyed(metrics_paths: Iterable[str], config: dict, log=None,
@@ -346,7 +336,7 @@ def collect_runs_keyed(metrics_paths: Iterable[str], config: dict, log=None,
                            placed, log)
     if not order:
         return pd.DataFrame(columns=RUN_COLUMNS), []
-    df = with_warmup(with_blocks(table.frame(order)), config)
+    df = with_foreign(with_warmup(with_blocks(table.frame(order)), config), config, log)
     cols = [c for c in RUN_COLUMNS if c in df.columns]
     df = df[cols + [c for c in df.columns if c not in cols]].sort_values(
         ["workload", "runtime", "count", "threads", "repeat"])
@@ -354,12 +344,10 @@ def collect_runs_keyed(metrics_paths: Iterable[str], config: dict, log=None,
     return df.reset_index(drop=True), keys
 
 
-
 def with_warmup(df: pd.DataFrame, config: dict) -> pd.DataFrame:
     """``warmup``: whether a run is in a warm-up block (measurement.warmup_blocks), from
     its repeat and the config here, never from a cache of its file's row (runcache)."""
     return df.assign(warmup=(pd.to_numeric(df["repeat"]) <= warmup_blocks(config)).to_numpy(bool))
-
 
 
 def with_blocks(df: pd.DataFrame) -> pd.DataFrame:
@@ -389,7 +377,6 @@ def with_blocks(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-
 def _iso_utc(times: pd.Series, fmt) -> np.ndarray:
     """fmt (Timestamp.isoformat; None for NaT) of UTC times, at once where every time is a
     whole second (what isoformat writes then: YYYY-MM-DDTHH:MM:SS+00:00)."""
@@ -401,7 +388,6 @@ def _iso_utc(times: pd.Series, fmt) -> np.ndarray:
     text = np.char.add(np.datetime_as_string(values, unit="s"), "+00:00").astype(object)
     text[nat] = None
     return text
-
 
 
 def point_states(
@@ -433,14 +419,18 @@ def point_states(
         metrics_path = _clean_path(f"{runs_dir}/{path}/{METRICS_JSON}")
         if metrics_path in done:
             state = "done"
-            if metrics_path in disturbed:
-                state, reason = "disturbed", disturbed[metrics_path]
+            if metrics_path in disturbed:  # foreign runs are disturbed ones (foreign.py)
+                reason = disturbed[metrics_path]
+                state = "foreign" if is_foreign(reason) else "disturbed"
         elif os.path.isfile(metrics_path):
             try:
                 m = (read_run(Path(metrics_path), config)[0] if config is not None
                      else read_metrics(metrics_path))
                 flagged, why = disturbance(m)
-                state, reason = ("disturbed", why) if flagged else ("done", "")
+                if config is not None:  # a foreign run: its reason first (foreign.py)
+                    why = mark({"disturbed_reason": why}, m, config)["disturbed_reason"]
+                state = "foreign" if is_foreign(why) else "disturbed" if flagged else "done"
+                reason = why if state != "done" else ""
             except MetricsError as exc:
                 state, reason = "failed", str(exc)
         elif os.path.isfile(failure_path := f"{runs_dir}/{path}/{FAILURE_JSON}"):
@@ -452,7 +442,6 @@ def point_states(
                                                     "warmup"])
 
 
-
 def _clean_path(text: str) -> str:
     """str(Path(text)) (no "//", "/./", "./" at the start or "/" at the end), without
     making a Path of the many paths that are already so."""
@@ -462,14 +451,12 @@ def _clean_path(text: str) -> str:
     return text
 
 
-
 def runs_points(runs: pd.DataFrame) -> list[SweepPoint]:
     """The sweep points of a runs table (collect_runs' rows)."""
     if runs.empty:
         return []
     fields = list(SweepPoint.__dataclass_fields__)
     return [SweepPoint(*values) for values in runs[fields].itertuples(index=False, name=None)]
-
 
 
 def extra_repeats(requested: Iterable[SweepPoint], results: str) -> list[SweepPoint]:

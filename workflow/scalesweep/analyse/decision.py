@@ -18,7 +18,7 @@ import numpy as np
 
 from scalesweep.analyse.pairing import block_pairs
 from scalesweep.analyse.verdict import overhead_verdict
-from scalesweep.analyse.summary import campaign_settings, duration_text
+from scalesweep.analyse.summary import campaign_settings, duration_text, median_block_seconds
 from scalesweep.plan.adaptive import MIN_COMPARED, Series, block_bounds, repeat_bounds, wants_more
 from scalesweep.plan.adaptive import campaign_comparisons, is_futile, looks, settle_level
 from scalesweep.plan.sweep import REFERENCE, is_native, is_warmup, warmup_blocks
@@ -155,9 +155,8 @@ def block_seconds(native: Mapping[int, Mapping[str, Any]],
                 return float(x)
         return None
 
-    blocks = [wall(native[k]) + wall(other[k]) for k in set(native) & set(other)
-              if wall(native[k]) is not None and wall(other[k]) is not None]
-    return float(np.median(blocks)) if blocks else None
+    return median_block_seconds({k: wall(row) for k, row in native.items()},
+                                {k: wall(row) for k, row in other.items()})
 
 
 def futility_text(verdict: Mapping[str, Any], have: int, max_repeats: int,

@@ -11,9 +11,14 @@ table's own, computed the same way on the component's column: ``overhead_summary
 machine whose speed differed left out, the campaign's margin and CI target). The
 ``compute`` rows are therefore exactly the overhead table's verdicts.
 
-The difference is container - native of the two sides' geometric means over the pairs
-(``native``, ``container``: the overhead table's native_s and time_s); its CI is the
-overhead's CI times native (the paired log-ratio interval, in the component's unit).
+``native`` and ``container`` are the two sides' geometric means over the pairs (the
+overhead table's native_s and time_s). The difference and its CI are the overhead's
+estimate and CI times native, in the component's unit, so both come from one method
+(``ci_method``) and the difference always lies inside its interval. Under the paired t
+(and Fieller) method that is container - native; where the log ratios are not normal
+(the rank method: a skewed start-up, a slow outlier pair) it is the Hodges-Lehmann shift
+the rank interval is built around, which can differ from container - native (a difference
+of means taken beside a rank interval once lay outside it: issue 40).
 
 A component the runs of a comparison did not record (a campaign measured before it was
 recorded, an LLM that reads no training set, a CNN that calls no MPI) is a row with
@@ -39,7 +44,7 @@ MODE_COL = "mode"
 KEYS = ["workload", "model", "model_label", "arm", *GEOMETRY, "runtime", MODE_COL]
 VERDICT_FIELDS = ["pairing", "n", "n_disturbed", "n_pairs_split", "n_pairs_machine_differs",
                   "overhead_pct", "overhead_ci95_low_pct", "overhead_ci95_high_pct",
-                  "verdict", "verdict_text"]
+                  "ci_method", "verdict", "verdict_text"]
 COLUMNS = [*KEYS, "component", "component_label", "column", "unit", "measured", "native",
            "container", "difference", "difference_ci95_low", "difference_ci95_high",
            *VERDICT_FIELDS, "shared_cores", "note"]
@@ -119,13 +124,15 @@ def decomposition_table(runs: pd.DataFrame, config: dict, log=None) -> pd.DataFr
                 out.update(measured=False, verdict=NOT_MEASURED,
                            verdict_text=_not_measured_text(component, native_n, container_n),
                            overhead_pct=np.nan, overhead_ci95_low_pct=np.nan,
-                           overhead_ci95_high_pct=np.nan)
+                           overhead_ci95_high_pct=np.nan, ci_method="")
                 rows.append(out)
                 continue
             native, container = float(row["native_s"]), float(row["time_s"])
+            estimate = row["overhead_pct"]
             low, high = row["overhead_ci95_low_pct"], row["overhead_ci95_high_pct"]
+            # the overhead's estimate and CI, in the component's unit: one method for both
             out.update(measured=True, native=native, container=container,
-                       difference=container - native,
+                       difference=native * estimate / 100 if np.isfinite(estimate) else np.nan,
                        difference_ci95_low=native * low / 100 if np.isfinite(low) else np.nan,
                        difference_ci95_high=native * high / 100 if np.isfinite(high) else np.nan)
             rows.append(out)

@@ -15,7 +15,10 @@ an extrapolation when the series starts higher (the LRZ table starts at 4 nodes)
 Uncertainty comes from the repeats, by a seeded bootstrap: with at least two repeats at
 every count the repeats are resampled within each count ("repeats"); otherwise (one run
 per count, as in published tables) the log residuals of the fit, scaled by sqrt(N / (N - p)),
-are resampled onto the fitted curve ("residuals"). Intervals are bootstrap percentiles.
+are resampled onto the fitted curve ("residuals"). Intervals are bootstrap percentiles,
+widened where needed to hold the least-squares estimate itself: a percentile interval of a
+skewed or bounded bootstrap (a serial fraction at 0) can miss it, and every table gives an
+estimate inside its own interval (issue 40); widening only raises the coverage.
 
 Predictions at counts not run are refused, with the reason, when
 - the series has fewer distinct counts than parameters + 1 (``too_few_points``: nothing is
@@ -146,7 +149,8 @@ def fit_series(
     ci = {}
     for i, name in enumerate(names):
         good = samples[:, i][np.isfinite(samples[:, i])]
-        ci[name] = ((float(np.quantile(good, alpha)), float(np.quantile(good, 1 - alpha)))
+        ci[name] = (tuple(map(float, _holding(float(estimate[i]), np.quantile(good, alpha),
+                                              np.quantile(good, 1 - alpha))))
                     if good.size else (np.nan, np.nan))
     problems = []
     if not (r2 >= MIN_R2_LOG):  # also a NaN R^2
@@ -182,7 +186,16 @@ def fitted_curve(fit: Fit, counts) -> pd.DataFrame:
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: no samples
         low = np.nanquantile(draws, alpha, axis=0) if len(draws) else np.full(n.shape, np.nan)
         high = np.nanquantile(draws, 1 - alpha, axis=0) if len(draws) else np.full(n.shape, np.nan)
+    low, high = _holding(point, low, high)
     return pd.DataFrame({"count": n, "time_s": point, "ci95_low": low, "ci95_high": high})
+
+
+def _holding(estimate, low, high):
+    """The percentile interval [low, high] widened to hold ``estimate`` (elementwise; a
+    NaN bound stays NaN)."""
+    with np.errstate(invalid="ignore"):
+        return (np.where(np.isnan(low), low, np.fmin(low, estimate)),
+                np.where(np.isnan(high), high, np.fmax(high, estimate)))
 
 
 PREDICTION_COLUMNS = [

@@ -4,9 +4,9 @@ the payload: ``scalesweep.plan.kinds.llm.compact_level``):
 * ``load_runs``: one row per run and load level (closed-loop concurrency, open-loop rate,
   offline), with the run's identity (block, repeat, disturbed) beside the level's figures;
 * ``load_summary`` (llm_load.csv): per workload, model, runtime, geometry and level, over
-  the valid runs: the median of the runs' TTFT/TPOT/ITL/end-to-end percentiles with a
-  confidence interval (between runs with two or more; with one run, that run's own
-  distribution-free interval of the percentile), throughput, goodput against the target,
+  the valid runs: the mean of the runs' TTFT/TPOT/ITL/end-to-end percentiles with its
+  confidence interval (the t interval between runs with two or more; with one run, that
+  run's percentile and its own distribution-free interval), throughput, goodput against the target,
   whether the level met it, and the highest rate within the target;
 * ``load_verdicts`` (llm_load_overhead.csv): the container's effect at each level on p99
   TTFT, p99 TPOT and output throughput (as seconds per output token), and on the highest
@@ -152,7 +152,9 @@ def load_summary(levels: pd.DataFrame) -> pd.DataFrame:
                 if col not in good:
                     continue
                 vals = pd.to_numeric(good[col], errors="coerce").to_numpy(float)
-                row[col] = float(np.nanmedian(vals)) if np.isfinite(vals).any() else np.nan
+                # the runs' mean, which their t interval is centred on (a median beside a
+                # mean's interval can lie outside it: issue 40); one run: its own value
+                row[col] = float(np.nanmean(vals)) if np.isfinite(vals).any() else np.nan
                 one = good.iloc[0] if len(good) == 1 else {}
                 low, high, method = _interval(vals, one.get(f"{col[:-2]}_low_s", np.nan),
                                               one.get(f"{col[:-2]}_high_s", np.nan))

@@ -121,7 +121,10 @@ def verdict_table(
     was measured in, SAME_BLOCK; any other column, e.g. a repeat number, SAME_REPEAT)
     occurs at most once per side and at least two of them are valid on both sides; only
     those pairs are used, and native_s / time_s are then the geometric means over the
-    pairs (so that overhead_pct = (time_s - native_s) / native_s x 100 still holds).
+    pairs (so that overhead_pct = (time_s - native_s) / native_s x 100 holds under the
+    paired t method; under the rank method, ci_method's Hodges-Lehmann/Wilcoxon,
+    overhead_pct is the Hodges-Lehmann shift its rank CI is built around, never the
+    geometric means' ratio, which can lie outside that CI).
     Otherwise it is unpaired over the valid runs, with arithmetic means. A pair is left
     out (and counted) where its two runs were not measured together: more than
     ``max_pair_gap_s`` seconds between the end of the first and the start of the second

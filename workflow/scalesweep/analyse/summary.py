@@ -6,6 +6,7 @@ scalesweep.analyse.collect."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -19,6 +20,7 @@ from scalesweep.analyse.stats import describe_rates, describe_repeats
 from scalesweep.plan.kinds import summarised_in
 from scalesweep.plan.kinds.llm import model_label
 from scalesweep.plan.sweep import REFERENCE, workload_axes
+from scalesweep.record.dataset import STAGED_DIR, staged_source
 from scalesweep.record.geometry import AXES as GEOMETRY
 
 SCALING_SERIES = ["workload", "runtime", "threads"]
@@ -216,8 +218,10 @@ CAMPAIGN_JSON = "campaign.json"  # beside runs.csv (results/summary/)
 
 def campaign_record(config: dict, runs: pd.DataFrame) -> dict:
     """campaign.json: the settings the summary's verdicts rest on (``campaign_settings``),
-    the config they were computed with (private keys left out), and the runs summarised:
-    how many, from when to when, at which commits."""
+    the config they were computed with (private keys left out), the runs summarised:
+    how many (foreign ones: scalesweep.analyse.foreign), from when to when, at which
+    commits, and each dataset's staged source (``record.dataset.staged_source``: path
+    and the sha256 of its manifest; null where not staged)."""
     import datetime as _dt
 
     plain = json.loads(json.dumps({k: v for k, v in config.items() if not k.startswith("_")},
@@ -231,6 +235,10 @@ def campaign_record(config: dict, runs: pd.DataFrame) -> dict:
         "runs": int(len(runs)),
         "disturbed": int(_flags(runs, "disturbed").sum()) if len(runs) else 0,
         "warmup": int(_flags(runs, "warmup").sum()) if len(runs) else 0,
+        "foreign": int(_flags(runs, "foreign").sum()) if len(runs) else 0,
+        # each dataset as staged: its source (path, ...) and the digest of what was staged
+        "datasets": {name: staged_source(Path(STAGED_DIR, name))
+                     for name in sorted(config.get("datasets") or {})},
         "first_start": iso(start.min()) if start is not None else None,
         "last_end": iso(end.max()) if end is not None else None,
         "git_commits": (sorted({str(c) for c in runs["git_commit"].dropna()})
@@ -386,9 +394,7 @@ def _with_cost(table: pd.DataFrame, data: pd.DataFrame, keys: list[str],
             continue
         native = walls.get(norm((*key, REFERENCE)), {})
         other = walls.get(norm((*key, runtime)), {})
-        blocks = [native[b] + other[b] for b in set(native) & set(other)
-                  if native[b] > 0 and other[b] > 0]
-        seconds = float(np.median(blocks)) if blocks else float("nan")
+        seconds = median_block_seconds(native, other) or float("nan")
         workload = dict(zip(keys, key)).get("workload")
         low, high = repeat_bounds(config, workload) if workload in (
             config.get("workloads") or {}) else (None, None)
@@ -403,6 +409,17 @@ def _with_cost(table: pd.DataFrame, data: pd.DataFrame, keys: list[str],
                          "budget")
         texts.append(text + (f"; {', '.join(extra)}" if extra else ""))
     return table.assign(verdict_text=texts)
+
+
+def median_block_seconds(native: dict, other: dict) -> float | None:
+    """The median wall seconds of one block of a series: block -> seconds of its native
+    run (``native``) and of the compared runtime's (``other``), summed over the blocks of
+    both; None without one. The cost per block of every "more pairs" text (this table's
+    and the adaptive rule's, ``scalesweep.analyse.decision.block_seconds``)."""
+    blocks = [native[b] + other[b] for b in set(native) & set(other)
+              if native[b] is not None and other[b] is not None
+              and native[b] > 0 and other[b] > 0]
+    return float(np.median(blocks)) if blocks else None
 
 
 def duration_text(seconds: float) -> str:

@@ -3,6 +3,7 @@
     scalesweep rerun --failed                    # failed points (incl. an unreadable metrics.json)
     scalesweep rerun --disturbed                 # disturbed runs (not warm-up ones)
     scalesweep rerun --missing                   # never measured (or deleted)
+    scalesweep rerun --foreign                   # measured under another config (status names them)
     scalesweep rerun --where runtime=charliecloud nodes=2
     scalesweep rerun --failed --missing -n       # print what would be re-measured, run nothing
 
@@ -17,6 +18,11 @@ back on the newest valid one there if the new run cannot be read), then runs Sna
 with the same profile and config arguments, naming the points' metrics files as targets
 next to the workflow's default target, so the summary and the report follow (with
 ``--tables-only``, next to ``summary``: the summary tables alone).
+
+With ``--config only=...`` nothing outside the selection is measured: a chosen run whose
+block partner is outside it is refused, nothing moved, each such block named with the
+command whose selection includes the partners (``split_blocks``); and a point Snakemake's
+dry run would measure besides them outside the selection is refused the same way.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ AXES = [f for f in SweepPoint.__dataclass_fields__]
 # log of each (run.<attempt>.log: attempts.jsonl names them; ATTEMPT_LOG)
 KEPT_IN_PLACE = {HISTORY_DIR, ATTEMPTS}
 STATE_FLAGS = {"failed": ("failed", "stale"), "disturbed": ("disturbed",),
-               "missing": ("missing",)}
+               "foreign": ("foreign",), "missing": ("missing",)}
 
 
 def parse_where(items: list[str]) -> dict[str, set[str]]:
@@ -108,6 +114,108 @@ def with_block_partners(table, chosen):
             partners)
 
 
+def split_blocks(partners: dict[str, str], selection) -> dict[str, list[str]]:
+    """The blocks a rerun would split: {block: its partner paths outside ``selection``
+    (``--config only=...``)} for the block partners (``with_block_partners``) that the
+    selection does not measure. A pair is compared only within its block, so such a
+    block is either measured whole, with a selection that includes its partners, or
+    not at all: measuring its chosen run alone would pair it with a run measured at
+    another time (or never)."""
+    if selection.everything:
+        return {}
+    split: dict[str, list[str]] = {}
+    for path in partners:
+        if not in_selection(path, selection):
+            split.setdefault(SweepPoint.from_path(path).block, []).append(path)
+    return split
+
+
+def in_selection(path: str, selection) -> bool:
+    """Whether the point at ``path`` is one ``selection`` measures."""
+    from scalesweep.plan.sweep import SweepError
+
+    try:
+        return SweepPoint.from_path(path) in selection
+    except SweepError:
+        return False
+
+
+def foreign_points(paths, selection, refuse: bool = False) -> list[str]:
+    """The points of ``paths`` outside ``selection``; with ``refuse``, a UsageError naming
+    them where there are any (Snakemake's plan for a rerun, which must not measure them:
+    e.g. a target given after ``--``)."""
+    foreign = [p for p in paths if not in_selection(p, selection)]
+    if foreign and refuse:
+        raise UsageError(
+            f"Snakemake would also measure {len(foreign)} point(s) outside "
+            f"{selection.describe()} (nothing was moved or measured): "
+            + ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            + "; include them in the selection, or measure them with their own command")
+    return foreign
+
+
+def widened(selection, paths, order=()) -> dict:
+    """The ``only:`` values (as --config takes them) that add the points at ``paths`` to
+    ``selection``: {axis: every value it allows and theirs}, for the axes that need it;
+    runtimes in ``order`` (the sweep's), the rest sorted."""
+    from scalesweep.plan.sweep import SELECTION_AXES
+
+    points = [SweepPoint.from_path(p) for p in paths]
+    extra = {}
+    for key, field in SELECTION_AXES.items():
+        allowed = getattr(selection, key)
+        need = {getattr(p, field) for p in points} - set(allowed or ())
+        if allowed is not None and need:
+            rank = {v: i for i, v in enumerate(order)}
+            extra[key] = sorted({*allowed, *need},
+                                key=lambda v: (rank.get(v, len(rank)), _natural(str(v))))
+    return extra
+
+
+def split_refusal(args, table, split: dict[str, list[str]], selection, order=()) -> str:
+    """Why a rerun that would split blocks is refused, each block named with its runs
+    and their states (from ``table``, the campaign's status), and the command that
+    measures them whole."""
+    states = {p: s for p, s in zip(table["path"], table["state"])
+              if SweepPoint.from_path(p).block in split}
+    lines = [f"{len(split)} block(s) of the chosen points have runs outside "
+             f"{selection.describe()}; nothing was moved or measured. A block's runs are "
+             "measured together, one right after the other, and compared only with each "
+             "other: measuring the chosen run alone would pair it with a run measured at "
+             "another time (or never), so the block is measured whole or not at all."]
+    shown = 20  # blocks named; the command covers them all
+    for block, outside in sorted(split.items())[:shown]:
+        mine = [p for p in sorted(states) if SweepPoint.from_path(p).block == block
+                and p not in set(outside)]
+        lines.append(f"  {block}: chosen "
+                     + ", ".join(f"{SweepPoint.from_path(p).runtime} ({states[p]})"
+                                 for p in mine)
+                     + "; outside the selection "
+                     + ", ".join(f"{SweepPoint.from_path(p).runtime} ({states.get(p, '?')})"
+                                 for p in outside))
+    if len(split) > shown:
+        lines.append(f"  ... and {len(split) - shown} more block(s)")
+    more = widened(selection, [p for ps in split.values() for p in ps], order)
+    lines.append("To measure these blocks whole, include their runtimes in the selection:")
+    lines.append("  " + rerun_command(args, {"only": more}))
+    return "\n".join(lines)
+
+
+def rerun_command(args, extra: dict | None = None) -> str:
+    """This rerun as a command line, ``extra`` config values merged into its --config."""
+    flags = [f"--{flag}" for flag in STATE_FLAGS if getattr(args, flag)]
+    if args.where:
+        flags += ["--where", *args.where]
+    flags += [f for f, on in (("--tables-only", args.tables_only), ("-n", args.dry_run)) if on]
+    if Path(args.directory).resolve() != Path.cwd().resolve():
+        flags += ["--directory", str(args.directory)]
+    cmd = ["scalesweep", "rerun", *flags,
+           *user_args(args.profile, args.configfile, args.config, extra)]
+    if args.snakemake_args:
+        cmd += ["--", *args.snakemake_args]
+    return shlex.join(cmd)
+
+
 def history_stamp() -> str:
     """UTC to the microsecond, sortable as text: 20261125T061502.123456Z."""
     now = time.time()
@@ -139,24 +247,24 @@ def snakemake_command(args, targets: list[str]) -> list[str]:
     directory, the user's profile and config arguments, the default target (``summary``
     with ``--tables-only``) and the points' metrics files."""
     exe = Path(sys.executable).with_name("snakemake")
-    # the targets first: after --config/--configfile (nargs +) they would be read as more
-    # config items or files
-    cmd = [str(exe) if exe.exists() else "snakemake", "-s", str(REPO / "Snakefile"),
-           "summary" if args.tables_only else "all", *targets]
-    if Path(args.directory).resolve() != Path.cwd().resolve():
-        cmd += ["--directory", str(args.directory)]
-    cmd += user_args(args.profile, args.configfile, args.config)
     extra = list(args.snakemake_args or [])
     given = [a for a in extra if _config_option(a)]
     if given:  # Snakemake would read it instead of the user's: the points chosen without it
         raise UsageError(f"{given[0]} after --: give --config and --configfile to scalesweep "
                          "rerun itself (before --), so the points are chosen with them and "
                          "Snakemake reads them all in one")
+    # the targets and the arguments after -- first: after --config/--configfile (nargs +)
+    # a target would be read as one more config item or file
+    cmd = [str(exe) if exe.exists() else "snakemake", "-s", str(REPO / "Snakefile"),
+           "summary" if args.tables_only else "all", *targets, *extra]
+    if Path(args.directory).resolve() != Path.cwd().resolve():
+        cmd += ["--directory", str(args.directory)]
+    cmd += user_args(args.profile, args.configfile, args.config)
     cores = {"-c", "--cores", "-j", "--jobs"}
     if not args.profile and not any(a.split("=")[0] in cores or a.startswith(("-c", "-j"))
                                     for a in extra):
         cmd += ["--cores", "all"]  # Snakemake needs a core budget to run locally
-    return cmd + extra
+    return cmd
 
 
 def _config_option(arg: str) -> bool:
@@ -200,7 +308,7 @@ def run(args) -> int:
     states = {s for flag, group in STATE_FLAGS.items() if getattr(args, flag) for s in group}
     where = parse_where(args.where or [])
     if not states and not where:
-        raise UsageError("say what to measure again: --failed, --disturbed, --missing "
+        raise UsageError("say what to measure again: --failed, --disturbed, --foreign, --missing "
                          "and/or --where AXIS=VALUE ...")
     try:
         config = campaign_config(args)
@@ -221,8 +329,13 @@ def run(args) -> int:
               + " and ".join([*(f"state {'/'.join(sorted(states))}" for _ in [0] if states),
                               *(f"{k}={','.join(sorted(v))}" for k, v in where.items())]))
         return 0
-    # the partners from the whole campaign: a block is measured whole, selection or not
+    # the partners from the whole campaign: a block is measured whole, or not at all
+    # where a partner is outside the selection (nothing outside it is ever measured)
     chosen, partners = with_block_partners(everything, chosen)
+    split = split_blocks(partners, selection)
+    if split:
+        raise UsageError(split_refusal(args, everything, split, selection,
+                                       (config.get("sweep") or {}).get("runtimes") or ()))
     running = chosen[chosen["state"].eq("running")]
     if len(running):
         raise UsageError(f"{len(running)} of the chosen points (or their block partners) are "
@@ -248,6 +361,7 @@ def run(args) -> int:
     # Snakemake's own plan, before anything moves: it must accept the command, and the
     # summary needs every other point that is missing or failed: those run too, listed
     also = [p for p in planned_points(cmd) if p not in set(chosen["path"])]
+    foreign_points(also, selection, refuse=True)  # never measured outside the selection
     if also:
         print(f"Also measured, because the summary needs them (missing or failed): {len(also)}")
         for path in also:
@@ -355,6 +469,9 @@ def add_parser(sub) -> None:
     p.add_argument("--disturbed", action="store_true",
                    help="runs marked disturbed (left out of the statistics); not those of "
                         "warm-up blocks (measurement.warmup_blocks), which no statistic uses")
+    p.add_argument("--foreign", action="store_true",
+                   help="runs measured under another config than this campaign's for their "
+                        "point (scalesweep status names them; left out of the statistics)")
     p.add_argument("--missing", action="store_true", help="points with no run at all")
     p.add_argument("--where", nargs="+", metavar="AXIS=VALUE[,VALUE]",
                    help=f"only points with these values (axes: {', '.join(AXES)})")

@@ -13,10 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scalesweep.analyse.collect import extra_repeats, point_states
+from scalesweep.analyse.collect import extra_repeats, point_states, print_foreign
 from scalesweep.campaign.series_record import futile_series, last_decision
 from scalesweep.campaign.snakemake_args import user_args
 from scalesweep.campaign.usage import UsageError
+from scalesweep.measure.oomkill import slurm_oom_reason
 from scalesweep.measure.slurmjob import sacct_fields
 from scalesweep.plan.adaptive import Series, asked_points, block_bounds, walks_decisions
 from scalesweep.plan.config import ConfigError
@@ -258,10 +259,11 @@ def status_table(config: dict, directory: Path,
                 job_ids.append(job)
     verdict = slurm_states(job_ids)
     table["slurm_state"] = [verdict.get(jobs.get(i), "") for i in table.index]
+    table["reason"] = list(map(slurm_oom_reason, table["reason"], table["slurm_state"]))
     return table
 
 
-STATES = ["done", "disturbed", "failed", "running", "stale", "missing"]
+STATES = ["done", "disturbed", "foreign", "failed", "running", "stale", "missing"]
 REPORT_HTML = "report.html"  # where the README's `snakemake --report report.html` writes it
 SUMMARY_DIR = Path("results", "summary")
 
@@ -318,7 +320,9 @@ def _replacement_advice(config: dict, directory: Path, disturbed, command,
         series_dir = directory / RUNS_DIR / series.path
         done = max((int(p.name[3:]) for p in series_dir.glob("rep*")
                     if p.name[3:].isdigit()), default=0)
-        if decision.get("enough"):
+        if decision.get("futility"):
+            kind = "futile"  # stopped: no replacement settles it (listed below)
+        elif decision.get("enough"):
             kind = "enough"
         elif high > low and done < high:
             kind = "below"
@@ -329,6 +333,10 @@ def _replacement_advice(config: dict, directory: Path, disturbed, command,
     enough = sorted(k for k, v in kinds.items() if v[0] == "enough")
     if enough:
         lines.append("Not needed for " + ", ".join(enough) + ": enough undisturbed repeats.")
+    futile = sorted(k for k, v in kinds.items() if v[0] == "futile")
+    if futile:
+        lines.append("Not replaced for " + ", ".join(futile) + ": stopped as futile (it "
+                     "cannot settle within its maximum of repeats; see below).")
     if any(v[0] == "below" for v in kinds.values()):
         lines.append("Re-running the same command measures replacement blocks (series "
                      "below their maximum of repeats):")
@@ -436,6 +444,7 @@ def run(args) -> int:
         print("To measure the disturbed runs again in place instead (each kept in its "
               "point's history/):")
         print(f"  {rerun_points_command(args, ['--disturbed'])}")
+    print_foreign(table, rerun_points_command(args, ["--foreign"]))  # analyse/foreign.py
     if futile:
         print(f"\n{len(futile)} series stopped before their maximum of repeats: their "
               "verdict cannot be settled within it at the measured spread (raise "

@@ -95,7 +95,8 @@ def check_config(config: dict, directory: str | Path = ".") -> None:
     """The one validation of a config, in place, before any job: keys that moved to the
     site file, the schema (defaults filled in; a violation raises ConfigError naming the
     key and the value), the site it names loaded once into ``config["_site"]``, then what
-    the schema cannot say: runtimes the site offers, engines that can run the workloads.
+    the schema cannot say: runtimes the site offers, engines that can run the workloads,
+    prompts files. The campaign's own paths come first (scalesweep.plan.inputs).
 
     A ``site:`` path is relative to the repository, like every path in the config.
     The workflow calls this while it is parsed (workflow/rules/common.smk), in the
@@ -105,7 +106,11 @@ def check_config(config: dict, directory: str | Path = ".") -> None:
     from snakemake.utils import validate
 
     from scalesweep.platform.site import SITE_KEY, SiteError, load_site
+    from scalesweep.plan.inputs import check_prompts, path_problems
 
+    paths = path_problems(directory, REPO)  # the campaign's own paths, before anything
+    if paths:
+        raise ConfigError("; ".join(paths) + ". Nothing ran")
     errors = moved_keys(config)
     if not errors:
         try:
@@ -125,6 +130,9 @@ def check_config(config: dict, directory: str | Path = ".") -> None:
     check_images(config)
     check_engines(config)
     check_payload_bounds(config, directory)
+    problem = check_prompts(config, REPO, _kind)  # readable UTF-8, bounded (scalesweep.plan.inputs)
+    if problem:
+        raise ConfigError(problem)
 
 
 def check_dataset_sources(config: dict, directory: str | Path = ".") -> None:
@@ -134,22 +142,28 @@ def check_dataset_sources(config: dict, directory: str | Path = ".") -> None:
     where the staging job runs). On a Slurm site staging is a Slurm job and the path is the
     cluster's (a Frontier campaign is planned anywhere, e.g. with `snakemake -n`): the
     staging job refuses it there, naming it, before any point runs. A dataset the campaign
-    has staged already (``resources/datasets/<name>``) does not read its source again;
-    a synthetic one reads none."""
+    has staged already (``resources/datasets/<name>``) from this very source does not read
+    it again; a synthetic one reads none. One staged from another source (path, classes,
+    ... : ``scalesweep.plan.identity.source_change``) is refused on every site, naming
+    both, unless ``restage`` names it (then its source must exist here too)."""
     from scalesweep.record.dataset import STAGED_DIR
     from scalesweep.platform.site import site_of
+    from scalesweep.plan.identity import source_change
     from scalesweep.plan.sweep import Selection, enabled_workloads
 
     site = site_of(config)
-    if site["scheduler"] != "none":
-        return
     datasets = config.get("datasets") or {}
     chosen = Selection.of(config).workloads  # only: {workloads: [...]}: the others stage nothing
     used = {config["workloads"][w].get("dataset") for w in enabled_workloads(config)
             if _kind(config["workloads"][w]).stages_dataset and (chosen is None or w in chosen)}
+    restage = set(config.get("restage") or [])
     for name in sorted(n for n in used if n in datasets):
         ds = datasets[name]
-        if ds["source"] == "synthetic" or Path(directory, STAGED_DIR, name).is_dir():
+        changed = source_change(name, ds, directory)
+        if changed and name not in restage:
+            raise ConfigError(changed)
+        staged = Path(directory, STAGED_DIR, name).is_dir() and not changed
+        if ds["source"] == "synthetic" or staged or site["scheduler"] != "none":
             continue
         path = Path(directory, ds["path"])
         wanted = "file" if ds["source"] == "image-archive" else "directory"

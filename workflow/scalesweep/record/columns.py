@@ -10,6 +10,8 @@ collect.RUN_COLUMNS to it, and every measurement to a unit).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from scalesweep.record.geometry import AXES as GEOMETRY
@@ -95,6 +97,10 @@ COLUMNS: dict[str, Column] = {c.name: c for c in [
     # provenance: where, when and how a run was made, and what happened around it
     *_prov("block_start", "block_end", "mpi_library", "mpi_library_version", "mpi_origin",
            "disturbed", "disturbed_reason", "warmup", "exclusive", "shared_cores",
+           # the digest of the config the run was measured under, and whether it differs
+           # from this campaign's for the point (scalesweep.plan.identity: left out, as
+           # disturbed, its reason in disturbed_reason)
+           "config_digest", "foreign",
            "order_position",
            "hosts", "launcher", "image", "image_source", "image_digest", "slurm_job_id",
            "git_commit", "torch", "start", "end", "path",
@@ -169,3 +175,36 @@ def measurements() -> list[str]:
 
 def axes() -> list[str]:
     return [c.name for c in COLUMNS.values() if c.role == AXIS]
+
+
+# The intervals of the summary tables and the estimate each belongs to, by name: a bound
+# <stem>_ci<level>_low<suffix> (and _high) belongs to <stem><suffix> (overhead_ci95_low_pct:
+# overhead_pct; ttft_p99_ci95_low_s: ttft_p99_s; difference_ci95_low: difference), else to
+# <stem>_mean<suffix> (achieved_rate's gflops_per_rank_mean) or <stem>_s<suffix> (the fit
+# predictions' time_ci95_low: time_s); a bare ci95_low to mean, else time_s (scaling.csv's
+# mean time); the two one-sided tests' equivalence_ci90 to overhead_pct. Every estimate
+# lies inside its own interval (issue 40: tests/integration/test_report.py walks a
+# campaign's tables with ``intervals``).
+_INTERVAL = re.compile(r"^(?P<stem>(?:.+_)?)(?P<ci>ci\d+)_low(?P<suffix>(?:_.+)?)$")
+_INTERVAL_OF = {"equivalence_ci90": ("overhead_pct",), "ci95": ("mean", "time_s")}
+
+
+def intervals(names: Iterable[str]) -> list[tuple[str, str, str]]:
+    """(estimate, low, high) of every interval among the column ``names`` whose high bound
+    and estimate are among them too, by the names' convention (above)."""
+    names = list(names)
+    present = set(names)
+    found = []
+    for low in names:
+        match = _INTERVAL.match(str(low))
+        if not match:
+            continue
+        stem, ci, suffix = match["stem"], match["ci"], match["suffix"]
+        high = f"{stem}{ci}_high{suffix}"
+        special = _INTERVAL_OF.get(f"{stem}{ci}")
+        candidates = special or (f"{stem[:-1]}{suffix}", f"{stem}mean{suffix}",
+                                 f"{stem}s{suffix}")
+        estimate = next((c for c in candidates if c in present), None)
+        if high in present and estimate:
+            found.append((estimate, low, high))
+    return found

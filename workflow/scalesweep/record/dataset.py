@@ -35,6 +35,12 @@ IMAGE_ERRORS = (OSError, SyntaxError, ValueError)
 _RACY_NS = 2_000_000_000
 
 
+# the keys of a dataset's config entry (datasets.<name>) that decide what is staged: the
+# staging records them (dataset.json: staged_from), and a config that names another value
+# for a staged dataset is refused before any job (scalesweep.plan.config)
+SOURCE_KEYS = ("source", "path", "sha256", "classes", "images_per_class", "image_size")
+
+
 class DatasetError(RuntimeError):
     """A dataset is missing, incomplete, corrupted or malformed."""
 
@@ -333,3 +339,27 @@ def _check_copy(copy: Path, src: Path, where: str) -> int:
         return os.stat(copy / rel).st_size != os.stat(src / rel).st_size
 
     return _check(copy, resized, where, src)
+
+
+def staged_source(root: str | os.PathLike) -> dict | None:
+    """What the staged dataset ``root`` was staged from, and a digest of what was staged:
+    its dataset.json's ``staged_from`` (the config's ``SOURCE_KEYS`` at staging; for a
+    dataset staged before they were recorded, its source and path alone) and
+    ``manifest_sha256``, the sha256 of its MANIFEST.sha256 (which lists every staged
+    file's sha256; None where it cannot be read). None where ``root`` has no readable
+    dataset.json (not staged)."""
+    root = Path(root)
+    try:
+        info = json.loads((root / INFO).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict):
+        return None
+    source = info.get("staged_from")
+    if not isinstance(source, dict):
+        source = {k: info[k] for k in ("source", "path") if k in info}
+    try:
+        digest = sha256_file(root / MANIFEST)
+    except OSError:
+        digest = None
+    return {**source, "manifest_sha256": digest}

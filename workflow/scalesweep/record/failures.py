@@ -14,18 +14,25 @@ A failed attempt also writes ``failure.json`` (the last failure: its reason, exi
 wall time, command and log), which a later success removes. ``termination_recorder``
 writes that record the moment a termination signal arrives, before Slurm kills the
 harness.
+
+A full disk must not take the record with it: each attempt holds a reserve in the point's
+directory (:data:`RESERVE`, :func:`make_reserve`, written before the payload runs), and a
+record that meets ENOSPC or EDQUOT frees it and is written again (:func:`with_room`).
+Such a failure is named by its device and file (:func:`no_space_reason`).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
 
 from scalesweep.record.metrics import now_iso, write_json_atomic
-from scalesweep.record.pointdir import ATTEMPTS, FAILURE_JSON, attempt_log, fresh_log
+from scalesweep.record.pointdir import ATTEMPTS, FAILURE_JSON, MIN_FREE_BYTES, attempt_log, fresh_log
 
 STARTED = "started"
 # the reason of an attempt that has a start and no end
@@ -33,10 +40,146 @@ NO_END_REASON = ("no end recorded: its harness was killed (SIGKILL, out of memor
                  "node) or crashed; see its log")
 
 
+# the attempt's room on a full disk: a file of its own in the point's directory, freed when
+# a record cannot be written otherwise, removed when the attempt ends
+RESERVE = ".reserve"
+RESERVE_BYTES = 256 << 10  # failure.json and attempts.jsonl (rewritten whole) fit, twice
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+# a device with less free than this after a failed payload is full (what a write that
+# failed with ENOSPC may have freed again is smaller); the writable check before the run
+# asks for MIN_FREE_BYTES, the reserve takes RESERVE_BYTES of it
+FULL_BYTES = RESERVE_BYTES
+assert MIN_FREE_BYTES > RESERVE_BYTES + FULL_BYTES
+
+
+def make_reserve(out_dir: str | os.PathLike) -> None:
+    """Hold :data:`RESERVE_BYTES` (and twice the size of ``attempts.jsonl``, which is
+    rewritten whole) in the point's directory. Random bytes: a compressing file system
+    would hold nothing for zeros. Nothing where it cannot be made (the disk is full
+    already: the point's writable check said so before)."""
+    path = Path(out_dir) / RESERVE
+    try:
+        size = RESERVE_BYTES + 2 * (Path(out_dir) / ATTEMPTS).stat().st_size
+    except OSError:
+        size = RESERVE_BYTES
+    try:
+        with open(path, "wb") as fh:
+            fh.write(os.urandom(size))
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError:
+        release_reserve(out_dir)
+
+
+def release_reserve(out_dir: str | os.PathLike) -> bool:
+    """Free the reserve (truncated first: its blocks are freed even where another process
+    holds it open); whether there was one."""
+    path = Path(out_dir) / RESERVE
+    try:
+        os.truncate(path, 0)
+    except OSError:
+        pass
+    try:
+        path.unlink()
+    except OSError:
+        return False
+    return True
+
+
+def with_room(out_dir: str | os.PathLike, write, *args):
+    """``write(*args)``; where it finds the disk full (ENOSPC, EDQUOT), once more after the
+    reserve is freed. The error of the second try (or of one with no reserve) is raised."""
+    try:
+        return write(*args)
+    except OSError as exc:
+        if exc.errno not in NO_SPACE or not release_reserve(out_dir):
+            raise
+    return write(*args)
+
+
 def write_failure(out_dir: Path, attempt: dict) -> None:
-    """``failure.json`` and the attempt's line in ``attempts.jsonl``."""
-    write_json_atomic(out_dir / FAILURE_JSON, attempt)
-    append_attempt(out_dir, attempt)
+    """``failure.json`` and the attempt's line in ``attempts.jsonl``: on a full disk in the
+    room the reserve leaves (:func:`with_room`)."""
+    record = {k: v for k, v in attempt.items() if not k.startswith("_")}
+    with_room(out_dir, write_json_atomic, Path(out_dir) / FAILURE_JSON, record)
+    with_room(out_dir, append_attempt, out_dir, record)
+
+
+def device_of(path: str | os.PathLike) -> str:
+    """The file system holding ``path``: its source and mount point, e.g. "/dev/sda1
+    (mounted at /work)" or "tmpfs (mounted at /tmp/x)"; the path itself where
+    /proc/self/mountinfo cannot tell."""
+    target = os.path.realpath(path)
+    best = None
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or len(tail) < 2:
+            continue
+        mount = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[4])
+        inside = target == mount or target.startswith(mount.rstrip("/") + "/")
+        if inside and (best is None or len(mount) >= len(best[0])):
+            best = (mount, tail[1])
+    return f"{best[1]} (mounted at {best[0]})" if best else str(path)
+
+
+def no_space_reason(file: str | os.PathLike, what: str | None = None) -> str:
+    """"no space left on <device> while writing <file>" (``what``: the words for what was
+    written, where it is not one known file)."""
+    return f"no space left on {device_of(file)} while writing {what or file}"
+
+
+_NO_SPACE_LOG = re.compile(r"No space left on device(?:: '([^']+)')?|\[Errno 28\]|Disk quota exceeded")
+
+
+def payload_no_space(out_dir: str | os.PathLike, log: str | os.PathLike | None) -> str | None:
+    """Why a payload that failed did: no space, where its log names the file (ENOSPC with a
+    path), or its point's device is full (less free than :data:`FULL_BYTES`, where the
+    writable check before the run found at least ``MIN_FREE_BYTES``), or its log says so
+    (a device elsewhere: the log's line); None otherwise. Read before the reserve is
+    freed."""
+    out_dir = Path(out_dir)
+    named = said = None
+    if log:
+        try:
+            with open(log, "rb") as fh:
+                fh.seek(max(0, os.fstat(fh.fileno()).st_size - (64 << 10)))
+                tail = fh.read().decode(errors="replace")
+        except OSError:
+            tail = ""
+        for line in tail.splitlines():
+            m = _NO_SPACE_LOG.search(line)
+            if m:
+                said, named = line.strip()[:300], m.group(1) or named
+    if named:
+        return no_space_reason(named)
+    try:
+        st = os.statvfs(out_dir)
+        full = st.f_frsize * (st.f_bfree if os.geteuid() == 0 else st.f_bavail) < FULL_BYTES
+    except OSError:
+        full = False
+    if full:
+        return no_space_reason(out_dir, f"the payload's files in {out_dir}")
+    if said:
+        return f"no space left on a device the payload wrote to (its log: {said})"
+    return None
+
+
+def end_started(out_dir: str | os.PathLike, reason: str, exit_code: int) -> bool:
+    """The point's last attempt, still ``started`` (its harness could not finish it: a
+    full disk under a write it did not expect), ended failed with ``reason``: its line and
+    ``failure.json``, in the reserve's room. Whether there was one to end."""
+    records = read_attempts(out_dir, running=True)
+    if not records or records[-1].get("state") != STARTED:
+        return False
+    record = {**records[-1], "state": "failed", "reason": reason, "exit_code": exit_code,
+              "end": now_iso()}
+    write_failure(Path(out_dir), record)
+    return True
 
 
 def termination_recorder(out_dir: Path, attempt: dict, t0: float):
@@ -59,11 +202,12 @@ def termination_recorder(out_dir: Path, attempt: dict, t0: float):
         snapshot.update(end=now_iso(), wall_s=time.perf_counter() - t0, exit_code=-signum,
                         reason=exit_reason(-signum), state="failed")
         attempt["reason"] = snapshot["reason"]  # the cause, whatever exit code follows
+        tmp = out_dir / f".{FAILURE_JSON}.{os.getpid()}.signal"
         try:
-            tmp = out_dir / f".{FAILURE_JSON}.{os.getpid()}.signal"
-            tmp.write_text(json.dumps(snapshot, indent=2, sort_keys=True, default=str) + "\n")
+            with_room(out_dir, tmp.write_text,
+                      json.dumps(snapshot, indent=2, sort_keys=True, default=str) + "\n")
             os.replace(tmp, out_dir / FAILURE_JSON)
-            append_attempt(out_dir, snapshot)
+            with_room(out_dir, append_attempt, out_dir, snapshot)
         except OSError:
             pass
     return record
@@ -81,10 +225,15 @@ def exit_reason(rc: int) -> str:
     return f"exit code {rc}"
 
 
-def failure_reason(rc: int, payload_json: Path) -> str:
+def failure_reason(rc: int, payload_json: Path, *, log: str | os.PathLike | None = None,
+                   oom: str | None = None) -> str:
     """Why an attempt failed: its exit code (``exit_reason``) and, where the payload wrote
     its own account (``payload.json`` with ``status: failed`` and an ``error``, as
-    infer_llm.py does: e.g. the cause its server's log gives), that error's first line."""
+    infer_llm.py does: e.g. the cause its server's log gives), that error's first line.
+    Without one: "out of memory (``oom``: the kernel's or Slurm's word,
+    ``scalesweep.measure.oomkill.oom_evidence``): <exit>", or, where the payload's log
+    or its device say the disk is full (:func:`payload_no_space`), "no space left on
+    <device> while writing <file> (<exit>)"."""
     try:
         record = json.loads(Path(payload_json).read_text())
     except (OSError, ValueError):
@@ -92,7 +241,12 @@ def failure_reason(rc: int, payload_json: Path) -> str:
     error = record.get("error") if isinstance(record, dict) and record.get("status") == "failed" else None
     # its first line (details, such as a log's tail, follow on later lines: "...; see LOG:")
     first = error.strip().splitlines()[0][:1000].rstrip(" :") if isinstance(error, str) and error.strip() else ""
-    return f"{exit_reason(rc)}: {first}" if first else exit_reason(rc)
+    if first:
+        return f"{exit_reason(rc)}: {first}"
+    if oom:
+        return f"out of memory ({oom}): {exit_reason(rc)}"
+    full = payload_no_space(Path(payload_json).parent, log)
+    return f"{full} ({exit_reason(rc)})" if full else exit_reason(rc)
 
 
 def _lines(out_dir: Path) -> list[str]:
@@ -128,8 +282,9 @@ def start_attempt(out_dir: Path, attempt: dict, log_path: str | os.PathLike) -> 
     own log (``run.<attempt>.log``: a hard link of ``log_path``, so it keeps what the
     harness writes there after Snakemake deletes ``log_path`` for the next attempt), and
     write its ``started`` line. An earlier attempt still ``started`` has ended without a
-    record: its line says so now. Returns the attempt's log (``log_path`` itself where the
-    filesystem has no hard links)."""
+    record: its line says so now. Then the attempt's reserve (:func:`make_reserve`: room
+    for its end's record on a disk that fills up). Returns the attempt's log
+    (``log_path`` itself where the filesystem has no hard links)."""
     lines = _lines(out_dir)
     records = [_parsed(line) for line in lines]
     numbers = [r["attempt"] for r in records if r and isinstance(r.get("attempt"), int)]
@@ -149,6 +304,7 @@ def start_attempt(out_dir: Path, attempt: dict, log_path: str | os.PathLike) -> 
     lines = [json.dumps(_ended_without_record(r), sort_keys=True, default=str)
              if r and r.get("state") == STARTED else line for line, r in zip(lines, records)]
     _write_lines(out_dir, [*lines, json.dumps(attempt, sort_keys=True, default=str)])
+    make_reserve(out_dir)
     return own
 
 

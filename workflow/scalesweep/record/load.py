@@ -4,7 +4,9 @@ confidence intervals, MLPerf LoadGen's early stopping, latency targets and goodp
 Standard library only (the LLM payload imports it inside containers). Times are seconds.
 A request is a dict: ``ok`` (bool), ``t_arrival`` (its scheduled arrival, optional),
 ``t_send``, ``t_first`` (first token, or None), ``t_end``, ``t_tokens`` (token times,
-optional), ``input_tokens``, ``output_tokens``, all times on one clock. Definitions:
+optional), ``input_tokens`` (the server's count, chat template included; or
+``prompt_text_tokens``, the text alone: ``request_input_tokens``), ``output_tokens``, all
+times on one clock. Definitions:
 
 - TTFT = ``t_first - t_arrival`` (``t_send`` where there is no ``t_arrival``): LoadGen
   times a query from its *scheduled* time (loadgen/loadgen.cc, ``sched.delta(...)``), so a
@@ -325,6 +327,19 @@ def tpot_s(request: dict) -> float | None:
     if not n or n < 2 or first is None or end is None:
         return None
     return (end - first) / (n - 1)
+
+
+def request_input_tokens(request: dict) -> dict:
+    """A request's input tokens, each by what it counts: ``input_tokens`` (the server's
+    own count of what it evaluated, the chat template included) and ``prompt_text_tokens``
+    (the prompt text alone, by the server's tokenizer); None where not recorded. A record
+    of before issue 40 held either in ``input_tokens``, its ``input_tokens_source`` saying
+    which ("engine", or "prompt text, ...")."""
+    tokens = request.get("input_tokens")
+    text = request.get("prompt_text_tokens")
+    if str(request.get("input_tokens_source") or "").startswith("prompt text"):
+        tokens, text = None, tokens
+    return {"input_tokens": tokens, "prompt_text_tokens": text}
 
 
 def itl_gaps(request: dict) -> list[float]:

@@ -122,6 +122,9 @@ RUN_FIELDS = (
     Field("interference.load1_max", "number"),
     Field("allocation", "mapping"), Field("allocation.shared_cores", "flag"),
     Field("order", "mapping"), Field("order.position", "count"),
+    # what the run was measured under (scalesweep.plan.identity): absent before issue #40
+    Field("identity", "mapping"), Field("identity.config_digest", "text"),
+    Field("identity.measured", "mapping"),
     Field("probe", "mapping"),
     Field("memory_timeline", "mapping"),
 )

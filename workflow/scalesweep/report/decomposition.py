@@ -16,8 +16,8 @@ import pandas as pd
 
 from scalesweep.analyse.components import COMPONENTS
 from scalesweep.analyse.decomposition import NOT_MEASURED
-from scalesweep.report.style import (CI_TEXT, _finish, _theme, no_data_figure,
-                                     shared_cores_note)
+from scalesweep.report.style import (CI_TEXT, _finish, _theme, error_bars, no_data_figure,
+                                     outside_note, shared_cores_note)
 
 VERDICT_COLORS = {"slower": "#d62728", "faster": "#2ca02c", "equivalent": "0.35",
                   "inconclusive": "#ff7f0e"}
@@ -28,6 +28,13 @@ def _label(row) -> str:
     mode = row.get("mode")
     name = f"{row['runtime']}/{mode}" if isinstance(mode, str) and mode else str(row["runtime"])
     return f"{name}\n{int(row['nodes'])}n x {int(row['ranks'])}r"
+
+
+def _number(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):  # empty, None, text
+        return np.nan
 
 
 def decomposition_figure(table: pd.DataFrame) -> plt.Figure:
@@ -45,6 +52,7 @@ def decomposition_figure(table: pd.DataFrame) -> plt.Figure:
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows), squeeze=False)
     for ax in axes.flat[len(panels):]:
         ax.set_axis_off()
+    outside = 0  # estimates outside their own interval: drawn, bar cut, and said
     for ax, (where, component) in zip(axes.flat, panels):
         rows = table[(table["_where"] == where) & (table["component"] == component.key)]
         labels = [_label(r) for _, r in rows.iterrows()]
@@ -54,10 +62,16 @@ def decomposition_figure(table: pd.DataFrame) -> plt.Figure:
                 ax.text(xi, 0, NOT_MEASURED, ha="center", va="center", rotation=90,
                         fontsize="x-small", color="0.45")
                 continue
-            diff = float(row["difference"])
-            low, high = float(row["difference_ci95_low"]), float(row["difference_ci95_high"])
-            err = ([[diff - low], [high - diff]] if np.isfinite(low) and np.isfinite(high)
-                   else None)
+            diff = _number(row["difference"])
+            if not np.isfinite(diff):
+                ax.text(xi, 0, "no estimate", ha="center", va="center", rotation=90,
+                        fontsize="x-small", color="0.45")
+                continue
+            low, high = _number(row["difference_ci95_low"]), _number(row["difference_ci95_high"])
+            err = None
+            if np.isfinite(low) and np.isfinite(high):
+                err, cut = error_bars([diff], [low], [high])
+                outside += cut
             ax.errorbar([xi], [diff], yerr=err, fmt="o", capsize=4,
                         color=VERDICT_COLORS.get(row["verdict"], "0.2"))
         ax.axhline(0, color="0.3", lw=0.8)
@@ -74,4 +88,4 @@ def decomposition_figure(table: pd.DataFrame) -> plt.Figure:
         "(same-block pairs, disturbed runs left out), in the component's unit; "
         + CI_TEXT + " (decomposition.csv); colour: the component's verdict",
         "\"not measured\": the campaign's runs did not record that component"],
-        warnings=[shared_cores_note(table)])
+        warnings=[shared_cores_note(table), outside_note(outside)])

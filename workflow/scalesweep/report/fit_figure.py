@@ -22,6 +22,8 @@ def fit_figure(series: list[tuple[str, pd.DataFrame, list[Fit]]], count_col: str
     import matplotlib.pyplot as plt
     import seaborn as sns
 
+    from scalesweep.report.style import error_bars, outside_note
+
     from scalesweep.analyse.stats import describe_repeats
 
     sns.set_theme(style="whitegrid", context="notebook")
@@ -34,10 +36,10 @@ def fit_figure(series: list[tuple[str, pd.DataFrame, list[Fit]]], count_col: str
         all_counts.update(int(c) for c in x)
         measured_top = max(measured_top, x.max())
         ax.scatter(runs[count_col], runs[time_col], s=12, alpha=0.5, color=colour)
-        err = [(stats["mean"] - stats["ci95_low"]).fillna(0).to_numpy(float),
-               (stats["ci95_high"] - stats["mean"]).fillna(0).to_numpy(float)]
-        ax.errorbar(x, stats["mean"].to_numpy(float), yerr=err, fmt="o", color=colour,
-                    capsize=3, label=f"{label}: measured (mean, 95% CI)")
+        err, outside = error_bars(stats["mean"], stats["ci95_low"], stats["ci95_high"])
+        notes.append(f"{label}, measured: {outside_note(outside)}" if outside else "")
+        ax.errorbar(x, stats["mean"].to_numpy(float), yerr=np.nan_to_num(err), fmt="o",
+                    color=colour, capsize=3, label=f"{label}: measured (mean, 95% CI)")
         targets = sorted(predict_counts or prediction_counts(x))
         predicting = any(f.can_predict for f in series_fits)
         top = max(targets + [x.max()]) if predicting else x.max()
@@ -71,9 +73,11 @@ def fit_figure(series: list[tuple[str, pd.DataFrame, list[Fit]]], count_col: str
             if len(predicted):
                 predicted_top = max(predicted_top, predicted["count"].max())
                 drawn.update(int(c) for c in predicted["count"])
-                ax.errorbar(predicted["count"], predicted["time_s"],
-                            yerr=[predicted["time_s"] - predicted["time_ci95_low"],
-                                  predicted["time_ci95_high"] - predicted["time_s"]],
+                err, outside = error_bars(predicted["time_s"], predicted["time_ci95_low"],
+                                          predicted["time_ci95_high"])
+                notes.append(f"{label}, {fit.model} predictions: {outside_note(outside)}"
+                             if outside else "")
+                ax.errorbar(predicted["count"], predicted["time_s"], yerr=err,
                             fmt="D", mfc="white", color=colour, capsize=3)
                 for _, row in predicted.iterrows():
                     ax.annotate(f"{row['efficiency_pct']:.0f}%", (row["count"], row["time_s"]),
@@ -92,6 +96,7 @@ def fit_figure(series: list[tuple[str, pd.DataFrame, list[Fit]]], count_col: str
     if not series:
         ax.text(0.5, 0.5, "no finished runs yet", ha="center", va="center",
                 transform=ax.transAxes)
+    notes = [n for n in notes if n]
     if notes:
         fitted_none = all(not f.fitted for _, _, fs in series for f in fs)
         ax.text(0.5, 0.03, "\n".join(_wrap(n) for n in notes), ha="center", va="bottom",

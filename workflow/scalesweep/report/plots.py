@@ -27,8 +27,10 @@ from scalesweep.report.style import (  # noqa: E402
     NOT_DONE_COLOR,
     OUTSIDE_LEGEND,
     counted_mask,
+    error_bars,
     left_out_handles,
     numeric_column,
+    outside_note,
     runtime_order,
     runtime_palette,
     scatter_left_out,
@@ -91,6 +93,7 @@ def scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame) -> plt.Figure:
     palette = runtime_palette(scaling["runtime"] if not scaling.empty else [])
     colors = sns.color_palette("colorblind", 10)
     left_out = set()  # the kinds of left-out runs drawn (disturbed, warmup)
+    outside = 0  # means outside their own interval (error_bars)
     for ax, workload in zip(axes[0], workloads):
         table = scaling[scaling["workload"] == workload].copy()
         table["series"] = table["runtime"] + " (" + table["threads"].astype(str) + " thr/rank)"
@@ -107,8 +110,10 @@ def scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame) -> plt.Figure:
             ax.plot(x, y, marker="o", color=color, label=series, linewidth=2)
             ok = ~(np.isnan(low) | np.isnan(high))
             if ok.any():
-                ax.errorbar(x[ok], y[ok], yerr=np.vstack([y[ok] - low[ok], high[ok] - y[ok]])
-                            .clip(min=0), fmt="none", ecolor=color, elinewidth=1.5, capsize=5)
+                err, cut = error_bars(y[ok], low[ok], high[ok])
+                outside += cut
+                ax.errorbar(x[ok], y[ok], yerr=err, fmt="none", ecolor=color, elinewidth=1.5,
+                            capsize=5)
             ax.plot(s["count"], s["linear_time_s"], linestyle="--", color="grey", linewidth=1)
             mine = dots[dots["series"] == series] if not dots.empty else dots
             if not mine.empty:
@@ -136,6 +141,7 @@ def scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame) -> plt.Figure:
     one_count = (f"measured at one count, so not drawn: {', '.join(single)} "
                  "(their times: scaling.csv)" if single else "")
     _footer(fig, [(shared_cores_note(scaling, runs), NOT_DONE_COLOR),
+                  (outside_note(outside), NOT_DONE_COLOR),
                   (one_count, "0.25"),
                   (CI_NOTE if workloads else "", "0.25"),
                   (no_fit_note(scaling), "0.25"),
@@ -189,6 +195,7 @@ def llm_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None) -> plt.Fig
             llm.get("model", pd.Series(None, index=llm.index)),
             llm.get("synthetic_model", pd.Series(False, index=llm.index)))])
     left_out = set()  # the kinds of left-out runs drawn (disturbed, warmup)
+    outside = 0  # means outside their own interval (error_bars)
     for row, (workload, model) in zip(axes, models):
         mine = table[(table["workload"] == workload) & (table["model_label"].fillna("") == model)]
         dots = llm[(llm["workload"] == workload) & (llm["model_label"].fillna("") == model)]
@@ -212,9 +219,10 @@ def llm_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None) -> plt.Fig
                 lo, hi = numeric_column(r, low), numeric_column(r, high)
                 ok = ~(np.isnan(lo) | np.isnan(hi) | np.isnan(y))
                 if ok.any():
-                    ax.errorbar(x[ok], y[ok], yerr=np.vstack([y[ok] - lo[ok], hi[ok] - y[ok]])
-                                .clip(min=0), fmt="none", ecolor="black", elinewidth=1.2,
-                                capsize=4)
+                    err, cut = error_bars(y[ok], lo[ok], hi[ok])
+                    outside += cut
+                    ax.errorbar(x[ok], y[ok], yerr=err, fmt="none", ecolor="black",
+                                elinewidth=1.2, capsize=4)
                 d = dots[dots["runtime"] == runtime]
                 if dot_col in d and not d.empty:
                     dx = np.array([gpus.index(int(g)) if int(g) in gpus else np.nan
@@ -235,6 +243,7 @@ def llm_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None) -> plt.Fig
     synthetic = any(SYNTHETIC_LABEL in m for _, m in models)
     _footer(fig, [
         (shared_cores_note(table, llm), NOT_DONE_COLOR),
+        (outside_note(outside), NOT_DONE_COLOR),
         (f"{SYNTHETIC_LABEL}: random-weight model; its tokens/s measure engine and runtime "
          "only" if synthetic else "", NOT_DONE_COLOR),
         ("bars: llm.csv means over the undisturbed repeats; " + CI_NOTE + "; dots: repeats",

@@ -29,11 +29,13 @@ from scalesweep.report.style import (
     _theme,
     count_axis_label,
     counted_mask,
+    error_bars,
     flag_mask,
     disturbed_note,
     left_out_handles,
     no_data_figure,
     not_done_note,
+    outside_note,
     point_label,
     runtime_order,
     runtime_palette,
@@ -118,6 +120,7 @@ def memory_figure(runs: pd.DataFrame, points: pd.DataFrame | None = None,
     common = dict(x="x", y="peak_rss_mb", hue="runtime", order=order, hue_order=hue_order, ax=ax)
     valid = df[counted_mask(df)]  # neither disturbed nor warm-up
     width = 0.8 / len(hue_order)  # seaborn's dodge: the dots sit on their bars
+    outside = 0  # means outside their own interval (error_bars)
     if not valid.empty:
         stats = describe_repeats(valid, ["x", "runtime"], "peak_rss_mb")
         for i, runtime in enumerate(hue_order):
@@ -133,9 +136,10 @@ def memory_figure(runs: pd.DataFrame, points: pd.DataFrame | None = None,
             low, high = s["ci95_low"].to_numpy(float), s["ci95_high"].to_numpy(float)
             ok = ~(np.isnan(low) | np.isnan(high))
             if ok.any():
-                ax.errorbar(x[ok], y[ok], yerr=np.vstack([y[ok] - low[ok], high[ok] - y[ok]])
-                            .clip(min=0), fmt="none", ecolor="black", elinewidth=1.2,
-                            capsize=5, zorder=4)
+                err, cut = error_bars(y[ok], low[ok], high[ok])
+                outside += cut
+                ax.errorbar(x[ok], y[ok], yerr=err, fmt="none", ecolor="black",
+                            elinewidth=1.2, capsize=5, zorder=4)
         sns.stripplot(data=valid, palette=palette, dodge=True, jitter=0.1, size=5,
                       edgecolor="black", linewidth=0.5, legend=False, **common)
     left_out = strip_left_out(df, common)
@@ -165,7 +169,7 @@ def memory_figure(runs: pd.DataFrame, points: pd.DataFrame | None = None,
                     "the interval" + ("" if not llm else " and also count the payload's "
                                       "client process, not only the server"),
                     disturbed_note(df), warmup_note(df)],
-                   warnings=[shared_cores_note(runs)])
+                   warnings=[shared_cores_note(runs), outside_note(outside)])
 
 
 

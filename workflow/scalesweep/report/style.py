@@ -367,3 +367,28 @@ def numeric_column(df: pd.DataFrame, col: str) -> np.ndarray:
     if col not in df:
         return np.full(len(df), np.nan)
     return pd.to_numeric(df[col], errors="coerce").to_numpy(float)
+
+
+def error_bars(estimate, low, high) -> tuple[np.ndarray, int]:
+    """matplotlib's ``yerr`` (or ``xerr``) of estimates with the intervals [low, high]: a
+    2 x n array (below, above), never negative, and how many estimates lie outside their
+    own interval. Such a side (a table of an older version, where a statistic and an
+    interval of different methods were put together: issue 40) is drawn with length 0,
+    never fails the figure (matplotlib refuses a negative error); ``outside_note`` says so
+    under it. NaN stays NaN (no bar)."""
+    estimate, low, high = (np.asarray(v, dtype=float).ravel() for v in (estimate, low, high))
+    below, above = estimate - low, high - estimate
+    with np.errstate(invalid="ignore"):
+        outside = int(np.count_nonzero((below < 0) | (above < 0)))
+        return np.vstack([np.where(below < 0, 0.0, below),
+                          np.where(above < 0, 0.0, above)]), outside
+
+
+def outside_note(outside: int) -> str:
+    """The figure's note for ``error_bars``' estimates outside their own interval ("" for
+    none)."""
+    if not outside:
+        return ""
+    return (f"{outside} estimate{'s lie' if outside != 1 else ' lies'} outside "
+            f"{'their' if outside != 1 else 'its'} own 95% interval in the table: "
+            "its error bar is cut at the estimate on that side (the table holds both values)")

@@ -38,11 +38,12 @@ from typing import Any
 
 from scalesweep.measure.interference import TOKEN_VAR, new_token
 from scalesweep.measure.memtimeline import MemoryTimeline
+from scalesweep.measure.oomkill import oom_kills
 from scalesweep.measure.slurmjob import allocation_info, slurm_info
 from scalesweep.plan.sweep import SweepPoint
 from scalesweep.platform.launch import Launch, launch_command, launch_env, shell_line
 from scalesweep.record.dataset import STATE, DatasetError, check_staged
-from scalesweep.record.failures import start_attempt, termination_recorder
+from scalesweep.record.failures import NO_SPACE, release_reserve, start_attempt, termination_recorder
 from scalesweep.record.hostenv import with_user
 from scalesweep.record.metrics import (
     MetricsError,
@@ -61,6 +62,7 @@ from scalesweep.record.pointdir import (
 from scalesweep.record.stack import LAUNCH_T_VAR
 from scalesweep.run.guard import dies_with_harness
 from scalesweep.run.payload_process import (
+    TimeLimit,
     _run_llm_servers_and_client,
     _run_payload,
     _stop_leftovers,
@@ -74,7 +76,7 @@ from scalesweep.run.pointlaunch import (
     stage_command,
 )
 from scalesweep.run.reaper import subreaper
-from scalesweep.run.run_record import _finish
+from scalesweep.run.run_record import _finish, end_without_room
 from scalesweep.run.watchers import InterferenceProbe, MachineProbe
 
 
@@ -96,6 +98,7 @@ def execute(
     measurement: dict,
     site: dict,
     order: dict | None = None,
+    time_limit_s: float | None = None,
 ) -> int:
     """Run the payload; on success write metrics.json, on failure failure.json. Return rc.
 
@@ -107,6 +110,10 @@ def execute(
     a changed dataset fails the point, naming the file, and nothing is measured.
     Besides the image's provenance, the run records its container runtime's
     (``runtime_provenance``: executable, modules, the version it reports).
+    ``time_limit_s``: the point's time limit outside Slurm
+    (``scalesweep.run.payload_process.time_limit_s``; None: none), from the start of the
+    attempt: past it, every process of the run is stopped and the attempt fails "time
+    limit N s exceeded" (exit 124; ``scalesweep.run.payload_process.TimeLimit``).
     """
     metrics_path = Path(metrics_path)
     out_dir = metrics_path.parent
@@ -136,10 +143,16 @@ def execute(
                 return _execute(point, launch, metrics_path, log_path, token=token,
                                 image_manifest=image_manifest, extra=extra,
                                 stage_from=stage_from, dataset=dataset,
-                                measurement=measurement, site=site, order=order)
+                                measurement=measurement, site=site, order=order,
+                                time_limit_s=time_limit_s)
+            except OSError as exc:  # a full disk under a write nothing else expected
+                if exc.errno not in NO_SPACE:
+                    raise
+                raise PointDirError(end_without_room(out_dir, exc, log_path)) from None
             finally:  # interrupted, or failed in the harness: nothing of the payload stays
                 _, held = _stop_leftovers(token, log_path)
     finally:  # a SIGKILLed harness leaves it: `scalesweep status` finds its owner gone
+        release_reserve(out_dir)  # the attempt's room for its record (failures.make_reserve)
         try:
             running.unlink(missing_ok=True)
         except OSError:
@@ -150,7 +163,7 @@ def execute(
 
 
 def _execute(point, launch, metrics_path: Path, log_path, *, token, image_manifest, extra,
-             stage_from, dataset, measurement, site, order) -> int:
+             stage_from, dataset, measurement, site, order, time_limit_s=None) -> int:
     out_dir = metrics_path.parent
     payload_json = out_dir / PAYLOAD_JSON
     payload_json.unlink(missing_ok=True)
@@ -191,8 +204,10 @@ def _execute(point, launch, metrics_path: Path, log_path, *, token, image_manife
     except OSError as exc:  # filled up (or turned read-only) since the check: nothing ran
         raise PointDirError(f"cannot record the attempt in {out_dir}: "
                             f"{exc.strerror or exc}") from None
+    attempt["_oom_kills"] = oom_kills()  # the kernel's OOM kills so far (run_record._finish)
     dataset_problem = _dataset_problem(dataset)  # before the run's clock starts
     t0 = time.perf_counter()
+    limit = TimeLimit(time_limit_s, token)  # from here, as a Slurm job's from its start
     record = termination_recorder(out_dir, attempt, t0)
     with open(log_path, "a") as log:
         log.write(f"# {attempt['start']} scalesweep run-point\n")
@@ -205,10 +220,10 @@ def _execute(point, launch, metrics_path: Path, log_path, *, token, image_manife
             log.write(f"# staging: {shell_line(stage)}\n")
             log.flush()
             t_stage = time.perf_counter()
-            rc = subprocess.run(dies_with_harness(stage), stdout=log, stderr=subprocess.STDOUT,
-                                env=env).returncode
+            rc = limit.wait(subprocess.Popen(dies_with_harness(stage), stdout=log,
+                                             stderr=subprocess.STDOUT, env=env), log_path)
             attempt["staging_s"] = time.perf_counter() - t_stage
-            if rc != 0:
+            if rc != 0 and not limit.exceeded:
                 attempt["reason"] = f"node-local staging failed (exit code {rc})"
         if dataset and not dataset_problem and not (Path(dataset) / STATE).is_file():
             script = Path(launch.code_root) / "scripts" / "stage_dataset.py"
@@ -235,9 +250,10 @@ def _execute(point, launch, metrics_path: Path, log_path, *, token, image_manife
                 servers, client = llm_server_client_launches(launch)
                 attempt["command"] = " ; ".join(shell_line(launch_command(x), added_env)
                                                 for x in (servers, client))
-                rc = _run_llm_servers_and_client(servers, client, env, log_path, attempt, record)
+                rc = _run_llm_servers_and_client(servers, client, env, log_path, attempt, record,
+                                                 limit)
             else:
-                rc = _run_payload(argv, env, log_path, record)
+                rc = _run_payload(argv, env, log_path, record, limit)
         finally:
             attempt["interference"] = probe.stop()
             # the ranks' memory over the window: into metrics.json (not attempts.jsonl)
@@ -251,6 +267,9 @@ def _execute(point, launch, metrics_path: Path, log_path, *, token, image_manife
         if rc == 0:
             speed.run("after")
         extra = {**extra, "probe": speed.record()}
+    if limit.exceeded:  # a signal recorded first keeps its own reason
+        attempt.setdefault("reason", limit.reason)
+        attempt.update(time_limit_s=limit.seconds, stopped_at_time_limit=limit.stopped)
     wall = time.perf_counter() - t0 - (speed.seconds if speed else 0.0)
     attempt.update(end=now_iso(), wall_s=wall, exit_code=rc)
     return _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_manifest, commit, extra)

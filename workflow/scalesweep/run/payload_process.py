@@ -2,7 +2,8 @@
 harness (scalesweep.run.guard), its log written, a termination signal forwarded to its
 process group; a multi-node LLM point's servers started before its client; and whatever
 a payload left running stopped when it ends (the harness is their subreaper:
-scalesweep.run.reaper)."""
+scalesweep.run.reaper); a point's time limit outside Slurm (``TimeLimit``): past it, every
+process of the run is stopped and the attempt fails "time limit N s exceeded"."""
 
 from __future__ import annotations
 
@@ -22,11 +23,74 @@ from scalesweep.run.reaper import LEFTOVER_GRACE_S, stop_leftovers
 
 
 SERVER_START_TIMEOUT_S = 900
+TIME_LIMIT_RC = 124  # as timeout(1)'s: the point ran past its time limit
+
+
+
+def time_limit_s(workload: dict, site: dict, environ=os.environ) -> int | None:
+    """A point's time limit (seconds) where no Slurm job bounds it: what its first Slurm
+    attempt would ask for (``scalesweep.run.slurm.runtime_min``: the workload's
+    ``max_runtime_min``, capped by the site's ``slurm.max_runtime_min``), so a hung point
+    ends the same way here as there (:class:`TimeLimit`). None in a Slurm job: its own
+    time limit ends it (TIMEOUT)."""
+    from scalesweep.run.slurm import runtime_min
+
+    if environ.get("SLURM_JOB_ID"):
+        return None
+    return 60 * runtime_min(workload, site, 1)
+
+
+
+class TimeLimit:
+    """A point's time limit (seconds from its start; None: none), as a Slurm job has one:
+    a point that runs past it fails with "time limit N s exceeded" and every process of
+    the run (all that carry its ``token``: the launcher, its ranks, stopped ones too) is
+    stopped, SIGTERM and SIGCONT, then SIGKILL (``scalesweep.run.reaper.stop_leftovers``).
+    ``stopped``: what it stopped (None while the limit holds)."""
+
+    def __init__(self, seconds: float | None, token: str):
+        self.seconds, self.token = seconds, token
+        self.deadline = None if seconds is None else time.monotonic() + seconds
+        self.stopped: list[str] | None = None
+
+    @property
+    def exceeded(self) -> bool:
+        return self.stopped is not None
+
+    @property
+    def reason(self) -> str:
+        return f"time limit {self.seconds:g} s exceeded"
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    def wait(self, proc: subprocess.Popen, log_path) -> int:
+        """``proc``'s exit status, or TIME_LIMIT_RC once the limit has passed (the run's
+        processes stopped: :meth:`expire`)."""
+        try:
+            return proc.wait(timeout=self.remaining())
+        except subprocess.TimeoutExpired:
+            rc = self.expire(log_path)
+            if proc.poll() is None:  # not stopped with the run's token (reaped: it was)
+                proc.kill()
+                proc.wait()
+            return rc
+
+    def expire(self, log_path) -> int:
+        """Stop every process of the run, say so in its log; TIME_LIMIT_RC."""
+        self.stopped = stop_leftovers(self.token)
+        try:
+            with open(log_path, "a") as log:
+                log.write(f"# {self.reason}: stopped (SIGTERM and SIGCONT, then SIGKILL after "
+                          f"{LEFTOVER_GRACE_S:g} s): {'; '.join(self.stopped) or 'nothing left'}\n")
+        except OSError:
+            pass
+        return TIME_LIMIT_RC
 
 
 
 def _run_llm_servers_and_client(servers: Launch, client: Launch, env: dict, log_path: str,
-                                attempt: dict, record=None) -> int:
+                                attempt: dict, record=None, limit: TimeLimit | None = None) -> int:
     ready_dir = Path(servers.out_dir) / SERVERS_DIR
     ready_dir.mkdir(parents=True, exist_ok=True)
     for stale in [*ready_dir.glob("ready-*"), ready_dir / "stop"]:
@@ -42,6 +106,8 @@ def _run_llm_servers_and_client(servers: Launch, client: Launch, env: dict, log_
             if srv.poll() is not None:
                 attempt["reason"] = f"LLM servers exited ({srv.returncode}) before all were ready"
                 return srv.returncode or 1
+            if limit is not None and limit.remaining() == 0:
+                return limit.expire(log_path)
             if time.monotonic() > deadline:
                 attempt["reason"] = f"LLM servers not ready within {SERVER_START_TIMEOUT_S} s"
                 return 124
@@ -51,7 +117,7 @@ def _run_llm_servers_and_client(servers: Launch, client: Launch, env: dict, log_
         argv = launch_command(replace(client, args=client.args + ("--servers", ",".join(urls))))
         with open(log_path, "a") as log:
             log.write(f"# client: {shell_line(argv)}\n")
-        return _run_payload(argv, env, log_path, record)
+        return _run_payload(argv, env, log_path, record, limit)
     finally:
         # servers stop cleanly (and write their own metrics) on the stop file; a signal
         # only if they do not
@@ -129,13 +195,14 @@ def _stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
 
 
 
-def _run_payload(argv: list[str], env: dict, log_path: str, record=None) -> int:
+def _run_payload(argv: list[str], env: dict, log_path: str, record=None,
+                 limit: TimeLimit | None = None) -> int:
     with open(log_path, "a") as log:
         proc = subprocess.Popen(dies_with_harness(argv), stdout=log, stderr=subprocess.STDOUT,
                                 env=env, start_new_session=True)
         previous = _forward_termination(proc, record)
         try:
-            return proc.wait()
+            return limit.wait(proc, log_path) if limit is not None else proc.wait()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

@@ -7,8 +7,10 @@ double fork). When their parent dies they are re-parented to the nearest *child
 subreaper* (prctl PR_SET_CHILD_SUBREAPER), else to init, where they would run on beside
 the next measurement. So the harness is the subreaper while it runs a point
 (:func:`subreaper`), and when the payload has ended, or the harness is interrupted, it
-stops whatever still runs of the payload (:func:`stop_leftovers`): SIGTERM, a grace,
-SIGKILL, and waits for each (reaping those re-parented to it).
+stops whatever still runs of the payload (:func:`stop_leftovers`): SIGTERM (and SIGCONT,
+for a stopped one), a grace, SIGKILL, and waits for each (reaping those re-parented to
+it). A point past its time limit is stopped the same way
+(``scalesweep.run.payload_process.TimeLimit``).
 
 The payload's processes are told apart by the run's token in their environment
 (``scalesweep.measure.interference``: every process of the payload carries it, in or out of a
@@ -105,7 +107,9 @@ def _reap(pid: int) -> bool:
 def stop_leftovers(token: str, grace_s: float = LEFTOVER_GRACE_S) -> list[str]:
     """Stop every process of this host that carries ``token`` (but this one): SIGTERM,
     up to ``grace_s`` for them to exit, then SIGKILL; wait for each and reap those that
-    are this process's children. Returns them as "pid command line" (none: [])."""
+    are this process's children. Returns them as "pid command line" (none: []). A stopped
+    process (SIGSTOP, a ``kill -STOP`` of a rank) gets SIGCONT after its SIGTERM: a
+    signal but SIGKILL waits, pending, until the process runs again."""
     me = os.getpid()
     found: dict[tuple[int, int | None], str] = {}
 
@@ -125,6 +129,8 @@ def stop_leftovers(token: str, grace_s: float = LEFTOVER_GRACE_S) -> list[str]:
             if proc_start_ticks(pid) == ticks:  # still that process, not a new one with its pid
                 try:
                     os.kill(pid, sig)
+                    if sig == signal.SIGTERM:  # a stopped one (kill -STOP) acts on it only
+                        os.kill(pid, signal.SIGCONT)  # once continued, as Slurm does
                 except (ProcessLookupError, PermissionError):
                     pass
 

@@ -174,8 +174,15 @@ def slurm_request(point: SweepPoint, workload: dict, config: dict, attempt: int 
     )
 
 
+# The characters of a Slurm account here: the executor plugin splits the value at commas
+# and whitespace (several accounts) and passes each with -A; scalesweep holds it to these.
+ACCOUNT_CHARS = re.compile(r"[A-Za-z0-9_.+@-]")
+
+
 def account_problem(raw: str | int | None, environ: Any) -> str | None:
-    """Why the profile's ``slurm_account`` cannot work, or None.
+    """Why the profile's ``slurm_account`` cannot work, or None: a variable it names
+    that is unset or empty, an empty account, characters no account has (``x$(touch
+    y)``), each said as what it is.
 
     ``raw`` is the profile's default-resources expression (e.g. ``'$SBATCH_ACCOUNT'``);
     Snakemake expands ``$VAR`` in it when it evaluates it. None = no account configured
@@ -187,21 +194,34 @@ def account_problem(raw: str | int | None, environ: Any) -> str | None:
     names = [a or b for a, b in ENV_REF.findall(text)]
     value = expand_vars(text, environ)
     value = value.strip().strip("'\"").strip()
-    if value and "$" not in value:
-        return None
-    if names:
-        unset = [n for n in names if not environ.get(n)]
+    unset = [n for n in names if n not in environ]
+    blank = [n for n in names if n in environ and not str(environ[n]).strip()]
+    if unset or blank:
+        name = (unset or blank)[0]
+        state = "is not set" if unset else "is set to nothing"
         return (
             f"the Slurm account is empty: the profile's default-resources take it from "
-            f"{', '.join('$' + n for n in unset or names)}, which is not set. Set it to your "
-            f"project's allocation, e.g. `export {(unset or names)[0]}=abc123` "
+            f"${name}, which {state}. Set it to your "
+            f"project's allocation, e.g. `export {name}=abc123` "
             "(sbatch reads SBATCH_ACCOUNT too), or pass "
             "--default-resources slurm_account=<project> on the command line"
         )
-    return (
-        "the Slurm account is empty (default-resources slurm_account): "
-        "set it in the profile or with --default-resources slurm_account=<project>"
-    )
+    if not value:
+        return (
+            "the Slurm account is empty (default-resources slurm_account): "
+            "set it in the profile or with --default-resources slurm_account=<project>"
+        )
+    bad = sorted({ch for ch in value if not ACCOUNT_CHARS.fullmatch(ch)}, key=value.index)
+    if bad:
+        source = f" (from ${names[0]})" if names else " (default-resources slurm_account)"
+        return (
+            f"the Slurm account {value!r}{source} has characters no Slurm account has "
+            f"({' '.join(repr(ch) for ch in bad)}): an account is letters, digits and _ . + @ -, "
+            "and the Slurm executor would split this one at its spaces and commas and submit "
+            "with a part of it. Set it to your project's allocation (e.g. abc123), in the "
+            "profile or with --default-resources slurm_account=<project>"
+        )
+    return None
 
 
 # --- What a dry run shows per point: the sbatch options and the point's srun line ---------

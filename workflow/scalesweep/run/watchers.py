@@ -43,6 +43,7 @@ class InterferenceProbe:
         self.interval = float(m["sample_interval_s"])
         self.max_outside = float(m["max_outside_cpu_pct"])
         self.max_steal = float(m["max_steal_pct"])
+        self.max_stolen = m.get("max_stolen_cpu_pct")
         self.dir = out_dir / INTERFERENCE_DIR
         self.local: Monitor | None = None
         self.watchers: subprocess.Popen | None = None
@@ -123,7 +124,8 @@ class InterferenceProbe:
                     nodes.append(node)
             if len(nodes) < self.launch.nodes and self.note is None:
                 self.note = f"per-node monitors wrote {len(nodes)} of {self.launch.nodes} records"
-        record = assess(nodes, self.max_outside, self.max_steal)
+        record = assess(nodes, self.max_outside, self.max_steal,
+                        self.launch.ranks_per_node * self.launch.threads, self.max_stolen)
         record["nodes_monitored"] = {"requested": self.launch.nodes, "monitored": len(nodes),
                                      "note": self.note}
         return record
