@@ -313,7 +313,7 @@ def closing(tmp_path: Path, *config: str) -> tuple[str, subprocess.CompletedProc
 
 def test_a_failed_summary_job_is_named_with_its_log_never_as_failed_points(tmp_path):
     message, _ = closing(tmp_path, "fail_point=0")
-    assert message == ("scalesweep: 1 job that measures no point failed (no point failed):\n"
+    assert message == ("scalesweep: no point failed; 1 other job (measuring no point) failed:\n"
                        "  aggregate (log: logs/aggregate.log)\n"
                        "Measured points are kept and not measured again: fix what the log "
                        "says and run the same command again.")
@@ -349,3 +349,21 @@ def test_slurms_out_of_memory_comes_first_in_a_points_reason():
     assert slurm_oom_reason(said, "OUT_OF_MEMORY") == said
     assert slurm_oom_reason("exit code 1", "FAILED") == "exit code 1"
     assert slurm_oom_reason(float("nan"), "") == ""
+
+
+def test_the_closing_message_gives_the_last_attempts_reason_not_an_older_failure_json(tmp_path):
+    """A failure.json left by an earlier failed attempt is not the reason of a later one
+    that wrote none (its harness SIGKILLed: "no end recorded"; review of issue 40)."""
+    from scalesweep.campaign.failed_run import point_reason
+
+    (tmp_path / "failure.json").write_text(json.dumps(
+        {"attempt": 1, "reason": "exit code 1", "log": "run.1.log"}))
+    lines = [{"attempt": 1, "state": "failed", "reason": "exit code 1", "log": "run.1.log"},
+             {"attempt": 2, "state": "failed", "reason": "no end recorded: its harness was "
+              "killed", "log": "run.2.log"}]
+    (tmp_path / "attempts.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert point_reason(tmp_path) == ("no end recorded: its harness was killed", "run.2.log")
+    # the same attempt's failure.json is its reason
+    (tmp_path / "failure.json").write_text(json.dumps(
+        {"attempt": 2, "reason": "out of memory", "log": "run.2.log"}))
+    assert point_reason(tmp_path) == ("out of memory", "run.2.log")

@@ -60,7 +60,15 @@ def test_analysis_settings_and_axes_are_not_measured():
     other["measurement"]["max_repeats"] = 40
     other["sweep"]["ranks_per_node"] = [1, 2, 4]
     other["workloads"]["cnn_ddp"]["enabled"] = True
+    # input bounds and the time limit (raising one must not make every run foreign), and
+    # one dataset path spelled two ways (review of issue 40)
+    other["workloads"]["cnn_ddp"].update(max_prompts_mb=64, max_prompts=99, max_runtime_min=9)
     assert measured_config(cfg, "cnn_ddp", "native") == measured_config(other, "cnn_ddp", "native")
+    spelled = [copy.deepcopy(cfg), copy.deepcopy(cfg)]
+    spelled[0]["datasets"]["tiny"]["path"] = "data/photos"
+    spelled[1]["datasets"]["tiny"]["path"] = "./data//photos"
+    assert measured_config(spelled[0], "cnn_ddp", "native") == measured_config(
+        spelled[1], "cnn_ddp", "native")
     other["datasets"]["tiny"]["image_size"] = 96
     assert measured_config(cfg, "cnn_ddp", "native") != measured_config(other, "cnn_ddp", "native")
 

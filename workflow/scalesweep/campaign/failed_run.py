@@ -73,16 +73,19 @@ def failed_jobs(log) -> list[dict]:
 
 
 def point_reason(point_dir: Path) -> tuple[str, str]:
-    """(reason, log) of a failed point: its failure.json, else its last attempt's line."""
+    """(reason, log) of a failed point: its failure.json where it is the last attempt's
+    (one left by an earlier failed attempt is not), else its last attempt's line."""
+    attempts = read_attempts(point_dir)
+    last = attempts[-1] if attempts else {}
     try:
         record = json.loads((point_dir / FAILURE_JSON).read_text())
-        if isinstance(record, dict) and record.get("reason"):
+        if (isinstance(record, dict) and record.get("reason")
+                and (not last or record.get("attempt") == last.get("attempt"))):
             return str(record["reason"]), str(record.get("log") or "")
     except (OSError, ValueError):
         pass
-    attempts = read_attempts(point_dir)
-    if attempts and attempts[-1].get("state") == "failed":
-        return str(attempts[-1].get("reason") or ""), str(attempts[-1].get("log") or "")
+    if last and last.get("state") != "done" and last.get("reason"):
+        return str(last.get("reason")), str(last.get("log") or "")
     return "", ""
 
 
@@ -126,9 +129,9 @@ def failure_message(log, partial_hint: str, directory: str | os.PathLike = ".") 
                      f"same command with {partial_hint}, then snakemake --report report.html.")
     if others:
         many = len(others) > 1
-        lines.append(f"scalesweep: {len(others)} job{'s' if many else ''} that "
-                     f"measure{'' if many else 's'} no point failed"
-                     + ("" if points else " (no point failed)") + ":")
+        lines.append(("scalesweep: no point failed; " if not points else "scalesweep: ")
+                     + f"{len(others)} other job{'s' if many else ''} (measuring no point) "
+                     "failed:")
         for _, job in others:
             said = (f"log: {', '.join(job['log'])}" if job["log"] else
                     job["message"] or f"see {where}")

@@ -30,8 +30,9 @@ from typing import Any
 from scalesweep.record.dataset import SOURCE_KEYS, STAGED_DIR, staged_source
 
 # a workload's keys that change nothing a run measures: whether it is in the sweep, its
-# own axes (a new count is a new point, never another run of one), a Slurm time limit
-NOT_MEASURED = {"enabled", "sweep", "max_runtime_min", "time_limit_s"}
+# own axes (a new count is a new point, never another run of one), its time limit, the
+# bounds a prompts file is checked against (raising one must not make runs foreign)
+NOT_MEASURED = {"enabled", "sweep", "max_runtime_min", "max_prompts_mb", "max_prompts"}
 FOREIGN = "foreign run"  # how a foreign run's reason starts (runs.csv, points.csv, status)
 
 
@@ -53,7 +54,10 @@ def measured_config(config: dict, workload: str, runtime: str) -> dict:
     for key, section in (("dataset", "datasets"), ("model", "models")):
         name = wl.get(key)
         if name and name in (config.get(section) or {}):
-            out[f"{section}.{name}"] = config[section][name]
+            entry = dict(config[section][name])
+            if isinstance(entry.get("path"), str):  # "data/x" and "./data/x" are one path
+                entry["path"] = os.path.normpath(entry["path"])
+            out[f"{section}.{name}"] = entry
     if not is_native(runtime):
         spec = workload_image(config, workload, runtime)
         out[f"containers.images.{spec.name}"] = dataclasses.asdict(spec)
