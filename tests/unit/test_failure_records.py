@@ -248,16 +248,22 @@ def test_a_payload_killed_by_the_oom_killer_is_out_of_memory(tmp_path):
 
 
 def test_oom_evidence_reads_the_counters_and_slurms_word():
-    """The counters as read here, and how a rise is read: in the harness's own cgroup
-    any failure; above it (or the host) only a SIGKILL; slurmstepd's line always."""
+    """The counters as read here, and how a rise is read: only with a SIGKILL of the run's
+    own (locally the harness's cgroup holds Snakemake and the points beside it too);
+    slurmstepd's line always."""
     counts = oom_kills()
     assert "/proc/vmstat" in counts
     own = [str(p) for p in memory_cgroups()]
     assert all(p in counts for p in own)
     after = {k: v + 1 for k, v in counts.items()}
     if own:
-        assert oom_evidence(counts, after, 1).startswith(
+        assert oom_evidence(counts, after, 137).startswith(
             "the kernel's OOM killer killed 1 process in memory cgroup ")
+        # another process's OOM kill is not this run's failure (exit 1, no SIGKILL)
+        assert oom_evidence(counts, after, 1) is None
+        assert oom_evidence(counts, after, 1, "mpirun noticed that process rank 1 ... "
+                            "exited on signal 9 (Killed).").startswith("the kernel's")
+        assert oom_evidence(counts, after, 1, "the model was Killed-off early") is None
     host = {"/proc/vmstat": 3}
     assert oom_evidence(host, {"/proc/vmstat": 4}, 1) is None
     assert oom_evidence(host, {"/proc/vmstat": 4}, 137) == \

@@ -708,9 +708,11 @@ def test_dry_run_prints_each_points_sbatch_and_srun(tmp_path, monkeypatch):
         assert " ..." not in srun, line
     summary = proc.stdout.split("\nscalesweep, this dry run:\n")
     assert len(summary) == 2 and "This was a dry-run" in summary[0]
-    # (each series: 1 warm-up block, then 3 to 8 blocks: 5 same-block pairs at least)
+    # each series: 1 warm-up block, then 5 same-block pairs at least, max_repeats at most
+    # (config/config.yaml's, under frontier.yaml), 2 runs a block
+    top = 2 * 2 * (1 + config["measurement"]["max_repeats"])
     assert "points: 16 run_point jobs listed above (cnn_ddp); the 2 series selected " \
-           "measure 24 to 36 runs in all" in summary[1]
+           f"measure 24 to {top} runs in all" in summary[1]
     assert "Slurm jobs: 16 points asking 16.0 node-hours at attempt 1, each with the " \
            "plugin's options of this command line: --qos=debug" in summary[1]
     assert "images, on this host first: build: resources/images/pytorch.sif (apptainer, " \

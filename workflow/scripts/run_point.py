@@ -44,6 +44,8 @@ from scalesweep.plan.identity import identity_record, source_change  # noqa: E40
 from scalesweep.plan.payloads import image_location, image_manifest_of, payload_invocation, point_inputs  # noqa: E402
 from scalesweep.plan.sweep import POINT_DEPTH, SweepPoint, is_native, run_order  # noqa: E402
 from scalesweep.platform.site import site_of  # noqa: E402
+from scalesweep.record.failures import end_started, start_attempt  # noqa: E402
+from scalesweep.record.metrics import now_iso  # noqa: E402
 from scalesweep.record.hostenv import with_user  # noqa: E402
 from scalesweep.record.pointdir import FAILURE_JSON, PointDirError  # noqa: E402
 from scalesweep.run.harness import execute  # noqa: E402
@@ -77,10 +79,16 @@ inv = payload_invocation(point, workload, config, inputs, out_dir)
 changed = (workload.get("dataset") in (config.get("datasets") or {})
            and source_change(workload["dataset"], config["datasets"][workload["dataset"]]))
 if changed:
-    message = (f"scalesweep: point {point.path} was not run: {changed}. (`restage` names it, "
-               "but it was not staged anew: add the --forcerun.) Nothing was measured.")
+    reason = (f"not run: {changed}. (`restage` names it, but it was not staged anew: add "
+              "the --forcerun.) Nothing was measured")
+    message = f"scalesweep: point {point.path} was {reason}."
     print(message, file=sys.stderr)
     print(message, file=sys.__stderr__)
+    try:  # an attempt of its own, failed with the reason: status and the closing message
+        start_attempt(out_dir, {"point": point.as_dict(), "start": now_iso()}, args.log)
+        end_started(out_dir, reason, 65)
+    except OSError as exc:
+        print(f"scalesweep: the attempt could not be recorded: {exc}", file=sys.__stderr__)
     sys.exit(65)  # EX_DATAERR
 launch = build_launch(
     point,

@@ -37,8 +37,8 @@ def with_foreign(df: pd.DataFrame, config: dict, log=None) -> pd.DataFrame:
     ``disturbed`` and ``disturbed_reason``; each foreign run named in ``log``."""
     log = log or (lambda text: None)
     df = df.assign(foreign=False)
-    if "config_digest" not in df.columns or df.empty:
-        return df
+    if "config_digest" not in df.columns or df.empty or "sweep" not in config:
+        return df  # (no campaign's config: identity.foreign_reason)
     expected: dict = {}
     for i in df.index[df["config_digest"].notna()]:
         key = (df.at[i, "workload"], df.at[i, "runtime"])

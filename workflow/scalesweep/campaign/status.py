@@ -333,8 +333,7 @@ def _replacement_advice(config: dict, directory: Path, disturbed, command,
     enough = sorted(k for k, v in kinds.items() if v[0] == "enough")
     if enough:
         lines.append("Not needed for " + ", ".join(enough) + ": enough undisturbed repeats.")
-    futile = sorted(k for k, v in kinds.items() if v[0] == "futile")
-    if futile:
+    if futile := sorted(k for k, v in kinds.items() if v[0] == "futile"):
         lines.append("Not replaced for " + ", ".join(futile) + ": stopped as futile (it "
                      "cannot settle within its maximum of repeats; see below).")
     if any(v[0] == "below" for v in kinds.values()):
@@ -407,7 +406,8 @@ def run(args) -> int:
         print()
         return 0
     warm = f"; {int(warmup.sum())} of them warm-up (kept, in no statistic)" if warmup.any() else ""
-    print(f"{len(table)} requested points: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + warm)
+    shown = [f"{n} {s}" for s, n in counts.items() if n or s != "foreign"]  # if one is
+    print(f"{len(table)} requested points: " + ", ".join(shown) + warm)
     if problems:
         print(f"{len(problems)} decision file(s) of adaptive repeats cannot be read, and count "
               "as not made (a series' blocks after one are not listed):")

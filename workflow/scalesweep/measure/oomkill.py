@@ -91,8 +91,10 @@ def oom_kills(proc: str = "/proc/self") -> dict[str, int]:
 
 
 def _killed_by_sigkill(rc: int, log_tail: str) -> bool:
+    """The run's own rank ended by SIGKILL: its exit status, or its launcher's line of
+    it (mpirun's "signal 9 (Killed)", a shell's "Killed" at the start of a line)."""
     return rc in (-signal.SIGKILL, 128 + signal.SIGKILL) or bool(
-        re.search(r"signal 9\b|SIGKILL|Killed", log_tail))
+        re.search(r"signal 9\b|\bSIGKILL\b|^\S*\s*Killed\b", log_tail, re.MULTILINE))
 
 
 def oom_evidence(before: dict[str, int] | None, after: dict[str, int], rc: int,
@@ -105,13 +107,14 @@ def oom_evidence(before: dict[str, int] | None, after: dict[str, int], rc: int,
     if not before or rc == 0:
         return None
     files = list(after)
-    for i, path in enumerate(files):
+    for path in files:
         rose = after[path] - before.get(path, after[path])
         if rose <= 0:
             continue
-        # the harness's own cgroup counts only this run's processes; a cgroup above it
-        # and the host count others too: there a rank killed by SIGKILL is wanted as well
-        if (i > 0 or path == VMSTAT) and not _killed_by_sigkill(rc, log_tail):
+        # a cgroup counts every process in it: locally the harness's own holds Snakemake
+        # and the points beside it too (Slurm gives each job its own), so a rise is this
+        # run's only where one of its ranks was killed by SIGKILL
+        if not _killed_by_sigkill(rc, log_tail):
             return None
         where = ("on this host" if path == VMSTAT else
                  f"in memory cgroup {os.path.dirname(path)}")

@@ -107,6 +107,8 @@ def foreign_reason(metrics: dict, config: dict, expected: dict | None = None) ->
     identity = metrics.get("identity")
     if not isinstance(identity, dict) or not isinstance(identity.get("measured"), dict):
         return ""
+    if "sweep" not in config:  # no campaign's config to hold it against (`scalesweep
+        return ""              # compare` reads campaigns from their metrics alone)
     point = metrics.get("point") or {}
     try:
         expected = expected or measured_config(config, point["workload"], point["runtime"])
