@@ -23,9 +23,10 @@ import pandas as pd
 from scalesweep.plan.identity import FOREIGN, config_digest, foreign_reason, measured_config
 
 
-def mark(row: dict, metrics: dict, config: dict) -> dict:
-    """A run's row (collect.run_row) marked foreign where its metrics say so."""
-    why = foreign_reason(metrics, config)
+def mark(row: dict, metrics: dict, config: dict, expected: dict | None = None) -> dict:
+    """A run's row (collect.run_row) marked foreign where its metrics say so
+    (``expected``: the config's measured parts for its point, where known already)."""
+    why = foreign_reason(metrics, config, expected)
     if why:
         row.update(foreign=True, disturbed=True, disturbed_reason="; ".join(
             r for r in (why, row.get("disturbed_reason") or "") if r))
@@ -55,7 +56,8 @@ def with_foreign(df: pd.DataFrame, config: dict, log=None) -> pd.DataFrame:
             metrics = json.loads(Path(df.at[i, "path"]).read_text())
         except (OSError, ValueError):
             continue  # read a moment ago: gone since (the next summary says)
-        row = mark({"disturbed_reason": df.at[i, "disturbed_reason"]}, metrics, config)
+        row = mark({"disturbed_reason": df.at[i, "disturbed_reason"]}, metrics, config,
+                   measured)  # this config's, computed once per workload and runtime
         if row.get("foreign"):
             df.loc[i, ["foreign", "disturbed", "disturbed_reason"]] = [
                 True, True, row["disturbed_reason"]]
