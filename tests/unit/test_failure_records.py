@@ -1,8 +1,9 @@
 """Every way a point can end leaves a record that says why (issue #40, cases 1, 9 and the
 closing message).
 
-* A disk that fills up during a measurement (a 2 MiB tmpfs, in a mount namespace of its
-  own) fails the attempt "no space left on tmpfs (mounted at ...) while writing ...":
+* A disk that fills up during a measurement (a 2 MiB tmpfs in a mount namespace of its
+  own, and, where this runs as root, a 4 MiB ext4 on a loop device) fails the attempt
+  "no space left on <device> (mounted at ...) while writing ...":
   failure.json, the attempt's line and its log say so, in the room the attempt's reserve
   leaves, and the point reads as failed (what `scalesweep status` reads); a metrics.json
   written before on the same disk is untouched, and a measurement meeting the full disk
@@ -49,11 +50,16 @@ out = sys.argv[sys.argv.index("--out") + 1]
 print("payload: training", flush=True)
 fd = os.open(os.path.join(os.path.dirname(os.path.dirname(out)), "filler"),
              os.O_WRONLY | os.O_CREAT)
-try:
-    while True:
-        os.write(fd, os.urandom(4096))
-except OSError:
-    os.close(fd)
+for chunk in (4096, 512, 1):  # ext4 frees over-reserved blocks at fsync: fill those too
+    try:
+        while True:
+            os.write(fd, os.urandom(chunk))
+    except OSError:
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass
+os.close(fd)
 write_metrics(out, {"workload": "stand-in", "payload_wall_s": 0.01})
 """
 
@@ -71,14 +77,41 @@ def harness_env() -> dict:
     return env
 
 
-@pytest.mark.skipif(not can_mount_tmpfs(), reason="no mount namespace with tmpfs here")
-def test_a_disk_full_during_the_run_fails_the_point_named_and_recorded(tmp_path):
-    """The harness and its payload run on a 2 MiB tmpfs (results/ of a campaign) where an
-    earlier point is measured; the disk fills up while the payload runs. The attempt is
-    failed with "no space left on tmpfs (mounted at <results>) while writing ...":
-    in failure.json, attempts.jsonl and the log, never a traceback; the reserve is gone;
-    the point reads as failed; the earlier measurement is byte for byte as it was. The
-    mount vanishes with its namespace: the script copies the point directories out."""
+def can_mount_loop() -> bool:
+    """Root, with losetup and mkfs.ext4, in a mount namespace that may mount a loop device."""
+    if os.geteuid() != 0 or not (have("unshare") and have("losetup") and have("mkfs.ext4")):
+        return False
+    return subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"],
+                          capture_output=True).returncode == 0
+
+
+# (unshare's flags, the mount command, the device its reason names)
+FILE_SYSTEMS = {
+    "tmpfs": pytest.param(("-Urm", 'mount -t tmpfs -o size=2m tmpfs "$R"', "tmpfs"),
+                          marks=pytest.mark.skipif(not can_mount_tmpfs(),
+                                                   reason="no mount namespace with tmpfs here")),
+    # a real block device: ext4 without root's reserved blocks, on a loop device
+    "ext4-loop": pytest.param(("-m", 'mount -o loop "$IMG" "$R"', "/dev/loop"),
+                              marks=pytest.mark.skipif(not can_mount_loop(),
+                                                       reason="not root, or no loop device")),
+}
+
+
+@pytest.mark.parametrize("fs", FILE_SYSTEMS.values(), ids=FILE_SYSTEMS.keys())
+def test_a_disk_full_during_the_run_fails_the_point_named_and_recorded(tmp_path, fs):
+    """The harness and its payload run on a small file system (results/ of a campaign: a
+    2 MiB tmpfs, a 4 MiB ext4 on a loop device) where an earlier point is measured; the
+    disk fills up while the payload runs. The attempt is failed with "no space left on
+    <device> (mounted at <results>) while writing ...": in failure.json, attempts.jsonl and
+    the log, never a traceback; the reserve is gone; the point reads as failed; the
+    earlier measurement is byte for byte as it was. The mount vanishes with its namespace:
+    the script copies the point directories out."""
+    unshare, mount, device = fs
+    image = tmp_path / "disk.img"
+    if device.startswith("/dev/loop"):
+        with open(image, "wb") as fh:
+            fh.truncate(4 << 20)
+        subprocess.run(["mkfs.ext4", "-q", "-m", "0", str(image)], check=True)
     results = tmp_path / "results"
     results.mkdir()
     out = results / "runs" / POINT
@@ -87,8 +120,7 @@ def test_a_disk_full_during_the_run_fails_the_point_named_and_recorded(tmp_path)
     (Path(spec["code_root"]) / "scripts" / "fills.py").write_text(FILLS_THE_DISK)
     spec["payload"] = "scripts/fills.py"
     copy = tmp_path / "copy"
-    script = textwrap.dedent("""\
-        mount -t tmpfs -o size=2m tmpfs "$R"
+    script = mount + "\n" + textwrap.dedent("""\
         mkdir -p "$E"
         "$PY" -c 'import sys; from scalesweep.record.metrics import write_json_atomic
         write_json_atomic(sys.argv[1], {"measured": "before"})' "$E/metrics.json"
@@ -100,19 +132,23 @@ def test_a_disk_full_during_the_run_fails_the_point_named_and_recorded(tmp_path)
         ls -a "$O" > "$C.ls"
         cp -a "$R" "$C"
         """)
-    proc = subprocess.run(["unshare", "-Urm", "sh", "-c", script], capture_output=True,
+    proc = subprocess.run(["unshare", unshare, "sh", "-c", script], capture_output=True,
                           text=True, timeout=300,
                           env={**harness_env(), "R": str(results), "E": str(earlier),
+                               "IMG": str(image),
                                "O": str(out), "C": str(copy), "PY": sys.executable,
                                "HARNESS": HARNESS, "SPEC": json.dumps(spec)})
     assert proc.returncode == 0, proc.stderr
     err = Path(f"{copy}.err").read_text()
-    assert Path(f"{copy}.rc").read_text().strip() == "1", err
+    assert Path(f"{copy}.rc").read_text().strip() == "1", (err, Path(f"{copy}.ls").read_text())
     assert "Traceback" not in err, err
     saved = copy / "runs" / POINT
-    expected = (f"no space left on tmpfs (mounted at {results}) while writing the payload's "
-                f"files in {out} (exit code 1)")
     failure = json.loads((saved / "failure.json").read_text())
+    source = failure["reason"].removeprefix("no space left on ").partition(" ")[0]
+    assert source == device or (device == "/dev/loop" and source[len(device):].isdigit()), \
+        failure["reason"]
+    expected = (f"no space left on {source} (mounted at {results}) while writing the payload's "
+                f"files in {out} (exit code 1)")
     assert (failure["reason"], failure["state"], failure["exit_code"]) == (expected, "failed", 1)
     (attempt,) = read_attempts(saved)
     assert (attempt["state"], attempt["reason"]) == ("failed", expected)

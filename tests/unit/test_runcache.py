@@ -24,6 +24,7 @@ import pytest
 
 from conftest import REPO
 from scalesweep.analyse import cachefiles, collect, rowtext, runcache
+from scalesweep.record.mountinfo import mounts
 from scalesweep.analyse.memo import VERDICTS_CACHE
 from scalesweep.analyse.runcache import RUNS_CACHE, RowStore
 from scalesweep.report.aggregate import OUTPUTS, write_summary
@@ -422,16 +423,16 @@ MOUNTINFO = """\
 
 
 def test_the_file_systems_files_are_opened_on_are_told_from_mountinfo():
-    mounts = cachefiles._mounts(MOUNTINFO)
-    assert mounts == [(os.makedev(259, 1), "/", "ext4"), (os.makedev(0, 40), "/home", "nfs4"),
+    table = [(m.dev, m.point, m.fstype) for m in mounts(MOUNTINFO)]
+    assert table == [(os.makedev(259, 1), "/", "ext4"), (os.makedev(0, 40), "/home", "nfs4"),
                       (os.makedev(0, 41), "/home/my project", "lustre"),  # (an escaped space)
                       (os.makedev(0, 42), "/scratch", "nfs")]
-    assert cachefiles._mounts("garbage\n\n1 2 3") == []
+    assert mounts("garbage\n\n1 2 3") == []
     # the devices whose files are opened to be looked at: NFS's, not Lustre's or ext4's
     assert cachefiles.attribute_cached_devices(MOUNTINFO) == {os.makedev(0, 40),
                                                             os.makedev(0, 42)}
     # this machine's: the repository's device is a mount's, and opened where it is NFS's
-    here = {dev: fstype for dev, _mount, fstype in cachefiles._mounts()}
+    here = {m.dev: m.fstype for m in mounts()}
     dev = os.stat(REPO).st_dev
     assert dev in here
     assert (here[dev] in cachefiles.ATTRIBUTE_CACHED) == (dev in cachefiles.attribute_cached_devices())

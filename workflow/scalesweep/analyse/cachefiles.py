@@ -15,6 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
+from scalesweep.record.mountinfo import mounts
+
 RACY_S = 3.0
 _RACY_NS = int(RACY_S * 1e9)
 
@@ -78,37 +80,10 @@ def opened_identity(path: str, now: int | None = None) -> tuple[Identity | None,
 ATTRIBUTE_CACHED = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "fuse.sshfs")
 
 
-def _mounts(text: str | None = None) -> list[tuple[int, str, str]]:
-    """(device number, mount point, file system type) of every mount in ``text``
-    (proc(5)'s mountinfo; by default this process's)."""
-    if text is None:
-        try:
-            with open("/proc/self/mountinfo") as fh:
-                text = fh.read()
-        except OSError:
-            return []
-    out = []
-    for line in text.splitlines():
-        fields = line.split()
-        sep = fields.index("-", 6) if "-" in fields[6:] else len(fields)
-        if len(fields) < sep + 2:  # no separator, or no file system type after it
-            continue
-        try:
-            major, minor = (int(x) for x in fields[2].split(":"))
-        except ValueError:
-            continue
-        mount = fields[4]
-        for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"),
-                           ("\\134", "\\")):
-            mount = mount.replace(code, char)
-        out.append((os.makedev(major, minor), mount, fields[sep + 1]))
-    return out
-
-
 def attribute_cached_devices(mountinfo: str | None = None) -> frozenset[int]:
     """The device numbers (st_dev) of the mounted file systems whose clients cache
     attributes (ATTRIBUTE_CACHED): a file on one of them is opened to be looked at."""
-    return frozenset(dev for dev, _mount, fstype in _mounts(mountinfo)
+    return frozenset(dev for dev, fstype in ((m.dev, m.fstype) for m in mounts(mountinfo))
                      if fstype in ATTRIBUTE_CACHED)
 
 

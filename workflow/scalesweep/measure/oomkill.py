@@ -14,6 +14,8 @@ import re
 import signal
 from pathlib import Path
 
+from scalesweep.record.mountinfo import mounts
+
 VMSTAT = "/proc/vmstat"
 # slurmstepd's line when a step's cgroup counted OOM kills
 SLURM_OOM = re.compile(r"Detected \d+ oom[-_]kill events? in (?:StepId=)?\S+|OOM Killed")
@@ -30,17 +32,12 @@ def _counter(path: Path, key: str = "oom_kill") -> int | None:
     return None
 
 
-def _unescape(text: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), text)
-
-
 def memory_cgroups(proc: str = "/proc/self") -> list[Path]:
     """The counter files of the process's memory cgroup and each one above it, nearest
     first (v1's memory controller where it has one, else the v2 hierarchy); [] where
     /proc cannot tell or no hierarchy is mounted."""
     try:
         cgroups = Path(proc, "cgroup").read_text().splitlines()
-        mounts = Path(proc, "mountinfo").read_text().splitlines()
     except OSError:
         return []
     v1 = v2 = None
@@ -55,14 +52,10 @@ def memory_cgroups(proc: str = "/proc/self") -> list[Path]:
         "cgroup2", v2, "memory.events")
     if path is None:
         return []
-    for line in mounts:
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if len(fields) < 5 or len(tail) < 3 or tail[0] != kind:
+    for m in mounts(proc=proc):
+        if m.fstype != kind or (kind == "cgroup" and "memory" not in m.options.split(",")):
             continue
-        if kind == "cgroup" and "memory" not in tail[2].split(","):
-            continue
-        root, mount = Path(_unescape(fields[3])), Path(_unescape(fields[4]))
+        root, mount = Path(m.root), Path(m.point)
         try:  # the cgroup's place below the mount's root (a namespace's root: itself)
             here = mount / Path(path).relative_to(root)
         except ValueError:

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from scalesweep.record.metrics import now_iso, write_json_atomic
+from scalesweep.record.mountinfo import mount_of
 from scalesweep.record.pointdir import ATTEMPTS, FAILURE_JSON, MIN_FREE_BYTES, attempt_log, fresh_log
 
 STARTED = "started"
@@ -109,22 +110,8 @@ def device_of(path: str | os.PathLike) -> str:
     """The file system holding ``path``: its source and mount point, e.g. "/dev/sda1
     (mounted at /work)" or "tmpfs (mounted at /tmp/x)"; the path itself where
     /proc/self/mountinfo cannot tell."""
-    target = os.path.realpath(path)
-    best = None
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if len(fields) < 5 or len(tail) < 2:
-            continue
-        mount = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[4])
-        inside = target == mount or target.startswith(mount.rstrip("/") + "/")
-        if inside and (best is None or len(mount) >= len(best[0])):
-            best = (mount, tail[1])
-    return f"{best[1]} (mounted at {best[0]})" if best else str(path)
+    m = mount_of(path)
+    return f"{m.source} (mounted at {m.point})" if m else str(path)
 
 
 def no_space_reason(file: str | os.PathLike, what: str | None = None) -> str:
