@@ -187,3 +187,31 @@ def test_a_local_point_has_the_time_limit_its_slurm_job_would_have():
     capped = {**site, "slurm": {**site["slurm"], "max_runtime_min": 5}}
     assert time_limit_s({**workload, "max_runtime_min": 7}, capped, environ={}) == 300
     assert time_limit_s(workload, site, environ={"SLURM_JOB_ID": "42"}) is None
+
+
+def test_a_series_with_finished_runs_bounds_the_local_time_limit_by_ten_times_the_longest(tmp_path):
+    """Where the point's series has finished runs, the local limit is at most 10x the
+    longest of their wall times (the plan's estimate), never under 5 min, never over the
+    configured limit; their metrics.json are read from the series' directories (every
+    repeat and runtime of the arm and geometry), unreadable ones skipped."""
+    from scalesweep.platform.site import site_of
+    from scalesweep.record.metrics import write_json_atomic
+    from scalesweep.run.payload_process import series_walls, time_limit_s
+
+    config = validated(tiny_config())
+    workload, site = config["workloads"]["cnn_ddp"], site_of(config)
+    geometry = tmp_path / "runs" / "cnn_ddp" / "charliecloud" / "n1-g0-r2-t1"
+    for rep, runtime, wall in (("rep0", "native", 41.0), ("rep1", "charliecloud", 38.5),
+                               ("rep1", "native", 35.2)):
+        write_json_atomic(geometry / rep / runtime / "metrics.json", {"harness_wall_s": wall})
+    (geometry / "rep2" / "native").mkdir(parents=True)
+    (geometry / "rep2" / "native" / "metrics.json").write_text("{trunc")
+    other = tmp_path / "runs" / "cnn_ddp" / "charliecloud" / "n1-g0-r1-t1" / "rep1" / "native"
+    write_json_atomic(other / "metrics.json", {"harness_wall_s": 900.0})  # another geometry
+    point = geometry / "rep3" / "charliecloud"
+    assert sorted(series_walls(point)) == [35.2, 38.5, 41.0]
+    assert time_limit_s(workload, site, series_walls(point), environ={}) == 410
+    assert time_limit_s(workload, site, [12.0], environ={}) == 300  # the floor
+    assert time_limit_s(workload, site, [600.0], environ={}) == 1800  # the configured limit
+    assert time_limit_s(workload, site, [], environ={}) == 1800
+    assert time_limit_s(workload, site, [41.0], environ={"SLURM_JOB_ID": "1"}) is None

@@ -49,7 +49,7 @@ from scalesweep.record.metrics import now_iso  # noqa: E402
 from scalesweep.record.hostenv import with_user  # noqa: E402
 from scalesweep.record.pointdir import FAILURE_JSON, PointDirError  # noqa: E402
 from scalesweep.run.harness import execute  # noqa: E402
-from scalesweep.run.payload_process import time_limit_s  # noqa: E402
+from scalesweep.run.payload_process import series_walls, time_limit_s  # noqa: E402
 from scalesweep.run.pointlaunch import build_launch  # noqa: E402
 
 # $USER appears in site paths (/mnt/bb/$USER: the payload's arguments) and ch-run needs it
@@ -116,8 +116,9 @@ try:
         measurement=config["measurement"],
         site=site,
         order=run_order(point, config),
-        # outside Slurm, the limit its Slurm job would have: a hung rank ends the point
-        time_limit_s=time_limit_s(workload, site),
+        # outside Slurm, the limit its Slurm job would have, or 10x its series' longest
+        # finished run: a hung rank ends the point
+        time_limit_s=time_limit_s(workload, site, series_walls(out_dir)),
     )
 except PointDirError as exc:  # read-only or full: on the console, and in the log if it can
     message = f"scalesweep: point {point.path}: {exc}"

@@ -27,18 +27,45 @@ TIME_LIMIT_RC = 124  # as timeout(1)'s: the point ran past its time limit
 
 
 
-def time_limit_s(workload: dict, site: dict, environ=os.environ) -> int | None:
+# outside Slurm, once a point's series has finished runs: at most this many times the
+# longest of them, and never under the floor (start-up on a busy machine, a cold cache)
+LIMIT_PER_MEASURED_WALL = 10
+LIMIT_FLOOR_S = 300
+
+
+def time_limit_s(workload: dict, site: dict, measured_walls=(), environ=os.environ) -> int | None:
     """A point's time limit (seconds) where no Slurm job bounds it: what its first Slurm
     attempt would ask for (``scalesweep.run.slurm.runtime_min``: the workload's
     ``max_runtime_min``, capped by the site's ``slurm.max_runtime_min``), so a hung point
-    ends the same way here as there (:class:`TimeLimit`). None in a Slurm job: its own
-    time limit ends it (TIMEOUT)."""
+    ends the same way here as there (:class:`TimeLimit`); and, where its series has
+    finished runs (``measured_walls``: their ``harness_wall_s``, :func:`series_walls`), at
+    most LIMIT_PER_MEASURED_WALL x the longest (at least LIMIT_FLOOR_S): the plan's
+    estimate of a point is its series' measured wall time, and a point ten times slower
+    is hung, not slow. None in a Slurm job: its own time limit ends it (TIMEOUT)."""
     from scalesweep.run.slurm import runtime_min
 
     if environ.get("SLURM_JOB_ID"):
         return None
-    return 60 * runtime_min(workload, site, 1)
+    limit = 60 * runtime_min(workload, site, 1)
+    walls = [w for w in measured_walls if w and w > 0]
+    if walls:
+        limit = min(limit, max(LIMIT_FLOOR_S, round(LIMIT_PER_MEASURED_WALL * max(walls))))
+    return limit
 
+
+def series_walls(out_dir: str | os.PathLike) -> list[float]:
+    """``harness_wall_s`` of the finished runs of the series a point's directory
+    (``<geometry>/rep<k>/<runtime>``) belongs to: every repeat and runtime of its arm and
+    geometry, warm-up blocks included (a cold run is the slowest it will be)."""
+    walls = []
+    for metrics in sorted(Path(out_dir).parent.parent.glob("rep*/*/metrics.json")):
+        try:
+            wall = json.loads(metrics.read_text()).get("harness_wall_s")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(wall, (int, float)) and not isinstance(wall, bool):
+            walls.append(float(wall))
+    return walls
 
 
 class TimeLimit:
