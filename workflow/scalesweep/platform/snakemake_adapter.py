@@ -21,6 +21,10 @@ each call a thin wrapper naming the internal it uses:
   at submission).
 - ``executor_settings``: the plugin's settings (``--slurm-*``) of a command line, made by its
   registry entry as Snakemake makes them (``ExecutorPluginRegistry``).
+- ``release_rate_timers_at_exit``: no internal, but Snakemake's behaviour: its job-rate
+  limiter re-runs the scheduler through ``threading.Timer`` threads (one started per
+  scheduling pass, ``--max-jobs-per-timespan``'s timespan long, not daemons), so the
+  interpreter waits for the last one before it exits.
 - ``read_configfile``: one config file as Snakemake reads it
   (``snakemake.common.configfile.load_configfile``: JSON, else YAML), to name a file that
   Snakemake refuses (its own message names none).
@@ -53,6 +57,37 @@ INTERNALS = {
 }
 # Attributes of what they return, class -> names (checked there too).
 ATTRIBUTES = {"snakemake.resources.Resources": ("args",)}
+
+
+_releasing: list = []
+
+
+def release_rate_timers_at_exit() -> None:
+    """Let the process exit at once when its main thread ends, not a timespan later.
+
+    Snakemake's scheduler starts a ``threading.Timer`` of the job-rate limiter's timespan on
+    every scheduling pass, and every timer that fires makes one more pass: each job event
+    adds such a chain, and at the default ``100/1s`` a campaign's main process grew from 5
+    to 48 threads and ~4% of a core beside the measurements (BENCHMARKS.md section 8).
+    ``profiles/local`` lengthens the timespan to a minute (the chains then wake 60 times
+    less often); the interpreter would then wait up to that minute for the last timer when
+    the workflow ends (``threading._shutdown`` joins every non-daemon thread), so a daemon
+    thread waits for the main thread to end and cancels the timers left. Public Python
+    API only (``Thread.join``, ``Timer.cancel``); idempotent."""
+    import threading
+
+    if _releasing:
+        return
+
+    def release() -> None:
+        threading.main_thread().join()
+        for thread in threading.enumerate():
+            if isinstance(thread, threading.Timer):
+                thread.cancel()
+
+    _releasing.append(threading.Thread(target=release, name="scalesweep-release-timers",
+                                       daemon=True))
+    _releasing[0].start()
 
 
 class CommandLineError(ValueError):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from scalesweep.platform.launch import Launch, launch_command, shell_line
 from scalesweep.record.metrics import write_json_atomic
-from scalesweep.record.pointdir import PAYLOAD_JSON, SERVERS_DIR
+from scalesweep.record.pointdir import METRICS_JSON, PAYLOAD_JSON, SERVERS_DIR
 from scalesweep.run.guard import dies_with_harness
 from scalesweep.run.reaper import LEFTOVER_GRACE_S, stop_leftovers
 
@@ -58,7 +58,7 @@ def series_walls(out_dir: str | os.PathLike) -> list[float]:
     (``<geometry>/rep<k>/<runtime>``) belongs to: every repeat and runtime of its arm and
     geometry, warm-up blocks included (a cold run is the slowest it will be)."""
     walls = []
-    for metrics in sorted(Path(out_dir).parent.parent.glob("rep*/*/metrics.json")):
+    for metrics in sorted(Path(out_dir).parent.parent.glob(f"rep*/*/{METRICS_JSON}")):
         try:
             wall = json.loads(metrics.read_text()).get("harness_wall_s")
         except (OSError, ValueError, AttributeError):
