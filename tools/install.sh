@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Host tooling (tools/, not a payload): sets up this machine; no workflow rule runs it.
 # Install what scalesweep needs, idempotently: Debian packages (when root), a .venv in the
-# repo root with the pinned Python dependencies, torch==2.13.0, and scalesweep itself.
+# repo root with the Python dependencies at constraints.txt's exact versions (torch
+# 2.13.0 among them), and scalesweep itself.
 #
 #   tools/install.sh          # what the embedded default sweep needs
 #   tools/install.sh --test   # plus test tools and the local Slurm cluster's packages
@@ -52,11 +53,11 @@ if [[ $want_test -eq 1 ]]; then
   tools/slurm-cluster install-deps # the local multi-node Slurm cluster of the Slurm tests
 fi
 
-# Python: re-install only when the pins or this script change.
+# Python: re-install only when the pins (constraints.txt), the ranges or this script change.
 extras="[llm]" base_extras="" # base: all but the engine, installed while it compiles
 [[ $want_test -eq 1 ]] && extras="[llm,test]" base_extras="[test]"
 stamp=.venv/.scalesweep-installed
-key=$(cat pyproject.toml tools/install.sh | sha256sum | cut -c1-16)"$extras"
+key=$(cat pyproject.toml constraints.txt tools/install.sh | sha256sum | cut -c1-16)"$extras"
 if [[ -x .venv/bin/python && -f $stamp && $(cat "$stamp") == "$key" ]]; then
   echo "install: .venv is up to date"
   exit 0
@@ -68,14 +69,16 @@ fi
 PYTHON=.venv/bin/python tools/build_llama_wheel.sh &
 llama_build=$!
 wheels="${SCALESWEEP_CACHE:-$HOME/.cache/scalesweep}/wheels"
-# torch first and alone, pinned: nothing else may resolve another torch (GBs of CUDA).
-if ! .venv/bin/pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} torch==2.13.0 ||
-   ! .venv/bin/pip install -q -e ".${base_extras}"; then
+# torch first and alone, at constraints.txt's version: nothing else may resolve another
+# torch (GBs of CUDA). Then everything at constraints.txt's exact versions.
+torch_pin=$(grep -E '^torch==' constraints.txt)
+if ! .venv/bin/pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$torch_pin" ||
+   ! .venv/bin/pip install -q -c constraints.txt -e ".${base_extras}"; then
   kill "$llama_build" 2>/dev/null || true
   wait "$llama_build" || true
   exit 1
 fi
 wait "$llama_build"
-.venv/bin/pip install -q --find-links "$wheels" -e ".${extras}"
+.venv/bin/pip install -q -c constraints.txt --find-links "$wheels" -e ".${extras}"
 echo "$key" > "$stamp"
 echo "install: .venv ready ($(.venv/bin/python -c 'import torch, snakemake; print("torch", torch.__version__, "snakemake", snakemake.__version__)'))"

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from conftest import REPO, config_text, run_snakemake, scalesweep_cli, tiny_config
+from scalesweep.record.failures import read_attempts
 
 PROFILE = str(REPO / "profiles" / "local")
 R1 = "cnn_ddp/native/n1-g0-r1-t1/rep1/native"
@@ -129,6 +130,25 @@ def test_a_changed_dataset_path_is_refused_before_any_job_or_staged_anew(tmp_pat
         assert (staged / "MANIFEST.sha256").read_bytes() == before
         status = scalesweep_cli("status", "-d", wd)
         assert status.returncode != 0 and f"but '{path}' in this config" in status.stderr
+
+    # restage named without its --forcerun: nothing is staged anew, and each point refuses
+    # to run on the old data, an attempt of its own failed with the reason (exit 65)
+    cfg["datasets"]["tiny"]["path"] = str(second)
+    (wd / "config" / "config.yaml").write_text(config_text(cfg))
+    proc = run_snakemake(wd, "--profile", PROFILE, "--until", "run_point", "--config",
+                         "restage=[tiny]", check=False)
+    assert proc.returncode != 0
+    assert (staged / "MANIFEST.sha256").read_bytes() == before
+    for point in (R1, R2):
+        d = wd / "results" / "runs" / point
+        (attempt,) = read_attempts(d)
+        assert attempt["state"] == "failed" and attempt["exit_code"] == 65, attempt
+        assert attempt["reason"].startswith("not run: ") and "add the --forcerun" in \
+            attempt["reason"], attempt
+        assert f"{point}: not run: " in proc.stdout + proc.stderr
+        assert not (d / "metrics.json").exists()
+        assert not any("epoch 1/" in log.read_text() for log in d.glob("*.log"))  # no training
+    shutil.rmtree(wd / "results")
 
     # asked for: staged anew from photos-b, and the config is accepted again
     cfg["datasets"]["tiny"]["path"] = str(second)
