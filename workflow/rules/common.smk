@@ -26,7 +26,9 @@ os.environ.update(
 )
 
 from scalesweep.plan.config import ConfigError, check_config  # noqa: E402
-from scalesweep.platform.snakemake_adapter import release_rate_timers_at_exit  # noqa: E402
+from scalesweep.platform.snakemake_adapter import (
+    release_rate_timers_at_exit,
+)  # noqa: E402
 
 # Snakemake's job-rate timers (a minute long in profiles/local) must not hold the exit
 release_rate_timers_at_exit()
