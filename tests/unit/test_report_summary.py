@@ -24,7 +24,7 @@ from scipy import stats
 
 from conftest import REPO, tiny_config
 from scalesweep.analyse.collect import SHARED_CORES_NOTE, SYNTHETIC_LABEL
-from scalesweep.campaign.status import report_freshness
+from scalesweep.campaign.progress import report_freshness
 from scalesweep.cli import main
 from scalesweep.report import pages as rp
 from scalesweep.report import table_page as tp

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 from scalesweep.analyse.collect import extra_repeats, point_states, print_foreign
+from scalesweep.campaign.progress import (REPORT_HTML, progress, progress_line, report_freshness,
+                                          stale_report_line)
 from scalesweep.campaign.series_record import futile_series, last_decision
 from scalesweep.campaign.snakemake_args import user_args
 from scalesweep.campaign.usage import UsageError
@@ -264,45 +266,6 @@ def status_table(config: dict, directory: Path,
 
 
 STATES = ["done", "disturbed", "foreign", "failed", "running", "stale", "missing"]
-REPORT_HTML = "report.html"  # where the README's `snakemake --report report.html` writes it
-SUMMARY_DIR = Path("results", "summary")
-
-
-def report_freshness(directory: Path) -> dict | None:
-    """report.html against the summary it was made from: {"report": its mtime, "summary":
-    the newest file's mtime in results/summary/ (both "YYYY-MM-DD HH:MM:SS UTC"),
-    "newest": that file's name, "stale": the report is older than it}; None without a
-    report.html or a summary."""
-    import datetime
-
-    report = Path(directory) / REPORT_HTML
-    try:
-        made = report.stat().st_mtime
-        files = [(f.stat().st_mtime, f) for f in (Path(directory) / SUMMARY_DIR).iterdir()
-                 if f.is_file() and not f.name.startswith(".")]  # not the caches
-    except OSError:
-        return None
-    if not files:
-        return None
-    newest, path = max(files)
-
-    def utc(t: float) -> str:
-        return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime(
-            "%Y-%m-%d %H:%M:%S UTC")
-
-    return {"report": utc(made), "summary": utc(newest), "newest": str(path.name),
-            "stale": made < newest}
-
-
-def stale_report_line(freshness: dict | None, rerun: str) -> str | None:
-    """The line `scalesweep status` prints when report.html is older than the summary."""
-    if not freshness or not freshness["stale"]:
-        return None
-    return (f"{REPORT_HTML} is older than the summary (made {freshness['report']}, summary "
-            f"{freshness['summary']}, {SUMMARY_DIR}/{freshness['newest']}): run {rerun} "
-            f"--report {REPORT_HTML}")
-
-
 def _replacement_advice(config: dict, directory: Path, disturbed, command,
                         problems: list[tuple[str, str]]) -> list[str]:
     """How the disturbed runs' series get replacements: by the same command while a
@@ -390,6 +353,7 @@ def run(args) -> int:
               if len(disturbed) else [])
     futile = futile_series(config, directory, problems)
     problems = list(dict.fromkeys(problems))  # a final.json: once per disturbed run
+    prog = progress(config, directory, args.profile or None, table)
     if args.json:
         json.dump({"counts": counts.to_dict(), "points": table.to_dict(orient="records"),
                    "unlock_command": f"{rerun} --unlock" if locks else None,
@@ -401,13 +365,14 @@ def run(args) -> int:
                                          "counts": outside_counts.to_dict()},
                    "unreadable_decisions": [{"file": f, "problem": why}
                                             for f, why in problems],
-                   "futile_series": futile},
+                   "futile_series": futile, "progress": prog},
                   sys.stdout, indent=2, default=str)
         print()
         return 0
     warm = f"; {int(warmup.sum())} of them warm-up (kept, in no statistic)" if warmup.any() else ""
     shown = [f"{n} {s}" for s, n in counts.items() if n or s != "foreign"]  # if one is
     print(f"{len(table)} requested points: " + ", ".join(shown) + warm)
+    print(progress_line(prog))
     if problems:
         print(f"{len(problems)} decision file(s) of adaptive repeats cannot be read, and count "
               "as not made (a series' blocks after one are not listed):")
