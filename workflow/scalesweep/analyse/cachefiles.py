@@ -83,8 +83,7 @@ ATTRIBUTE_CACHED = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "fuse.sshfs")
 def attribute_cached_devices(mountinfo: str | None = None) -> frozenset[int]:
     """The device numbers (st_dev) of the mounted file systems whose clients cache
     attributes (ATTRIBUTE_CACHED): a file on one of them is opened to be looked at."""
-    return frozenset(dev for dev, fstype in ((m.dev, m.fstype) for m in mounts(mountinfo))
-                     if fstype in ATTRIBUTE_CACHED)
+    return frozenset(m.dev for m in mounts(mountinfo) if m.fstype in ATTRIBUTE_CACHED)
 
 
 STALE_TMP_S = 3600  # a cache's temporary file older than this was left by a killed writer

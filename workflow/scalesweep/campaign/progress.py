@@ -49,20 +49,19 @@ def progress(config: dict, directory: Path, profile: str | None, table: pd.DataF
                                   if "harness_wall_s" in history and
                                   history["harness_wall_s"].notna().any() else None)}
     for name, column in SCENARIOS.items():
-        runs = scenario_points(points, series, column)
         if column == "blocks_expected" and series[column].isna().any():
             out[name] = None  # a series' spread unknown: no expected count yet
             continue
-        paths = runs.apply(lambda r: SweepPoint(**{f: r[f] for f in POINT_FIELDS}).path,
-                           axis=1) if len(runs) else pd.Series(dtype=str)
-        left = runs[~paths.isin(measured).to_numpy()] if len(runs) else runs
-        known = left["expected_s"].notna() if len(left) else pd.Series(dtype=bool)
-        seconds = float(left.loc[known, "expected_s"].sum()) if known.any() else None
+        runs = scenario_points(points, series, column)
+        done = np.array([SweepPoint(**{f: r[f] for f in POINT_FIELDS}).path in measured
+                         for r in runs.to_dict("records")], dtype=bool)
+        left = runs[~done]
+        known = left["expected_s"].notna()
         out[name] = {"runs": len(runs), "left": len(left),
-                     "left_s": seconds if not len(left) or known.any() else None,
-                     "unknown": int((~known).sum()) if len(left) else 0}
-        if not len(left):
-            out[name]["left_s"] = 0.0
+                     # nothing left: none; some left, none of a measured kind: unknown
+                     "left_s": (float(left.loc[known, "expected_s"].sum())
+                                if known.any() or left.empty else None),
+                     "unknown": int((~known).sum())}
     expected = out["expected"] or out["maximum"]
     out["finish"] = (None if expected["left_s"] is None or expected["unknown"] else
                      (now + dt.timedelta(seconds=expected["left_s"])).isoformat(timespec="minutes"))
