@@ -20,9 +20,11 @@ include: "workflow/rules/drift.smk"
 
 
 onstart:
-    check_writable()
+    # a campaign directory that cannot be written, refused before any job
+    if check_writable():
+        raise WorkflowError(check_writable())
     record_owner()
-    print(sweep_banner())
+    print(sweep_banner(POINTS, SELECTED, SELECTION))
 
 
 onsuccess:
@@ -43,11 +45,11 @@ rule summary:
     # (`scalesweep rerun --tables-only`)
     input:
         # every requested measurement, so that a missing one is measured again even when
-        # the summary is up to date (common.smk: requested_metrics)
+        # the summary is up to date (scalesweep.plan.walk: Walk.requested_metrics)
         requested_metrics,
         rules.aggregate.output,
-        expand(rules.container_startup.output, runtime=container_runtimes()),
-        image_manifests(),
+        expand(rules.container_startup.output, runtime=IMAGE_RULES.container_runtimes()),
+        IMAGE_RULES.manifests(),
 
 
 rule all:
@@ -58,15 +60,15 @@ rule all:
         # the LLM figure where the sweep has an LLM workload (it would be empty elsewhere)
         rules.plot_llm.output if report_workloads("llm") else [],
         # LLM serving under load: where an LLM workload measures load levels
-        rules.report_load.output if load_targets() is not None else [],
+        rules.report_load.output if load_targets(POINTS, config) is not None else [],
         rules.fits.output,
-        expand(rules.plot_fit.output, zip, **fit_series()),
+        expand(rules.plot_fit.output, zip, **figure_keywords(POINTS, config)),
         rules.report_run_tables.output,
         rules.report_tables.output,
         rules.report_decomposition.output,
         rules.report_points.output,
         rules.report_startup_table.output,
-        expand(rules.report_startup.output, runtime=container_runtimes()),
+        expand(rules.report_startup.output, runtime=IMAGE_RULES.container_runtimes()),
         expand(rules.report_efficiency.output, workload=report_workloads("cnn")),
         expand(rules.report_overhead.output, workload=report_workloads()),
         expand(rules.report_epoch_times.output, workload=report_workloads("cnn")),

@@ -334,7 +334,7 @@ def test_status_names_a_decision_file_it_cannot_walk_and_counts_it_as_not_made(
 
 
 def test_a_decision_of_this_version_is_walked_and_one_of_another_shape_is_named():
-    """read_decision, which the workflow's walk (common.smk series_walk: refused, naming
+    """read_decision, which the workflow's walk (plan.walk Walk.series_walk: refused, naming
     the file) and status's (counted as not made) share: a decision decide() wrote
     reads back as itself; another shape gives why, never an exception."""
     from scalesweep.plan.adaptive import decision_problem

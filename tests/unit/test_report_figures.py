@@ -559,7 +559,7 @@ def report_items() -> list[tuple[str, dict]]:
                     break
             call = ast.parse(text[start:end], mode="eval").body
             # literal paths only: not a mention in a comment ("report() items"), not
-            # common.smk's report_table (its tables' categories are REPORT_TABLES')
+            # common.smk's report_table (its tables' categories are report.registry.TABLES')
             if call.args and isinstance(call.args[0], ast.Constant):
                 keywords = {k.arg: getattr(k.value, "value", None) for k in call.keywords}
                 items.append((call.args[0].value, keywords))

@@ -57,7 +57,7 @@ def planned_points(proc: subprocess.CompletedProcess) -> set[str]:
 
 
 def recorded_config(directory: Path) -> dict:
-    """The effective config the workflow wrote (common.smk: write_run_config) in a fresh
+    """The effective config the workflow wrote (campaign.parse_time.write_run_config) in a fresh
     campaign, without the key the workflow adds after validation."""
     files = sorted((directory / ".snakemake" / "scalesweep").glob("config-*.json"))
     assert len(files) == 1, files

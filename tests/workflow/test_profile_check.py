@@ -40,7 +40,8 @@ def test_the_check_is_no_params_function():
     rules = [REPO / "Snakefile", *(REPO / "workflow" / "rules").glob("*.smk")]
     assert not [p for p in rules if "profile_check" in p.read_text()]
     common = (REPO / "workflow" / "rules" / "common.smk").read_text()
-    assert "_PROFILE_PROBLEM = profile_problem(COMMAND_LINE)" in common
+    # checked once, while the workflow is parsed, before any job
+    assert "if INVOCATION.problem():" in common
 
 
 def test_a_report_without_a_core_budget_is_parsed(campaign):

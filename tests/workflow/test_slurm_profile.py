@@ -26,14 +26,13 @@ from conftest import REPO, run_snakemake, tiny_config, write_site
 from scalesweep.plan.config_read import load_config
 from scalesweep.plan.sweep import SweepPoint, sweep_points
 from scalesweep.platform.site import SiteError, load_site
+from scalesweep.campaign.invocation import plugin_settings, snakemake_args
 from scalesweep.run.slurm import (
     SlurmConfigError,
     account_problem,
-    plugin_settings,
     runtime_min,
     sbatch_options,
     slurm_request,
-    snakemake_args,
     srun_line,
     srun_template,
 )
@@ -194,6 +193,26 @@ def test_retries_double_the_time_limit_up_to_the_site_cap(frontier):
     assert runtime_min({}, local, 1) == 30  # the schema's default base
     # the profile gives the retries that use it
     assert profile("frontier")["retries"] >= 1
+
+
+def test_rule_run_points_resources_are_the_points_request(frontier):
+    """point_resources: rule run_point's resource functions (workflow/rules/run.smk), one
+    per field of the point's SlurmRequest, the runtime doubling with the attempt; a
+    request the config refuses raises the workflow's refusal, naming why."""
+    from scalesweep.run.slurm import POINT_RESOURCES, point_resources
+
+    point = the_point(frontier, workload="cnn_ddp", runtime="native", nodes=16)
+    wildcards = {f: getattr(point, f) for f in ("workload", "runtime", "nodes", "gpus",
+                                                "ranks", "threads", "repeat", "arm")}
+    resources = point_resources(frontier)
+    assert tuple(resources) == POINT_RESOURCES
+    want = slurm_request(point, frontier["workloads"]["cnn_ddp"], frontier)
+    for name in POINT_RESOURCES:
+        got = resources[name](wildcards, 2) if name == "runtime" else resources[name](wildcards)
+        assert got == (want.runtime * 2 if name == "runtime" else getattr(want, name)), name
+    refused = on_site(frontier, slurm={"extra": ["--ntasks=4"]})
+    with pytest.raises(RuntimeError, match="^scalesweep config: site frontier: slurm.extra"):
+        point_resources(refused, RuntimeError)["nodes"](wildcards)
 
 
 # --------------------------------------------------------------------- local cluster lines
@@ -592,7 +611,7 @@ import json, os, sys
 sys.path.insert(0, {str(REPO / "workflow")!r})
 chdirs = []
 sys.addaudithook(lambda event, args: chdirs.append(str(args[0])) if event == "os.chdir" else None)
-from scalesweep.run.slurm import plugin_settings, snakemake_args
+from scalesweep.campaign.invocation import plugin_settings, snakemake_args
 given = snakemake_args(["-n", "--profile", "profiles/frontier", "--slurm-qos", "debug"],
                        [{str(REPO)!r}])
 os.environ["SNAKEMAKE_PROFILE"] = "profiles/frontier"
@@ -614,7 +633,7 @@ print(json.dumps({{"chdirs": chdirs, "cwd": os.getcwd(), "profile": given.profil
 
 def test_inside_a_slurm_job_the_workflow_prints_no_summary_note(campaign):
     """Every Slurm job parses the workflow again while the campaign is measured (no
-    runs.csv yet): the partial-summary note (common.smk summary_note) would stat every
+    runs.csv yet): the partial-summary note (campaign.parse_time.summary_note) would stat every
     point's metrics.json in every job (the points squared, on Lustre) and land in every
     job's log. Outside a job it is said (1 of 2 points measured); inside one, not."""
     from conftest import SNAKEMAKE

@@ -1,10 +1,18 @@
 # Aggregate whatever runs exist into tidy tables, then plot them for the report.
 
 
+# Reading a few JSON/CSV files and drawing two figures: on the submit host, never a queued
+# Slurm job (on Frontier a job can wait hours, and only 4 may be eligible to run at once).
+localrules:
+    aggregate,
+    plot_scaling,
+    plot_llm,
+
+
 rule aggregate:
     input:
         metrics=aggregate_metrics,
-        series=series_final_files(),
+        series=WALK.series_final_files(),
     output:
         runs=report_table("runs"),
         scaling=report_table("scaling"),
@@ -28,8 +36,8 @@ rule aggregate:
 
 
 # a report (or a run) on a campaign some of whose points are not measured: how to get
-# the summary and report of those that are (common.smk: summary_note)
-_note = summary_note(rules.aggregate.output.runs)
+# the summary and report of those that are (scalesweep.campaign.parse_time)
+_note = summary_note(rules.aggregate.output.runs, config, WALK.metrics_files())
 if _note:
     print(_note, file=sys.stderr)
 

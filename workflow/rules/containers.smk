@@ -8,14 +8,14 @@
 # build_image_squashfs below write one file.
 rule build_image:
     input:
-        unpack(image_recipe_inputs),
+        unpack(IMAGE_RULES.recipe_inputs),
     output:
         image=directory("resources/images/{image}"),
         manifest="resources/images/{image}.manifest.json",
     log:
         "logs/images/{image}.build.log",
     wildcard_constraints:
-        image=images_made_by("build", "dir", "oci-dir", "sandbox"),
+        image=IMAGE_RULES.made_by("build", "dir", "oci-dir", "sandbox"),
     localrule: True  # sites build on login nodes (Frontier: apptainer build --fakeroot)
     conda:
         "../../envs/scalesweep.yaml"
@@ -23,7 +23,7 @@ rule build_image:
         # `python -m scalesweep build-image` (scalesweep.images.cli) from this repository,
         # also in a conda environment that has not installed the package
         lib=f"{workflow.basedir}/workflow",
-        how=image_build_args,
+        how=IMAGE_RULES.build_args,
         # the site's build args (sites/<name>.yaml build_args), each shell-quoted
         site_args=shlex.join(
             arg
@@ -49,7 +49,7 @@ use rule build_image as build_image_sif with:
         image="resources/images/{image}.sif",
         manifest="resources/images/{image}.manifest.json",
     wildcard_constraints:
-        image=images_made_by("build", "sif"),
+        image=IMAGE_RULES.made_by("build", "sif"),
 
 
 # A Charliecloud SquashFS image: one file.
@@ -58,7 +58,7 @@ use rule build_image as build_image_squashfs with:
         image="resources/images/{image}.sqfs",
         manifest="resources/images/{image}.manifest.json",
     wildcard_constraints:
-        image=images_made_by("build", "squashfs"),
+        image=IMAGE_RULES.made_by("build", "squashfs"),
 
 
 # A prebuilt image from a registry (`prebuilt: oras://...`, docker://, library://,
@@ -72,13 +72,13 @@ rule pull_image:
     log:
         "logs/images/{image}.pull.log",
     wildcard_constraints:
-        image=images_made_by("pull", "sif"),
+        image=IMAGE_RULES.made_by("pull", "sif"),
     localrule: True
     conda:
         "../../envs/scalesweep.yaml"
     params:
         lib=f"{workflow.basedir}/workflow",
-        how=image_source_args,
+        how=IMAGE_RULES.source_args,
     shell:
         "PYTHONPATH={params.lib:q} python -m scalesweep describe-image {params.how}"
         " --pull --out {output.image:q} --manifest {output.manifest:q} > {log:q} 2>&1"
@@ -92,13 +92,13 @@ rule describe_image:
     log:
         "logs/images/{image}.describe.log",
     wildcard_constraints:
-        image=images_made_by("local"),
+        image=IMAGE_RULES.made_by("local"),
     localrule: True
     conda:
         "../../envs/scalesweep.yaml"
     params:
         lib=f"{workflow.basedir}/workflow",
-        how=image_source_args,
+        how=IMAGE_RULES.source_args,
     shell:
         "PYTHONPATH={params.lib:q} python -m scalesweep describe-image {params.how}"
         " --manifest {output.manifest:q} > {log:q} 2>&1"
@@ -109,20 +109,20 @@ rule describe_image:
 # The image itself keeps its own MPI for the charliecloud (container MPI) points.
 rule inject_host_mpi:
     input:
-        unpack(inject_inputs),
+        unpack(IMAGE_RULES.inject_inputs),
     output:
         image=directory("resources/images/{image}"),
         manifest="resources/images/{image}.manifest.json",
     log:
         "logs/images/{image}.inject.log",
     wildcard_constraints:
-        image=images_made_by("inject"),
+        image=IMAGE_RULES.made_by("inject"),
     localrule: True
     conda:
         "../../envs/scalesweep.yaml"
     params:
         lib=f"{workflow.basedir}/workflow",
-        libs=inject_args,
+        libs=IMAGE_RULES.inject_args,
     shell:
         "PYTHONPATH={params.lib:q} python -m scalesweep inject-host-mpi {params.libs}"
         " --image {input.image:q} --base-manifest {input.manifest:q}"
@@ -137,14 +137,14 @@ rule inject_host_mpi:
 # nothing is copied when the storage holds it already.
 rule load_image:
     input:
-        unpack(load_inputs),
+        unpack(IMAGE_RULES.load_inputs),
     output:
         "resources/images/{image}.{runtime}.load.json",
     log:
         "logs/images/{image}.{runtime}.load.log",
     wildcard_constraints:
-        image=loads_made("image"),
-        runtime=loads_made("runtime"),
+        image=IMAGE_RULES.loads_made("image"),
+        runtime=IMAGE_RULES.loads_made("runtime"),
     localrule: True
     conda:
         "../../envs/scalesweep.yaml"
@@ -174,6 +174,6 @@ rule container_startup:
     params:
         repeats=config["containers"]["startup_repeats"],
         # a string (params are pickled into the script's preamble)
-        image=lambda wildcards: startup_image(wildcards).path,
+        image=IMAGE_RULES.startup_path,
     script:
         "../scripts/measure_startup.py"

@@ -9,7 +9,7 @@ rule stage_dataset:
     conda:
         "../../envs/scalesweep.yaml"
     params:
-        ds=dataset_params,
+        ds=lambda wildcards: config["datasets"][wildcards.dataset],
         script=in_repo("scripts/stage_dataset.py"),
     shell:
         "python {params.script:q} stage"

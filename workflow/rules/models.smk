@@ -10,7 +10,10 @@ rule stage_model:
     conda:
         "../../envs/scalesweep.yaml"
     params:
-        m=model_params,
+        m=lambda wildcards: {
+            **{"path": "", "name": "", "seed": 0, "ollama_bin": "ollama"},
+            **config["models"][wildcards.model],
+        },
         script=in_repo("scripts/stage_model.py"),
     shell:
         "python {params.script:q} --source {params.m[source]:q}"

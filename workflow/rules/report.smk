@@ -5,12 +5,13 @@
 # summary used, scalesweep.analyse.collect.summarised_metrics): 10,000 more inputs per rule
 # cost Snakemake about a second of planning each, and runs.csv, made from them all, orders
 # and re-runs the job as they would.
+# Labels come from the config's sweep, not from the data (scalesweep.report.registry).
 
 
 rule report_run_tables:
     input:
         runs=rules.aggregate.output.runs,
-        series=series_final_files(),
+        series=WALK.series_final_files(),
     output:
         epochs=report_table("epochs"),
         provenance=report_table("provenance"),
@@ -99,7 +100,7 @@ rule report_load:
         "../../envs/scalesweep.yaml"
     params:
         # each LLM workload's latency target (a changed target draws the figures again)
-        targets=load_targets(),
+        targets=load_targets(POINTS, config),
     script:
         "../scripts/report_load.py"
 
@@ -136,7 +137,7 @@ rule report_efficiency:
             caption="../report/efficiency.rst",
             category="Scaling efficiency",
             subcategory="{workload}",
-            labels=workload_report_labels("efficiency vs count"),
+            labels=workload_labels(POINTS, config, "efficiency vs count"),
         ),
     log:
         "logs/report/efficiency/{workload}.log",
@@ -157,7 +158,7 @@ rule report_overhead:
             caption="../report/overhead.rst",
             category="Container overhead",
             subcategory="{workload}",
-            labels=workload_report_labels("overhead per point, 95% CI"),
+            labels=workload_labels(POINTS, config, "overhead per point, 95% CI"),
         ),
     log:
         "logs/report/overhead/{workload}.log",
@@ -178,7 +179,7 @@ rule report_epoch_times:
             caption="../report/epoch_times.rst",
             category="Per-epoch time",
             subcategory="{workload}",
-            labels=workload_report_labels("per-epoch time distribution"),
+            labels=workload_labels(POINTS, config, "per-epoch time distribution"),
         ),
     log:
         "logs/report/epoch_times/{workload}.log",
@@ -199,7 +200,7 @@ rule report_memory:
             caption="../report/memory.rst",
             category="Peak memory",
             subcategory="{workload}",
-            labels=workload_report_labels("peak RSS"),
+            labels=workload_labels(POINTS, config, "peak RSS"),
         ),
     log:
         "logs/report/memory/{workload}.log",
@@ -213,7 +214,7 @@ rule report_memory:
 rule report_memory_tables:
     input:
         runs=rules.aggregate.output.runs,
-        series=series_final_files(),
+        series=WALK.series_final_files(),
     output:
         timeline="results/summary/memory_timeline.csv",
         peaks=report_table("memory"),
@@ -236,7 +237,7 @@ rule report_memory_timeline:
             caption="../report/memory_timeline.rst",
             category="Peak memory",
             subcategory="{workload}",
-            labels=workload_report_labels("memory over time"),
+            labels=workload_labels(POINTS, config, "memory over time"),
         ),
     log:
         "logs/report/memory_timeline/{workload}.log",
@@ -269,7 +270,7 @@ rule report_startup:
 
 rule report_startup_table:
     input:
-        startup_results(),
+        IMAGE_RULES.startup_results(rules.container_startup.output[0]),
     output:
         report_table("startup"),
     log:
@@ -308,9 +309,9 @@ rule report_summary:
 # and every summary table as a table to read (<name>.html beside <name>.csv).
 rule report_pages:
     input:
-        **{name: f"results/summary/{name}.csv" for name in REPORT_TABLES},
+        **{name: registry.table_csv(name) for name in registry.TABLES},
     output:
-        **{name: report_table(name, view=True) for name in REPORT_TABLES},
+        **{name: report_table(name, view=True) for name in registry.TABLES},
         front=report(
             "results/summary/front.html",
             caption="../report/front.rst",
@@ -323,6 +324,6 @@ rule report_pages:
     conda:
         "../../envs/scalesweep.yaml"
     params:
-        titles={name: report_table_title(name) for name in REPORT_TABLES},
+        titles={name: registry.table_title(name) for name in registry.TABLES},
     script:
         "../scripts/report_pages.py"

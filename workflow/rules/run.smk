@@ -1,11 +1,10 @@
 # One job per sweep point: launch the payload natively or in a container, write metrics.json.
-
-
+# Then, with adaptive repeats, a decision per block of each series, and its final.json.
 rule run_point:
     input:
         run_inputs,
     output:
-        # results/runs/<scalesweep.plan.sweep.POINT_DIR>/: one layout (common.smk: POINT_METRICS)
+        # results/runs/<scalesweep.plan.sweep.POINT_DIR>/: one layout (common.smk)
         metrics=POINT_METRICS,
     log:
         POINT_LOG,
@@ -17,25 +16,24 @@ rule run_point:
     # measurement); on a Slurm site the point's ranks x threads
     threads: MEASUREMENT_THREADS
     resources:
-        # Through Slurm (profiles/local-slurm, frontier, odo): one job per point with the
-        # point's exact geometry (scalesweep.run.slurm); declared only on a site whose
-        # scheduler is Slurm (common.smk: RUN_POINT_SLURM_RESOURCES).
-        **RUN_POINT_SLURM_RESOURCES,
+        # nodes, tasks, cpus_per_task, gpu, runtime ...: scalesweep.run.slurm
+        **(point_resources(config, refusal) if SLURM_SITE else {}),
         # profiles/local-slurm sets --resources measure=1 and every job's default to 1:
         # one job at a time on the test cluster, whose nodes share this host's cores
         measure=1,
     params:
-        # on a Slurm site, the job's sbatch options and the point's srun line, a comment
-        # at the end of the command that dry runs print (common.smk); none elsewhere
-        # (a params function with resources is evaluated per job: ~10% of planning)
-        **RUN_POINT_PARAMS,
+        # on a Slurm site only (a params function with resources is evaluated per job:
+        # ~10% of planning)
+        **(dict(launch_comment=launch_comment) if SLURM_SITE else {}),
     shell:
-        RUN_POINT_COMMAND
+        harness("workflow/scripts/run_point.py")
+        + "--metrics {output.metrics:q} --log {log:q}"
+        + ("{params.launch_comment}" if SLURM_SITE else "")
 
 
 # an input of finished points that is gone (a deleted dataset): say before any job that
-# they would all be measured again, and how not to (common.smk: remeasure_note)
-_remeasure = remeasure_note()
+# they would all be measured again, and how not to (scalesweep.campaign.parse_time)
+_remeasure = remeasure_note(config, SELECTED, POINT_METRICS)
 if _remeasure:
     print(_remeasure, file=sys.stderr)
 
@@ -50,12 +48,13 @@ checkpoint repeats_decision:
         # scalesweep.plan.adaptive.DECISION_JSON: `scalesweep status` reads it there too
         DECISION_JSON,
     log:
-        DECISION_LOG,
+        f"logs/decisions/{SERIES_DIR}/after{{round}}.log",
     localrule: True
     conda:
         "../../envs/scalesweep.yaml"
     shell:
-        DECIDE_ROUND_SHELL
+        harness("workflow/scripts/decide_repeats.py")
+        + "--out {output:q} --round {wildcards.round} {input:q} > {log:q} 2>&1"
 
 
 # One job per series, so that every series asks for its next block on its own (a failed
@@ -66,9 +65,10 @@ rule series_done:
     output:
         FINAL_JSON,
     log:
-        FINAL_LOG,
+        f"logs/decisions/{SERIES_DIR}/final.log",
     localrule: True
     conda:
         "../../envs/scalesweep.yaml"
     shell:
-        DECIDE_FINAL_SHELL
+        harness("workflow/scripts/decide_repeats.py")
+        + "--out {output:q} --final {input:q} > {log:q} 2>&1"

@@ -1,5 +1,5 @@
 """The summary a dry run prints at its end on a Slurm site (``snakemake -n``, from
-workflow/rules/common.smk's atexit hook): the points it would submit, the runs the series
+scalesweep.campaign.invocation, from atexit): the points it would submit, the runs the series
 selected measure, the Slurm options, the datasets to stage and the images to build
 first."""
 
@@ -65,8 +65,8 @@ def dry_run_summary(listed: dict, config: dict, options: str | None) -> list[str
 
 def print_dry_run_summary(listed: dict, config: dict, settings, out=None, err=None) -> None:
     """``dry_run_summary`` under its heading on ``out`` (stdout), at the end of a dry run
-    on a Slurm site (common.smk, from atexit); ``settings`` the Slurm plugin's of the
-    command line (``slurm.plugin_settings``), None where they could not be read. Where
+    on a Slurm site (campaign.invocation, from atexit); ``settings`` the Slurm plugin's of the
+    command line (``invocation.plugin_settings``), None where they could not be read. Where
     the summary cannot be made, one line on ``err`` (stderr) naming the error instead (in
     an atexit callback an exception prints as "Exception ignored" and a traceback)."""
     try:

@@ -26,7 +26,8 @@ from scalesweep.plan.config import ConfigError
 from scalesweep.plan.config_read import config_sources
 from scalesweep.plan.sweep import (Selection, SweepError, SweepPoint, check_selection,
                                    sweep_points, warmup_blocks)
-from scalesweep.record.pointdir import (FAILURE_JSON, METRICS_JSON, RUNNING_JSON, RUNS_DIR, boot_id,
+from scalesweep.record.pointdir import (FAILURE_JSON, METRICS_JSON, RUNNING_JSON, RUNS_DIR,
+                                        WORKFLOW_OWNER, boot_id,
                                         proc_start_ticks)
 
 
@@ -88,9 +89,6 @@ def snakemake_pids(directory: Path) -> list[int]:
         if ("snakemake" in names[:2] or names[1:3] == ["-m", "snakemake"]) and cwd == target:
             pids.append(int(proc.name))
     return pids
-
-
-WORKFLOW_OWNER = Path(".snakemake", "scalesweep", "workflow.json")  # written at onstart
 
 
 def workflow_state(directory: Path) -> tuple[str, str]:

@@ -186,8 +186,8 @@ def asked_blocks(series: Series, config: dict,
     """The blocks ``series`` asks for so far: its minimum (its warm-up blocks and
     sweep.repeats: ``block_bounds``), then one more per decision that wanted more
     (``wants_more``, under the current config), up to its maximum. ``decision(k)``: the
-    decision after block k, None where it is not made yet (the count stops there). The workflow's ``decision`` is its checkpoint (common.smk
-    ``series_walk``: Snakemake makes a missing decision, then asks again);
+    decision after block k, None where it is not made yet (the count stops there). The workflow's ``decision`` is its checkpoint (plan.walk
+    ``Walk.series_walk``: Snakemake makes a missing decision, then asks again);
     `scalesweep status` reads the files on disk (``recorded_decision``)."""
     low, high = block_bounds(config, series.workload)
     blocks = low

@@ -34,3 +34,10 @@ def figure_series(points, config: dict) -> list[tuple[str, str]]:
             counts.setdefault((p.workload, p.runtime, p.threads), set()).add(
                 kind.scaling_count(p))
     return sorted({(w, r) for (w, r, _), swept in counts.items() if can_fit(swept)})
+
+
+def figure_keywords(points, config: dict) -> dict[str, list[str]]:
+    """``figure_series`` as the keywords of Snakemake's expand(..., zip): one fit figure
+    each (rule plot_fit)."""
+    series = figure_series(points, config)
+    return {"workload": [w for w, _ in series], "runtime": [r for _, r in series]}

@@ -30,6 +30,8 @@ from typing import Any
 from scalesweep.record.metrics import now_iso
 
 RUNS_DIR = "results/runs"  # a campaign's point directories: RUNS_DIR/<point path>/
+# who runs the campaign's workflow (``owner_record``, written at onstart)
+WORKFLOW_OWNER = Path(".snakemake", "scalesweep", "workflow.json")
 METRICS_JSON = "metrics.json"
 PAYLOAD_JSON = "payload.json"
 OUTPUTS_JSONL = "outputs.jsonl"  # an LLM point's generated texts

@@ -1,12 +1,11 @@
 """Slurm resources of one sweep point, for snakemake-executor-plugin-slurm (2.8.0; every
 call into its internals or Snakemake's goes through :mod:`scalesweep.platform.snakemake_adapter`).
 
-Every function here is pure (but ``snakemake_args`` and ``started_argv``, which read the
-command line as Snakemake does): a sweep point + its workload + the config (+ the
+Every function here is pure: a sweep point + its workload + the config (+ the
 attempt) in, plain values out; the machine's rules come from the config's site
 (``scalesweep.platform.site``: ``node``, ``launch.gpu_bind``, ``slurm``, ``storage``).
-``workflow/rules/common.smk`` wraps them as the resource functions of ``rule run_point``;
-the plugin turns them into the ``sbatch`` line.
+``point_resources`` makes them the resource functions of ``rule run_point``
+(``workflow/rules/run.smk``); the plugin turns them into the ``sbatch`` line.
 ``slurm_partition``, ``slurm_account`` and ``qos`` are not set here: they belong to the site
 profile (``profiles/<site>/config.yaml``, ``default-resources``) or the command line.
 
@@ -51,14 +50,12 @@ local cluster, ``tests/workflow/test_slurm_profile.py`` pins it):
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import re
 import shlex
 from pathlib import Path
-from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Callable
 
 from scalesweep.plan.kinds import kind_of
 from scalesweep.plan.sweep import SweepPoint
@@ -174,6 +171,44 @@ def slurm_request(point: SweepPoint, workload: dict, config: dict, attempt: int 
     )
 
 
+# rule run_point's resources, by the plugin's names: what each becomes is the module's
+# docstring (tasks: ranks when 1 per node; tasks_per_node: when > 1; mpi: "srun" with
+# several ranks; cpus_per_task: threads per rank; gpu: one process with G GPUs;
+# slurm_extra: --gpus-per-task/--gpu-bind, --exclusive, site extras; runtime: minutes,
+# doubling with each retry, capped by the site; mem_mb: 0 = the node's default;
+# constraint: nvme when the dataset is staged node-locally)
+POINT_RESOURCES = tuple(f.name for f in fields(SlurmRequest))
+
+
+def point_resources(config: dict, refuse: Callable[[str], Exception] = SlurmConfigError
+                    ) -> dict[str, Callable]:
+    """Rule run_point's Slurm resources: name -> a function of a job's wildcards (and,
+    for ``runtime``, its attempt), each a field of the point's ``slurm_request``, made
+    once per (point, attempt) for all of them (Snakemake evaluates every resource of
+    every job while planning: ~25% of planning 10,000 points before). A config the
+    request refuses raises ``refuse("scalesweep config: <why>")``."""
+    requests: dict[tuple, SlurmRequest] = {}
+
+    def request(wildcards: Any, attempt: int = 1) -> SlurmRequest:
+        point = SweepPoint.from_wildcards(wildcards)
+        made = requests.get((point, attempt))
+        if made is None:
+            try:
+                made = slurm_request(point, config["workloads"][point.workload], config,
+                                     attempt)
+            except SlurmConfigError as exc:
+                raise refuse(f"scalesweep config: {exc}") from None
+            requests[(point, attempt)] = made
+        return made
+
+    def resource(name: str) -> Callable:
+        if name == "runtime":  # doubles with each retry
+            return lambda wildcards, attempt: request(wildcards, attempt).runtime
+        return lambda wildcards: getattr(request(wildcards), name)
+
+    return {name: resource(name) for name in POINT_RESOURCES}
+
+
 # The characters of a Slurm account here: the executor plugin splits the value at commas
 # and whitespace (several accounts) and passes each with -A; scalesweep holds it to these.
 ACCOUNT_CHARS = re.compile(r"[A-Za-z0-9_.+@-]")
@@ -225,93 +260,9 @@ def account_problem(raw: str | int | None, environ: Any) -> str | None:
 
 
 # --- What a dry run shows per point: the sbatch options and the point's srun line ---------
-# rule run_point's shell command carries them as a trailing comment (common.smk:
+# rule run_point's shell command carries them as a trailing comment (campaign.invocation:
 # launch_comment), so `snakemake --profile profiles/frontier -n` prints, per job, what
 # a user following OLCF's documentation would type by hand.
-
-
-# Options whose relative path Snakemake resolves against the directory it started in,
-# which --directory has left by the time the workflow is parsed.
-PATH_OPTIONS = ("--profile", "--workflow-profile", "--snakefile", "-s")
-
-
-def started_argv(argv: Sequence[str], start: str, environ: Any = os.environ) -> list[str] | None:
-    """``argv`` as Snakemake read it when it started in ``start``, made to read the same
-    from any directory, never changing directory: each relative path of ``PATH_OPTIONS``
-    (and ``$SNAKEMAKE_PROFILE`` without a ``--profile``) that exists under ``start`` made
-    absolute there; without ``--snakefile``, the Snakefile Snakemake finds in ``start``
-    (its workflow profile, profiles/default, is looked for beside it). A path that is not
-    under ``start`` stays as given (a profile name Snakemake looks up in its config
-    directories), unless it exists relative to the current directory: then the command line
-    did not start in ``start``, and None."""
-    def absolute(value: str) -> str | None:
-        if os.path.isabs(value) or value == "none":
-            return value
-        there = os.path.join(start, value)
-        if os.path.exists(there):
-            return there
-        return None if os.path.exists(value) else value
-
-    argv = list(argv)
-    end = argv.index("--") if "--" in argv else len(argv)
-    head, tail = argv[:end], argv[end:]
-    named = {a.partition("=")[0] for a in head}
-    if "--profile" not in named and environ.get("SNAKEMAKE_PROFILE"):
-        head += ["--profile", environ["SNAKEMAKE_PROFILE"]]
-    if not named & {"--snakefile", "-s"}:
-        found = [c for c in snakemake_adapter.snakefile_choices() if os.path.isfile(os.path.join(start, c))]
-        head += ["--snakefile", str(found[0])] if found else []
-    out: list[str] = []
-    i = 0
-    while i < len(head):
-        name, eq, value = head[i].partition("=")
-        if name in PATH_OPTIONS and (eq or i + 1 < len(head)):
-            path = absolute(value if eq else head[i + 1])
-            if path is None:
-                return None
-            out += [f"{name}={path}"] if eq else [name, path]
-            i += 1 if eq else 2
-            continue
-        out.append(head[i])
-        i += 1
-    return out + tail
-
-
-def snakemake_args(argv: Sequence[str], starts: Sequence[str | None]) -> Any:
-    """The command line ``argv`` (``sys.argv[1:]`` of a ``snakemake`` run) read as
-    Snakemake reads it: by its own parser (``snakemake.cli.parse_args``, the profiles
-    applied), which is also what Snakemake makes the executor plugin's settings from.
-    Relative paths in it (a profile) are relative to the directory Snakemake started in,
-    which ``--directory`` left: the first of ``starts`` (e.g. the shell's $PWD, then the
-    current directory) from which the command line reads (``started_argv``: made
-    absolute, the current directory never changed). None where it does not read (a
-    command line that is not Snakemake's). Call it while the workflow is parsed: it
-    redirects sys.stdout and sys.stderr for a moment."""
-    for start in dict.fromkeys(s for s in starts if s and os.path.isdir(s)):
-        absolute = started_argv(argv, start)
-        if absolute is None:
-            continue
-        sink = io.StringIO()  # parse_args says again which profiles it uses
-        try:
-            with contextlib.redirect_stderr(sink), contextlib.redirect_stdout(sink):
-                return snakemake_adapter.parse_args(absolute)
-        except (SystemExit, Exception):  # informational: never stops the workflow
-            continue
-    return None
-
-
-def plugin_settings(args: Any) -> Any:
-    """The Slurm plugin's settings (its ExecutorSettings: ``--slurm-qos``,
-    ``--slurm-requeue``, ``--slurm-reservation`` ...) of a command line read by
-    ``snakemake_args``, made by the plugin's own registry entry as Snakemake makes them
-    (``ExecutorPluginRegistry().get_plugin("slurm").get_settings(args)``); None without
-    a command line, or for another executor."""
-    if args is None or getattr(args, "executor", None) != "slurm":
-        return None
-    try:
-        return snakemake_adapter.executor_settings(args, "slurm")
-    except Exception:  # a setting the plugin refuses: Snakemake itself says so
-        return None
 
 
 def _plugin_quote(value: Any) -> str:

@@ -1,0 +1,165 @@
+"""The campaign's walk (scalesweep.plan.walk), driven as the workflow drives it: a
+checkpoint callback in (here: the decision files of a temporary campaign, and an
+exception until a decision is made), the runs and decisions out."""
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import tiny_config
+from scalesweep.analyse.decision import decide
+from scalesweep.plan.adaptive import Series, decision_path, series_of
+from scalesweep.plan.sweep import Selection, select_points, sweep_points
+from scalesweep.plan.walk import Walk, final_json, point_metrics
+
+
+class NotMade(Exception):
+    """What Snakemake's IncompleteCheckpointException is to the workflow."""
+
+
+def adaptive_config(**measurement):
+    cfg = tiny_config()
+    cfg["sweep"]["runtimes"] = ["native", "charliecloud"]
+    cfg["sweep"]["repeats"] = 3
+    cfg["measurement"] = {"adaptive": True, "max_repeats": 6, "warmup_blocks": 0,
+                          **measurement}
+    cfg.setdefault("analysis", {})["partial"] = False
+    return cfg
+
+
+def walk_of(cfg, asked=None):
+    """The walk of ``cfg``'s sweep, its checkpoint the decision files on disk; ``asked``
+    collects each decision it asks for."""
+    points = sweep_points(cfg)
+
+    def decision_file(series, round_):
+        if asked is not None:
+            asked.append((series, round_))
+        path = decision_path(".", series, round_)
+        if not path.is_file():
+            raise NotMade(str(path))
+        return str(path)
+
+    return Walk(cfg, points, select_points(points, cfg), Selection.of(cfg), decision_file,
+                refuse=RuntimeError)
+
+
+def touch(path):
+    from pathlib import Path
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text("{}")
+
+
+def noisy_runs(blocks, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for k in range(1, blocks + 1):
+        for runtime in ("native", "charliecloud"):
+            rows.append({"runtime": runtime, "repeat": k, "time_s": 10 + rng.normal(0, 1),
+                         "disturbed": False})
+    return rows
+
+
+def test_without_adaptive_repeats_every_selected_point_and_no_decision(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = tiny_config()
+    walk = walk_of(cfg)
+    assert not walk.adaptive
+    every = sorted(point_metrics(p) for p in sweep_points(cfg))
+    assert sorted(walk.requested_metrics()) == every
+    assert sorted(walk.aggregate_metrics()) == every
+    assert walk.series_final_files() == []
+
+
+def test_a_series_asks_for_its_minimum_then_waits_for_the_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = adaptive_config()
+    asked = []
+    walk = walk_of(cfg, asked)
+    series = walk.series[0]
+    # the minimum's runs are asked for with the first decision: not made yet
+    with pytest.raises(NotMade, match="after3.json"):
+        walk.series_walk(series)
+    assert asked == [(series, 3)]
+    assert walk.decision_inputs(series, 3) == walk.series_metrics(series, range(1, 4))
+    assert len(walk.decision_inputs(series, 3)) == 3 * len(series.runtimes(cfg))
+    # a decision that wants more: one more block, then the next decision
+    after3 = decide(series, 3, noisy_runs(3), cfg)
+    assert after3["more"]
+    decision_path(".", series, 3).parent.mkdir(parents=True)
+    decision_path(".", series, 3).write_text(json.dumps(after3))
+    with pytest.raises(NotMade, match="after4.json"):
+        walk.series_walk(series)
+    # one that is enough: the walk ends there, its runs and decisions named
+    decision_path(".", series, 4).write_text(json.dumps({**after3, "round": 4, "more": False,
+                                                         "enough": True, "comparisons": {}}))
+    runs, decisions = walk.series_walk(series)
+    assert runs == walk.series_metrics(series, range(1, 5))
+    assert decisions == [str(decision_path(".", series, k)) for k in (3, 4)]
+    assert walk.series_inputs(series) == runs + decisions
+
+
+def test_a_decision_that_cannot_be_walked_is_refused_by_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    walk = walk_of(adaptive_config())
+    series = walk.series[0]
+    path = decision_path(".", series, 3)
+    path.parent.mkdir(parents=True)
+    path.write_text("[]")
+    with pytest.raises(RuntimeError, match=r"after3\.json: a JSON list.*Delete it"):
+        walk.series_walk(series)
+
+
+def test_partial_reads_what_exists_and_asks_for_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = adaptive_config()
+    cfg["analysis"]["partial"] = True
+    walk = walk_of(cfg)
+    series = walk.series[0]
+    one = walk.series_metrics(series, [1])[0]
+    beyond = walk.series_metrics(series, [5])[0]  # a block no decision asked for yet
+    touch(one)
+    touch(beyond)
+    assert walk.requested_metrics() == []
+    assert sorted(walk.aggregate_metrics()) == sorted([one, beyond])
+    assert walk.series_final_files() == []  # no final.json made yet
+
+
+def test_a_selection_keeps_what_was_measured_outside_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = tiny_config()
+    cfg["sweep"]["runtimes"] = ["native", "charliecloud"]
+    cfg["only"] = {"runtimes": ["native"]}
+    walk = walk_of(cfg)
+    outside = next(p for p in sweep_points(cfg) if p.runtime == "charliecloud")
+    assert outside not in walk.selected
+    touch(point_metrics(outside))
+    assert point_metrics(outside) in walk.aggregate_metrics()  # summarised
+    assert point_metrics(outside) not in walk.requested_metrics()  # never measured here
+
+
+def test_a_finished_series_outside_the_selection_names_its_final_json(tmp_path, monkeypatch):
+    """A run of part of a campaign names the same summary inputs as the whole run: the
+    final.json of a series outside it whose decisions and runs are all on disk."""
+    monkeypatch.chdir(tmp_path)
+    cfg = adaptive_config()
+    cfg["sweep"]["nodes"], cfg["sweep"]["ranks_per_node"] = [1, 2], [1]
+    done = next(s for s in series_of(sweep_points(cfg)) if s.nodes == 2)
+    walk = walk_of(cfg)
+    for f in walk.series_metrics(done, range(1, 4)):
+        touch(f)
+    enough = {**decide(done, 3, noisy_runs(3), cfg), "more": False, "enough": True,
+              "comparisons": {}, "valid_repeats": {}}
+    decision_path(".", done, 3).parent.mkdir(parents=True)
+    decision_path(".", done, 3).write_text(json.dumps(enough))
+    touch(final_json(done))
+    cfg["only"] = {"nodes": [1]}
+    walk = walk_of(cfg)
+    assert done not in walk.series and walk.finished_on_disk(done)
+    assert final_json(done) in walk.series_final_files()
+    # one of its runs gone: not finished, not named (nothing outside the selection made)
+    (tmp_path / walk.series_metrics(done, [2])[0]).unlink()
+    assert not walk.finished_on_disk(done)
+    assert final_json(done) not in walk.series_final_files()

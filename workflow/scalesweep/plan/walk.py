@@ -1,0 +1,200 @@
+"""The campaign's walk: which runs and decisions this run of the workflow asks for.
+
+Without adaptive repeats, every selected point. With them (``scalesweep.plan.adaptive``),
+each series' minimum of blocks, then one more block per decision that wanted more, up to
+``max_repeats``: the decisions are Snakemake checkpoints, so the walk is given a callback,
+``decision_file(series, round)``, that returns a decision's file once it is made and raises
+(Snakemake's IncompleteCheckpointException) until then; the workflow asks again when it is.
+
+Everything here is a function of the config, the points and the campaign's files (read
+relative to the current directory, the campaign's, as Snakemake runs): the rules' input
+functions (``workflow/rules/common.smk``) are one line each over a ``Walk``, and
+``tests/unit/test_walk.py`` drives it with files and a callback of its own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from scalesweep.plan.adaptive import (FINAL_JSON, Series, asked_blocks, block_bounds,
+                                      is_adaptive, read_decision, recorded_decision,
+                                      run_priority, series_of, walks_decisions)
+from scalesweep.plan.sweep import HISTORY_DIR, Selection, SweepPoint
+from scalesweep.record.pointdir import METRICS_JSON, RUNS_DIR
+
+DecisionFile = Callable[[Series, int], str]
+
+
+def point_metrics(point: SweepPoint) -> str:
+    """Where ``point``'s measurement goes (rule run_point's output)."""
+    return f"{RUNS_DIR}/{point.path}/{METRICS_JSON}"
+
+
+def final_json(series: Series) -> str:
+    """The series' final.json (rule series_done's output)."""
+    return FINAL_JSON.format(**series.as_dict())
+
+
+class Walk:
+    """The runs and decisions of one run of the workflow: ``points`` (the whole sweep),
+    ``selected`` (what this run measures, ``selection``: --config only=...), and
+    ``decision_file``, the checkpoint callback (see the module). ``refuse(message)``
+    makes the exception a decision file that cannot be walked raises."""
+
+    def __init__(self, config: dict, points: Sequence[SweepPoint],
+                 selected: Sequence[SweepPoint], selection: Selection,
+                 decision_file: DecisionFile | None = None,
+                 refuse: Callable[[str], Exception] = ValueError):
+        self.config = config
+        self.points = list(points)
+        self.selected = list(selected)
+        self.selection = selection
+        self.series = series_of(self.selected)  # the series this run measures
+        self.series_index = {s: i for i, s in enumerate(self.series)}
+        self.adaptive = walks_decisions(config, self.selected, selection)
+        self.partial = bool(config.get("analysis", {}).get("partial", False))
+        self.decision_file = decision_file
+        self.refuse = refuse
+
+    # --- plain lists --------------------------------------------------------------------
+    def metrics_files(self, points: Iterable[SweepPoint] | None = None) -> list[str]:
+        """The metrics files of ``points``, by default of the points this run measures."""
+        return [point_metrics(p) for p in (points or self.selected)]
+
+    def priority(self, point: SweepPoint) -> int:
+        """Measurements in blocks, runtimes interleaved (native, container, container,
+        native ...): scalesweep.plan.adaptive.run_priority."""
+        return run_priority(point, self.config, self.series_index)
+
+    def series_metrics(self, series: Series, repeats: Iterable[int]) -> list[str]:
+        """The metrics files of ``series`` at blocks ``repeats``, every runtime."""
+        return [point_metrics(series.point(rt, k))
+                for k in repeats for rt in series.runtimes(self.config)]
+
+    # --- the walk of one series ---------------------------------------------------------
+    def series_walk(self, series: Series) -> tuple[list[str], list[str]]:
+        """(metrics files, decision files) the series has asked for so far: the minimum of
+        blocks, then one more block per decision that wanted more (adaptive.asked_blocks,
+        which `scalesweep status` uses too). Raises what ``decision_file`` raises at the
+        first decision not yet made; refuses, naming it, a decision file that cannot be
+        walked (adaptive.read_decision)."""
+        decisions: list[str] = []
+
+        def decision(round_: int):
+            out = self.decision_file(series, round_)
+            decisions.append(out)
+            made, problem = read_decision(out)
+            if problem:
+                raise self.refuse(f"scalesweep: {out}: {problem}. Delete it and run again: "
+                                  "the decision is made anew from its series' runs")
+            return made
+
+        blocks = asked_blocks(series, self.config, decision)
+        return self.series_metrics(series, range(1, blocks + 1)), decisions
+
+    def decision_inputs(self, series: Series, round_: int) -> list[str]:
+        """What the decision after block ``round_`` reads: the series' runs so far."""
+        return self.series_metrics(series, range(1, round_ + 1))
+
+    def series_inputs(self, series: Series) -> list[str]:
+        """What the series' final.json waits for: its runs and its decisions."""
+        metrics, decisions = self.series_walk(series)
+        return metrics + decisions
+
+    # --- what the rules ask for ---------------------------------------------------------
+    def requested_metrics(self) -> list[str]:
+        """Every point this run measures (an input of the default target, so that a
+        deleted or failed point is measured again with the summary up to date); with
+        adaptive repeats those its series' decisions asked for so far. With
+        analysis.partial, nothing: that run aggregates and reports what exists."""
+        if self.partial:
+            return []
+        if not self.adaptive:
+            return self.metrics_files()
+        return [f for s in self.series for f in self.series_walk(s)[0]]
+
+    def aggregate_metrics(self) -> list[str]:
+        """What the summary reads: all requested points; with analysis.partial only those
+        already measured. With adaptive repeats, the points each series' decisions asked
+        for (one decision at a time: each series goes on independently, the summary also
+        waits for every final.json, ``series_final_files``), what was measured beyond them
+        (``measured_beyond``), and with ``only:`` what is measured outside the selection."""
+        if not self.adaptive:
+            files = self.metrics_files()
+        elif self.partial:
+            files = [f for s in self.series for f in self.series_metrics(
+                s, range(1, block_bounds(self.config, s.workload)[1] + 1))]
+        else:
+            files = []
+            for s in self.series:
+                walked = self.series_walk(s)[0]
+                files += walked + self.measured_beyond(s, walked)
+        files += self.measured_outside(files)
+        if self.partial:
+            return [f for f in files if Path(f).is_file()]
+        return files
+
+    def series_final_files(self) -> list[str]:
+        """Every series' final.json (adaptive repeats): of the series this run measures
+        (made when missing; with analysis.partial none, as that run waits for no series),
+        and the final.json already made of every other series of the sweep whose runs are
+        all on disk. So a run that selects part of a finished campaign (only:) or
+        aggregates what exists names the same inputs as the whole run, and re-makes no
+        summary (rerun-triggers: input); nothing outside the selection is made."""
+        files = set() if self.partial or not self.adaptive else {
+            final_json(s) for s in self.series}
+        if (self.partial or not self.selection.everything) and is_adaptive(self.config,
+                                                                           self.points):
+            files.update(final_json(s) for s in series_of(self.points)
+                         if Path(final_json(s)).is_file() and self.finished_on_disk(s))
+        return sorted(files)
+
+    # --- what is on disk ----------------------------------------------------------------
+    def measured_on_disk(self, series: Series, history: bool = False) -> list[str]:
+        """The series' metrics files on disk, every runtime and repeat; with ``history``
+        also the repeats being measured again (scalesweep rerun moved their run to
+        history/)."""
+        found = []
+        base = Path(RUNS_DIR, series.path)
+        for block in sorted(base.glob("rep*")) if base.is_dir() else []:
+            if not block.name[3:].isdigit():
+                continue
+            for runtime in series.runtimes(self.config):
+                run = block / runtime
+                if (run / METRICS_JSON).is_file() or (history and (run / HISTORY_DIR).is_dir()):
+                    found.append(str(run / METRICS_JSON))
+        return found
+
+    def measured_outside(self, files: Iterable[str]) -> list[str]:
+        """With `only:`, the metrics already on disk for points of the sweep (any repeat)
+        that ``files`` does not name: points outside the selection, and repeats beyond
+        what this run asks for. They stay in the summary and are never measured here."""
+        if self.selection.everything:
+            return []
+        named = set(files)
+        return [f for s in series_of(self.points) for f in self.measured_on_disk(s)
+                if f not in named]
+
+    def measured_beyond(self, series: Series, walked: Iterable[str]) -> list[str]:
+        """Metrics files of the series on disk beyond the blocks its decisions now ask
+        for: a re-measured repeat makes its decisions run again, and a new decision may
+        stop the series earlier than the old one did; what was measured stays."""
+        walked = set(walked)
+        return [f for f in self.measured_on_disk(series, history=True) if f not in walked]
+
+    def finished_on_disk(self, series: Series) -> bool:
+        """Whether every decision and run ``series`` asks for under this config is on
+        disk, read as `scalesweep status` reads them (adaptive.recorded_decision): its
+        rule series_done then has nothing to make."""
+        unmade = []
+
+        def decision(round_: int):
+            made = recorded_decision(".", series, round_)
+            if made is None:
+                unmade.append(round_)
+            return made
+
+        blocks = asked_blocks(series, self.config, decision)
+        runs = self.series_metrics(series, range(1, blocks + 1))
+        return not unmade and all(Path(f).is_file() for f in runs)
