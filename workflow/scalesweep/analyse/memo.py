@@ -1,14 +1,14 @@
 """Results kept by what they were computed from (``Memo``): overhead.csv's verdicts beside
 the summary (``VERDICTS_CACHE``, results/summary/.verdicts-cache.npz), each by a digest of
-its group's rows and the settings (scalesweep.analyse.overhead.verdict_table), so that a
-campaign plus one run computes the verdict of that run's group, not all 2,000."""
+everything its row is computed from (scalesweep.analyse.overhead.Comparison: ``cached``),
+so that a campaign plus one run computes the verdict of that run's group, not all 2,000."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from scalesweep.analyse.runcache import RowStore, code_version
 
@@ -34,6 +34,16 @@ class Memo:
         """The key of ``inputs``: a digest of their repr (exact for numbers, text, None,
         NaN and numpy scalars, each with its type)."""
         return hashlib.blake2b(repr(inputs).encode(), digest_size=16).hexdigest()
+
+    def cached(self, fn: Callable[[Any], dict], inputs: Any) -> dict:
+        """``fn(inputs)``, or the row it gave for the same ``inputs`` (by ``digest``: the
+        whole of them, with the function's name, under this memo's code version)."""
+        key = self.digest((fn.__module__, fn.__qualname__, inputs))
+        row = self.get(key)
+        if row is None:
+            row = fn(inputs)
+            self.put(key, row)
+        return row
 
     def get(self, key: str) -> dict | None:
         row = self.old.get(key)

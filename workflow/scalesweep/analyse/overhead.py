@@ -7,6 +7,7 @@ runtime: ``overhead_table`` (a statistic of the repeats, Welch's test, Fieller's
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -134,10 +135,13 @@ def verdict_table(
     pairs whose two runs ran on the same nodes are preferred (used alone when there are
     at least two of them).
 
-    ``memo`` (scalesweep.analyse.memo.Memo): each row by everything it is computed
-    from (the group, the runtime, the settings, and both sides' rows: times, exclusions,
-    pair keys and the columns the pairing reads): a row whose inputs are unchanged since
-    it was computed is taken, not computed again (a campaign plus one run changes one).
+    Each row is ``comparison_row`` of a ``Comparison``: everything it is computed from
+    (the group, the runtime, the settings, and both sides' rows: times, exclusions, pair
+    keys and the columns the pairing reads), and nothing else. ``memo``
+    (scalesweep.analyse.memo.Memo, made by the caller: the aggregation): rows by a digest
+    of the whole Comparison and the code's version, so a row whose inputs are unchanged
+    since it was computed is taken, not computed again (a campaign plus one run changes
+    one), and no changed input can be served an old row.
     """
     group_cols = as_list(group_cols)
     require_table(df, [*group_cols, runtime_col, time_col])
@@ -163,6 +167,14 @@ def verdict_table(
     if pairing:
         pair_of = data[pair_col].to_numpy()
         records = pair_records(data, pair_col, time_col)
+
+    def side(at: np.ndarray) -> Side:
+        return Side(tuple(time_of[at].tolist()), tuple(excluded_of[at].tolist()),
+                    tuple(pair_of[at].tolist()) if pairing else None,
+                    tuple(records[i] for i in at) if pairing else None)
+
+    settings = Settings(margin_pct, target_ci_pp, confidence, max_pair_gap_s,
+                        probe_tolerance_pct)
     positions = data[group_cols].reset_index(drop=True).assign(_pos=np.arange(len(data)))
     for key, group in grouped(positions, group_cols):
         at = group["_pos"].to_numpy()
@@ -173,77 +185,111 @@ def verdict_table(
             if pd.isna(runtime):  # (groupby leaves out a missing runtime)
                 continue
             runs = others[runtime_of[others] == runtime]
-            if memo is not None:
-                inputs = (tuple(group_cols), key, runtime_col, runtime, time_col, pair_col,
-                          baseline_runtime, margin_pct, target_ci_pp, confidence,
-                          max_pair_gap_s, probe_tolerance_pct, exclude_col,
-                          *((time_of[side].tolist(), excluded_of[side].tolist(),
-                             [records[i] for i in side] if pairing else None)
-                            for side in (base, runs)))
-                digest = memo.digest(inputs)
-                known = memo.get(digest)
-                if known is not None:
-                    rows.append(known)
-                    continue
-            if pairing:
-                pairs = side_pairs((pair_of[base], [records[i] for i in base]),
-                                   (pair_of[runs], [records[i] for i in runs]),
-                                   pair_col, time_col, max_pair_gap_s, probe_tolerance_pct)
-            else:
-                pairs = Pairs()
-            if pairs.native is None and pairs.how == SAME_BLOCK:
-                # runs of blocks are compared in their pairs or not at all: never the
-                # runs measured apart, nor those whose pair was left out, side by side
-                pairs.native, pairs.container = pairs.surviving
-            if pairs.native is not None:
-                native, container = pairs.native, pairs.container
-                native_s, time_s = ((np.exp(np.log(native).mean()),
-                                     np.exp(np.log(container).mean()))
-                                    if native.size else (np.nan, np.nan))
-            else:
-                native = time_of[base[~excluded_of[base]]]
-                container = time_of[runs[~excluded_of[runs]]]
-                native_s = native.mean() if native.size else np.nan
-                time_s = container.mean() if container.size else np.nan
-            paired = pairs.native is not None
-            v = overhead_verdict(native, container, paired=paired,
-                                 margin_pct=margin_pct, target_ci_pp=target_ci_pp,
-                                 confidence=confidence)
-            p_value = v["p_value"]
-            rows.append({
-                **dict(zip(group_cols, key)),
-                runtime_col: runtime,
-                "paired": v["paired"],
-                "pairing": pairs.how if paired else UNPAIRED,
-                "n_native": v["n_native"], "n": v["n"],
-                "n_disturbed": int(excluded_of[base].sum() + excluded_of[runs].sum()),
-                "n_pairs_split": pairs.split,
-                "n_pairs_machine_differs": pairs.machine_differs,
-                "native_s": native_s, "time_s": time_s,
-                "overhead_pct": v["overhead_pct"],
-                "overhead_ci95_low_pct": v["ci95_low_pct"],
-                "overhead_ci95_high_pct": v["ci95_high_pct"],
-                "ci_half_width_pp": v["ci_half_width_pp"],
-                "ci_method": v.get("ci_method", "paired t" if paired else "Fieller/Welch"),
-                "normality_p_value": v.get("normality_p_value", np.nan),
-                "p_value": p_value,
-                "significant": pd.NA if np.isnan(p_value) else bool(p_value < 1 - confidence),
-                "equivalence_p_value": v["equivalence_p_value"],
-                # the (1 - 2 alpha) interval the two one-sided tests decide on
-                "equivalence_ci90_low_pct": v["ci90_low_pct"],
-                "equivalence_ci90_high_pct": v["ci90_high_pct"],
-                "margin_pct": margin_pct,
-                "verdict": v["verdict"],
-                "verdict_text": _with_pairing(v["verdict_text"], pairs, paired),
-                "repeats_needed": v["repeats_needed"],
-                # the pairs more until the verdict is decided (not only narrow)
-                "repeats_to_decide": v["repeats_to_decide"],
-                "target_ci_pp": target_ci_pp, "target_met": v["target_met"],
-            })
-            if memo is not None:
-                memo.put(digest, rows[-1])
+            comparison = Comparison(tuple(zip(group_cols, key)), runtime_col, runtime,
+                                    time_col, pair_col if pairing else None, settings,
+                                    side(base), side(runs))
+            rows.append(comparison_row(comparison) if memo is None
+                        else memo.cached(comparison_row, comparison))
     table = pd.DataFrame(rows, columns=[*group_cols, runtime_col, *VERDICT_COLUMNS])
     return table.astype({"significant": "boolean"})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The settings a verdict is decided under (see ``verdict_table``)."""
+
+    margin_pct: float
+    target_ci_pp: float
+    confidence: float
+    max_pair_gap_s: float | None
+    probe_tolerance_pct: float | None
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side's runs: times, whether each is left out (disturbed), and where paired
+    their pair keys and the columns the pairing reads (``pair_records``)."""
+
+    times: tuple
+    excluded: tuple
+    keys: tuple | None = None
+    records: tuple | None = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Everything one row of ``verdict_table`` is computed from, and nothing else
+    (``comparison_row`` reads only this): a cache keyed by a digest of the whole of it
+    (``scalesweep.analyse.memo.Memo.cached``) cannot serve a row for other inputs."""
+
+    group: tuple  # ((column, value), ...)
+    runtime_col: str
+    runtime: object
+    time_col: str
+    pair_col: str | None  # None: unpaired (no such column)
+    settings: Settings
+    native: Side
+    container: Side
+
+
+def comparison_row(c: Comparison) -> dict:
+    """One row of ``verdict_table``: the verdict of ``c.container`` against ``c.native``."""
+    s = c.settings
+    base_excluded = np.asarray(c.native.excluded, bool)
+    runs_excluded = np.asarray(c.container.excluded, bool)
+    if c.pair_col is not None:
+        pairs = side_pairs((np.asarray(c.native.keys, object), list(c.native.records)),
+                           (np.asarray(c.container.keys, object), list(c.container.records)),
+                           c.pair_col, c.time_col, s.max_pair_gap_s, s.probe_tolerance_pct)
+    else:
+        pairs = Pairs()
+    if pairs.native is None and pairs.how == SAME_BLOCK:
+        # runs of blocks are compared in their pairs or not at all: never the runs
+        # measured apart, nor those whose pair was left out, side by side
+        pairs.native, pairs.container = pairs.surviving
+    if pairs.native is not None:
+        native, container = pairs.native, pairs.container
+        native_s, time_s = ((np.exp(np.log(native).mean()), np.exp(np.log(container).mean()))
+                            if native.size else (np.nan, np.nan))
+    else:
+        native = np.asarray(c.native.times, float)[~base_excluded]
+        container = np.asarray(c.container.times, float)[~runs_excluded]
+        native_s = native.mean() if native.size else np.nan
+        time_s = container.mean() if container.size else np.nan
+    paired = pairs.native is not None
+    v = overhead_verdict(native, container, paired=paired, margin_pct=s.margin_pct,
+                         target_ci_pp=s.target_ci_pp, confidence=s.confidence)
+    p_value = v["p_value"]
+    return {
+        **dict(c.group),
+        c.runtime_col: c.runtime,
+        "paired": v["paired"],
+        "pairing": pairs.how if paired else UNPAIRED,
+        "n_native": v["n_native"], "n": v["n"],
+        "n_disturbed": int(base_excluded.sum() + runs_excluded.sum()),
+        "n_pairs_split": pairs.split,
+        "n_pairs_machine_differs": pairs.machine_differs,
+        "native_s": native_s, "time_s": time_s,
+        "overhead_pct": v["overhead_pct"],
+        "overhead_ci95_low_pct": v["ci95_low_pct"],
+        "overhead_ci95_high_pct": v["ci95_high_pct"],
+        "ci_half_width_pp": v["ci_half_width_pp"],
+        "ci_method": v.get("ci_method", "paired t" if paired else "Fieller/Welch"),
+        "normality_p_value": v.get("normality_p_value", np.nan),
+        "p_value": p_value,
+        "significant": pd.NA if np.isnan(p_value) else bool(p_value < 1 - s.confidence),
+        "equivalence_p_value": v["equivalence_p_value"],
+        # the (1 - 2 alpha) interval the two one-sided tests decide on
+        "equivalence_ci90_low_pct": v["ci90_low_pct"],
+        "equivalence_ci90_high_pct": v["ci90_high_pct"],
+        "margin_pct": s.margin_pct,
+        "verdict": v["verdict"],
+        "verdict_text": _with_pairing(v["verdict_text"], pairs, paired),
+        "repeats_needed": v["repeats_needed"],
+        # the pairs more until the verdict is decided (not only narrow)
+        "repeats_to_decide": v["repeats_to_decide"],
+        "target_ci_pp": s.target_ci_pp, "target_met": v["target_met"],
+    }
 
 
 def _with_pairing(text: str, pairs: "Pairs", paired: bool) -> str:
