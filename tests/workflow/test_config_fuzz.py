@@ -41,7 +41,7 @@ def _set(cfg, path, value):
     node[path[-1]] = value
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_bad_values_give_a_schema_or_sweep_error_never_a_traceback(data):
     cfg = copy.deepcopy(DEFAULT)
