@@ -15,7 +15,7 @@ from scalesweep.analyse import cachefiles, runcache
 from scalesweep.analyse.components import COMPONENT_COLUMNS, component_columns
 from scalesweep.analyse.foreign import is_foreign, mark, print_foreign, with_foreign  # noqa: F401
 from scalesweep.measure.probe import summary as probe_summary
-from scalesweep.plan.kinds import SweepError, kind_of
+from scalesweep.plan.kinds import SweepError, kind_of, kinds
 from scalesweep.plan.kinds.cnn import steady_epoch_time  # noqa: F401  (re-exported)
 from scalesweep.plan.kinds.llm import SYNTHETIC_LABEL, model_label  # noqa: F401  (re-exported)
 from scalesweep.analyse.runcache import RowStore
@@ -25,6 +25,8 @@ from scalesweep.record.geometry import AXES as GEOMETRY
 from scalesweep.record.metrics import MetricsError, field_problem, read_metrics
 from scalesweep.record.pointdir import FAILURE_JSON, METRICS_JSON
 
+# the software versions the kinds' records carry (plan.kinds: provenance; the CNN's torch)
+PROVENANCE_COLUMNS = tuple(dict.fromkeys(col for kind in kinds() for col in kind.provenance))
 RUN_COLUMNS = [
     "workload", "payload", "runtime", "mode", *GEOMETRY, "repeat",
     "arm", "block_id", "block_start", "block_end", "count", "world_size", "time_s", "epoch_time_first_s", "train_s", "images_per_epoch",
@@ -39,7 +41,8 @@ RUN_COLUMNS = [
     "warmup", "disturbed", "disturbed_reason", "outside_cpu_pct", "steal_pct", "load1_max",
     "exclusive", "shared_cores", "order_position", "config_digest", "foreign",
     "probe_gflops", "probe_gbps", "probe_change_pct", "within_run_cv_pct",
-    "hosts", "launcher", "image_digest", "slurm_job_id", "git_commit", "torch", "start", "end",
+    "hosts", "launcher", "image_digest", "slurm_job_id", "git_commit", *PROVENANCE_COLUMNS,
+    "start", "end",
     "path", *COMPONENT_COLUMNS,
 ]
 SHARED_CORES_NOTE = "shared cores: scaling and overhead figures are not physical"
@@ -79,7 +82,7 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
         image_digest=(metrics.get("image") or {}).get("content_digest"),
         slurm_job_id=(metrics.get("slurm") or {}).get("job_id"),
         git_commit=metrics.get("git_commit"),
-        torch=(metrics.get("versions") or {}).get("torch"),
+        **{col: (metrics.get("versions") or {}).get(col) for col in kind.provenance},
         start=metrics.get("harness_start") or metrics.get("start"),
         end=metrics.get("harness_end") or metrics.get("end"),
         path=path,
