@@ -14,12 +14,11 @@ import yaml
 from scalesweep.campaign.usage import UsageError
 from scalesweep.platform.site import site_of
 from scalesweep.run.slurm import runtime_min
+from scalesweep.platform.code import CODE_ROOT as REPO
 
 
-REPO = Path(__file__).resolve().parents[3]
 DEFAULT_RUNTIME_MIN = 60  # Snakemake's own default runtime when a profile sets none
 EXPRESSION = re.compile(r"^[\d\s+\-*/().]*$")
-
 
 
 def read_profile(path: str | Path | None) -> dict:
@@ -42,7 +41,6 @@ def read_profile(path: str | Path | None) -> dict:
     return merged
 
 
-
 def _resources(value) -> dict:
     """default-resources as a mapping (a profile may write a list of 'key=value')."""
     if isinstance(value, dict):
@@ -52,7 +50,6 @@ def _resources(value) -> dict:
         key, _, val = str(item).partition("=")
         out[key.strip()] = val.strip()
     return out
-
 
 
 def _set_resources(value) -> dict[str, dict]:
@@ -65,7 +62,6 @@ def _set_resources(value) -> dict[str, dict]:
         key, _, val = rest.partition("=")
         out.setdefault(rule.strip(), {})[key.strip()] = val.strip()
     return out
-
 
 
 def minutes(value, attempt: int = 1) -> float | None:
@@ -82,17 +78,14 @@ def minutes(value, attempt: int = 1) -> float | None:
         return None
 
 
-
 def attempts_of(profile: dict) -> int:
     return 1 + max(0, int(profile.get("retries", 0) or 0))
-
 
 
 def support_runtime_min(profile: dict) -> float:
     value = _resources(profile.get("default-resources")).get("runtime")
     found = minutes(value) if value is not None else None
     return found if found is not None else DEFAULT_RUNTIME_MIN
-
 
 
 def point_runtime_min(config: dict, profile: dict, workload: str, attempt: int) -> float:

@@ -39,8 +39,8 @@ from scalesweep.campaign.snakemake_args import user_args
 from scalesweep.campaign.usage import UsageError
 from scalesweep.plan.sweep import HISTORY_DIR, SweepPoint
 from scalesweep.record.pointdir import ATTEMPT_LOG, ATTEMPTS, METRICS_JSON, RUNS_DIR
+from scalesweep.platform.code import CODE_ROOT as REPO
 
-REPO = Path(__file__).resolve().parents[3]
 AXES = [f for f in SweepPoint.__dataclass_fields__]
 # left in the point directory: the history itself, the record of every attempt and the
 # log of each (run.<attempt>.log: attempts.jsonl names them; ATTEMPT_LOG)

@@ -91,8 +91,7 @@ from scalesweep.platform import runtimes
 from scalesweep.record.dataset import sha256_file
 from scalesweep.record.hostenv import with_user
 from scalesweep.record.metrics import write_json_atomic
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
+from scalesweep.platform.code import CODE_ROOT as REPO_ROOT
 
 
 def image_packages(runner: list[str], env: dict) -> dict:

@@ -15,9 +15,10 @@ import yaml
 
 from scalesweep.plan.kinds.base import check_kinds
 from scalesweep.plan.payload_scripts import llm_engines, model_context, payload_script
+from scalesweep.platform.code import CODE_ROOT as REPO, SCHEMAS_DIR
 
-REPO = Path(__file__).resolve().parents[3]
-SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+
+SCHEMA = SCHEMAS_DIR / "config.schema.yaml"
 
 
 class ConfigError(ValueError):

@@ -14,9 +14,10 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[3]
-SITES_DIR = REPO / "sites"
-SCHEMA = REPO / "workflow" / "schemas" / "site.schema.yaml"
+from scalesweep.platform.code import CODE_ROOT as REPO, SCHEMAS_DIR, SITES_DIR
+
+
+SCHEMA = SCHEMAS_DIR / "site.schema.yaml"
 SITE_KEY = "_site"  # where the loaded site travels inside a config
 
 
