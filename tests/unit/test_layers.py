@@ -245,3 +245,49 @@ def test_no_module_over_max_lines(package):
                          f"exception in LONG_MODULES with its reason): {extra}")
     stale = sorted(f for f in LONG_MODULES if f not in long)
     assert stale == [], f"under {MAX_LINES} lines now: take them off LONG_MODULES: {stale}"
+
+
+# --- no private name across modules (issue #41) -------------------------------------------
+# A leading underscore says "this module's own": another module that imports it (or reaches
+# it through the module, `style._finish`) depends on what its owner may change at will.
+
+def private_uses(path: Path) -> list[str]:
+    """file:line of each private name ``path`` takes from a module of the project: ``from
+    scalesweep.x import _y`` (or a relative import), and ``mod._y`` through a name bound to
+    a project module."""
+    tree = ast.parse(path.read_text())
+    modules: set[str] = set()  # local names bound to a project module
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            ours = node.level > 0 or (node.module or "").split(".")[0] == "scalesweep"
+            for alias in node.names if ours else ():
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"{path}:{node.lineno}: {alias.name}")
+                modules.add(alias.asname or alias.name)  # a module or a name: checked below
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "scalesweep":
+                    modules.add(alias.asname or alias.name.split(".")[0])
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in modules and node.attr.startswith("_")
+                and not node.attr.startswith("__")):
+            found.append(f"{path}:{node.lineno}: {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_name():
+    roots = [PACKAGE, REPO / "workflow" / "scripts", REPO / "scripts"]
+    found = [use for root in roots for path in sorted(root.rglob("*.py"))
+             for use in private_uses(path)]
+    assert found == [], "give these names a public name in their module: " + "; ".join(found)
+
+
+def test_the_private_name_check_finds_both_forms(tmp_path):
+    mod = tmp_path / "m.py"
+    mod.write_text("from scalesweep.report.style import _finish, apply_theme\n"
+                   "from scalesweep.report import style as rs\n"
+                   "from .sibling import _helper\n"
+                   "import os\nrs._theme()\nos._exit\napply_theme()\n")
+    assert [u.split(": ")[1] for u in private_uses(mod)] == ["_finish", "_helper", "rs._theme"]

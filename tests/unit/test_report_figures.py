@@ -199,7 +199,7 @@ def test_memory_figure_labels_bars_and_survives_missing_values():
 
 def test_scale_labels_keep_geometries_apart():
     df = pd.DataFrame(dict(count=[2, 2, 1], nodes=[1, 2, 1], threads=1))
-    labels, order = rstyle._scale_labels(df)
+    labels, order = rstyle.scale_labels(df)
     assert order == ["1\n(n1)", "2\n(n1)", "2\n(n2)"] and labels.iloc[1] == "2\n(n2)"
 
 

@@ -49,7 +49,7 @@ NO_PROBE = ("no run recorded the machine-speed probe (runs measured before it ex
             "no drift to show")
 
 
-def _numeric(df: pd.DataFrame, col: str) -> pd.Series:
+def numeric_series(df: pd.DataFrame, col: str) -> pd.Series:
     if col not in df.columns:
         return pd.Series(np.nan, index=df.index, dtype=float)
     return pd.to_numeric(df[col], errors="coerce")
@@ -99,8 +99,8 @@ def spread_text(between: float, within: float, far_more: float = FAR_MORE) -> tu
 
 def _kernel(payload, df: pd.DataFrame) -> str:
     kernel = KERNEL_OF.get(str(payload), "probe_gflops")
-    return kernel if _numeric(df, kernel).notna().any() else \
-        next((k for k in ("probe_gflops", "probe_gbps") if _numeric(df, k).notna().any()), kernel)
+    return kernel if numeric_series(df, kernel).notna().any() else \
+        next((k for k in ("probe_gflops", "probe_gbps") if numeric_series(df, k).notna().any()), kernel)
 
 
 def drift_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -123,23 +123,23 @@ def drift_table(runs: pd.DataFrame) -> pd.DataFrame:
             if "start" in group else pd.Series(dtype="datetime64[ns, UTC]")
         ends = pd.to_datetime(group.get("end"), utc=True, errors="coerce") \
             if "end" in group else pd.Series(dtype="datetime64[ns, UTC]")
-        time_s = _numeric(g, "time_s")
+        time_s = numeric_series(g, "time_s")
         kernel = _kernel(payload, g)
-        probe = _numeric(g, kernel)
+        probe = numeric_series(g, kernel)
         row.update(
             payload=payload, n=len(g), n_disturbed=int(disturbed.sum()),
-            n_probed=int((_numeric(g, "probe_gflops").notna()
-                          | _numeric(g, "probe_gbps").notna()).sum()),
+            n_probed=int((numeric_series(g, "probe_gflops").notna()
+                          | numeric_series(g, "probe_gbps").notna()).sum()),
             first_start=None if starts.isna().all() else starts.min().isoformat(),
             last_end=None if ends.isna().all() else ends.max().isoformat(),
             time_s_mean=float(time_s.mean()) if time_s.notna().any() else np.nan,
             time_cv_pct=cv_pct(time_s),
             # rates: total work over total time (harmonic mean)
-            probe_gflops_mean=rate_stats(_numeric(g, "probe_gflops"))["mean"],
-            probe_gflops_cv_pct=cv_pct(_numeric(g, "probe_gflops")),
-            probe_gbps_mean=rate_stats(_numeric(g, "probe_gbps"))["mean"],
-            probe_gbps_cv_pct=cv_pct(_numeric(g, "probe_gbps")),
-            probe_change_pct_max=float(_numeric(g, "probe_change_pct").max()),
+            probe_gflops_mean=rate_stats(numeric_series(g, "probe_gflops"))["mean"],
+            probe_gflops_cv_pct=cv_pct(numeric_series(g, "probe_gflops")),
+            probe_gbps_mean=rate_stats(numeric_series(g, "probe_gbps"))["mean"],
+            probe_gbps_cv_pct=cv_pct(numeric_series(g, "probe_gbps")),
+            probe_change_pct_max=float(numeric_series(g, "probe_change_pct").max()),
             probe_kernel=kernel,
             **explained(time_s, probe),
         )
@@ -147,8 +147,8 @@ def drift_table(runs: pd.DataFrame) -> pd.DataFrame:
         if row["n_probed"] == 0:
             notes.append("no probed run")
         if payload in summarised_in("llm"):  # its requests' spread inside a run
-            tps = _numeric(g, "tokens_per_s")
-            within = _numeric(g, "within_run_cv_pct")
+            tps = numeric_series(g, "tokens_per_s")
+            within = numeric_series(g, "within_run_cv_pct")
             row.update(tokens_per_s_mean=rate_stats(tps)["mean"],
                        between_run_cv_pct=cv_pct(tps),
                        within_run_cv_pct=float(within.mean()) if within.notna().any() else np.nan)

@@ -221,13 +221,13 @@ def load_verdicts(levels: pd.DataFrame, settings: dict) -> pd.DataFrame:
     keys = ["workload", "model_label", "arm", "nodes", "gpus", "threads", "shape", "rate",
             "concurrency", "level_label"]
     tables = []
-    from scalesweep.analyse.summary import _probe_tolerance
+    from scalesweep.analyse.summary import probe_tolerance
 
     common = dict(baseline_runtime=settings["baseline_runtime"], pair_col=settings["pair_col"],
                   exclude_col="disturbed", margin_pct=settings["margin_pct"],
                   target_ci_pp=settings["target_ci_pp"], confidence=settings["confidence"],
                   max_pair_gap_s=settings["max_pair_gap_s"],
-                  probe_tolerance_pct=_probe_tolerance(data, settings))
+                  probe_tolerance_pct=probe_tolerance(data, settings))
     filled = data.assign(**{k: data[k].fillna("") for k in ("rate", "concurrency") if k in data})
     for metric, what in VERDICT_METRICS.items():
         sub = filled[pd.to_numeric(filled.get(metric), errors="coerce") > 0]

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from scalesweep.analyse.cachefiles import save_npz_atomic
-from scalesweep.analyse.runcache import CACHE_FORMAT, _from_text, _text_array
+from scalesweep.analyse.runcache import CACHE_FORMAT, from_text_array, text_array
 
 RUNS_CSV_CACHE = ".runs-csv-cache.npz"  # beside runs.csv
 
@@ -79,7 +79,7 @@ def _rows_text(df: pd.DataFrame, to_csv: dict) -> list[bytes] | None:
 def _load_texts(memo, signature: str) -> dict[bytes, bytes]:
     try:
         with np.load(memo, allow_pickle=False) as npz:
-            if _from_text(npz["meta"]) != signature:
+            if from_text_array(npz["meta"]) != signature:
                 return {}
             digests, offsets, text = npz["digests"], npz["offsets"], npz["text"].tobytes()
             if digests.ndim != 2 or digests.shape[1] != 16 or len(offsets) != len(digests) + 1:
@@ -96,7 +96,7 @@ def _save_texts(memo, signature: str, digests: list, texts: list) -> None:
     kept = [(d, t) for d, t in zip(digests, texts) if d is not None]
     sizes = np.array([len(t) for _, t in kept], dtype=np.int64)
     arrays = {
-        "meta": _text_array(signature),
+        "meta": text_array(signature),
         "digests": np.frombuffer(b"".join(d for d, _ in kept), dtype=np.uint8).reshape(-1, 16),
         "offsets": np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
         "text": np.frombuffer(b"".join(t for _, t in kept), dtype=np.uint8),

@@ -311,15 +311,15 @@ class RowStore:
                 if values is None:
                     continue
                 if values.dtype == object:  # text, or ints beyond int64: JSON
-                    values = _text_array(values.tolist())
+                    values = text_array(values.tolist())
                     meta["shapes"][-1].setdefault("json", []).append(k)
                 arrays[f"s{sid}_{k}"] = values
-        arrays["meta"] = _text_array(meta)
-        arrays["paths"] = _text_array(self.paths)
+        arrays["meta"] = text_array(meta)
+        arrays["paths"] = text_array(self.paths)
         try:
             arrays["idents"] = np.array(self.idents, dtype=np.int64).reshape(len(self), 5)
         except OverflowError:  # inode numbers of 2^63 and above (hashed inodes): JSON
-            arrays["idents"] = _text_array([list(i) for i in self.idents])
+            arrays["idents"] = text_array([list(i) for i in self.idents])
         arrays["shape_of"] = np.asarray(self.shape_of, dtype=np.int32)
         arrays["index_in"] = np.asarray(self.index_in, dtype=np.int32)
         save_npz_atomic(path, arrays)
@@ -330,13 +330,13 @@ class RowStore:
         written by another version (``cache_version``)."""
         try:
             with np.load(path, allow_pickle=False) as npz:
-                meta = _from_text(npz["meta"])
+                meta = from_text_array(npz["meta"])
                 if meta.get("format") != CACHE_FORMAT or meta.get("version") != version:
                     return None
                 out = cls()
-                out.paths = _from_text(npz["paths"])
+                out.paths = from_text_array(npz["paths"])
                 idents = npz["idents"]
-                out.idents = [tuple(r) for r in (_from_text(idents) if idents.ndim == 1
+                out.idents = [tuple(r) for r in (from_text_array(idents) if idents.ndim == 1
                                                  else idents.tolist())]
                 out.shape_of = npz["shape_of"].astype(np.int64).tolist()
                 out.index_in = npz["index_in"].astype(np.int64).tolist()
@@ -350,7 +350,7 @@ class RowStore:
                             continue
                         values = npz[f"s{sid}_{k}"]
                         if dtype is None or k in s.get("json", ()):
-                            values = np.array(_from_text(values), dtype=object)
+                            values = np.array(from_text_array(values), dtype=object)
                         elif values.dtype != dtype:
                             raise ValueError(f"column {k} of shape {sid}: {values.dtype}")
                         if len(values) != shape.n:
@@ -373,11 +373,11 @@ class RowStore:
         return {p: i for i, p in enumerate(self.paths)}
 
 
-def _text_array(value: Any) -> np.ndarray:
+def text_array(value: Any) -> np.ndarray:
     return np.frombuffer(json.dumps(value).encode(), dtype=np.uint8)
 
 
-def _from_text(array: np.ndarray) -> Any:
+def from_text_array(array: np.ndarray) -> Any:
     if array.dtype != np.uint8:
         raise ValueError(f"text stored as {array.dtype}")
     return json.loads(array.tobytes().decode())

@@ -304,7 +304,9 @@ def fdr_adjust(p_values) -> np.ndarray:
     q_(i) = min over j >= i of p_(j) x m / j for the p values sorted ascending (m the
     number of them that are not NaN), at most 1: a result with q < alpha is a discovery
     at a false discovery rate of alpha (independent or positively dependent tests).
-    NaN stays NaN and does not count in m. Raises ValueError for a p outside [0, 1].
+    scipy's ``false_discovery_control(method="bh")`` computes it over the p values that
+    are not NaN: NaN stays NaN and does not count in m. Raises ValueError for a p outside
+    [0, 1].
     """
     p = np.asarray(p_values, dtype=float)
     shape = p.shape
@@ -313,14 +315,8 @@ def fdr_adjust(p_values) -> np.ndarray:
     ok = ~np.isnan(p)
     if ((p[ok] < 0) | (p[ok] > 1)).any():
         raise ValueError("p values must lie in [0, 1]")
-    m = int(ok.sum())
-    if m:
-        order = np.argsort(p[ok], kind="stable")
-        scaled = p[ok][order] * m / np.arange(1, m + 1)
-        adjusted = np.minimum(np.minimum.accumulate(scaled[::-1])[::-1], 1.0)
-        values = np.empty(m)
-        values[order] = adjusted
-        q[ok] = values
+    if ok.any():
+        q[ok] = stats.false_discovery_control(p[ok], method="bh")
     return q.reshape(shape)
 
 

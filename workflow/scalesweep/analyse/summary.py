@@ -304,7 +304,7 @@ def overhead_summary(runs: pd.DataFrame, config: dict, log=None, memo=None) -> p
                           target_ci_pp=settings["target_ci_pp"],
                           confidence=settings["confidence"],
                           max_pair_gap_s=settings["max_pair_gap_s"],
-                          probe_tolerance_pct=_probe_tolerance(data, settings), memo=memo)
+                          probe_tolerance_pct=probe_tolerance(data, settings), memo=memo)
     models = data.groupby("model_label")["model"].first()
     table.insert(1, "model", table["model_label"].map(models))
     # n_disturbed is verdict_table's own (both sides); shared cores: either side
@@ -433,7 +433,7 @@ def duration_text(seconds: float) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
-def _probe_tolerance(data: pd.DataFrame, settings: dict):
+def probe_tolerance(data: pd.DataFrame, settings: dict):
     """The probe tolerance where the runs carry probe figures (else no probe check)."""
     if settings["probe_tolerance_pct"] is None:
         return None

@@ -17,8 +17,8 @@ import pandas as pd
 
 from scalesweep.campaign.estimate import (
     SCENARIOS,
-    _hours,
-    _span,
+    format_hours,
+    count_span,
     cost_of,
     plan_points,
     plan_series,
@@ -132,9 +132,9 @@ def repeats_rule(config: dict, points: pd.DataFrame, series: pd.DataFrame) -> di
     return {
         "adaptive": bool((series["blocks_max"] > series["blocks_first"]).any()),
         "runtimes_selected": Selection.of(config).runtimes is not None,
-        "sweep_repeats": _span(series["blocks_first"] - warmup) if len(series) else "0",
+        "sweep_repeats": count_span(series["blocks_first"] - warmup) if len(series) else "0",
         "warmup_blocks": warmup,
-        "blocks_first": _span(series["blocks_first"]) if len(series) else "0",
+        "blocks_first": count_span(series["blocks_first"]) if len(series) else "0",
         "max_repeats": m["max_repeats"],
         "target_ci_pp": float(m["target_ci_pp"]),
         "min_pairs": MIN_COMPARED,
@@ -212,12 +212,12 @@ def _print_text(configs, args, site, totals, cost, summary, support, warnings, r
             print(f"  {name:<9} {notes[name]}")
             continue
         print(f"  {name:<9} {r['runs']:>6,} runs  {r['jobs']:>6,} {kind}  "
-              f"{_hours(r['requested_node_h']):>9} node-h  ({r['blocks']} {notes[name]})"
+              f"{format_hours(r['requested_node_h']):>9} node-h  ({r['blocks']} {notes[name]})"
               if name != "expected" else
               f"  {name:<9} {r['runs']:>6,} runs  {r['jobs']:>6,} {kind}  "
-              f"{_hours(r['requested_node_h']):>9} node-h  ({r['blocks']} blocks per series, "
+              f"{format_hours(r['requested_node_h']):>9} node-h  ({r['blocks']} blocks per series, "
               f"{notes[name]})")
-    print(f"  worst case {_hours(totals['worst_node_h'])} node-h: the maximum, every run "
+    print(f"  worst case {format_hours(totals['worst_node_h'])} node-h: the maximum, every run "
           f"failing until its last attempt ({totals['attempts']} at most), each in full")
     if len(support):
         print(f"  jobs = runs + {len(support)} dataset staging/verification "
@@ -225,14 +225,14 @@ def _print_text(configs, args, site, totals, cost, summary, support, warnings, r
               f"{support['runtime_min'].iloc[0]:g} min, 1 node)")
     if measured:
         print(f"  at the wall times measured before ({', '.join(map(str, measured))}): "
-              f"minimum {_hours(repeats['minimum']['measured_node_h'])}"
-              + (f", expected {_hours(repeats['expected']['measured_node_h'])}"
+              f"minimum {format_hours(repeats['minimum']['measured_node_h'])}"
+              + (f", expected {format_hours(repeats['expected']['measured_node_h'])}"
                  if repeats["expected"]["measured_node_h"] is not None else "")
-              + f", maximum {_hours(repeats['maximum']['measured_node_h'])} node-h")
+              + f", maximum {format_hours(repeats['maximum']['measured_node_h'])} node-h")
     shown = summary.copy()
     shown["runs"] = [f"{a} / {_maybe(b)} / {c}" for a, b, c in
                      zip(shown["runs_minimum"], shown["runs_expected"], shown["runs_maximum"])]
-    shown["node_h"] = [f"{_hours(a)} / {_maybe(b, _hours)} / {_hours(c)}" for a, b, c in
+    shown["node_h"] = [f"{format_hours(a)} / {_maybe(b, format_hours)} / {format_hours(c)}" for a, b, c in
                        zip(shown["requested_node_h"], shown["requested_node_h_expected"],
                            shown["requested_node_h_maximum"])]
     print("\nper workload (runs and node_h: minimum / expected / maximum, ? = unknown):")
@@ -248,8 +248,8 @@ def _print_text(configs, args, site, totals, cost, summary, support, warnings, r
     if cost:
         r = repeats
         print(f"cost at {cost['per_node_hour']:g} {cost['unit']} per node-hour: minimum "
-              f"{_hours(r['minimum']['cost'])}, expected {_maybe(r['expected']['cost'], _hours)}"
-              f", maximum {_hours(r['maximum']['cost'])}, worst case {_hours(cost['worst'])} "
+              f"{format_hours(r['minimum']['cost'])}, expected {_maybe(r['expected']['cost'], format_hours)}"
+              f", maximum {format_hours(r['maximum']['cost'])}, worst case {format_hours(cost['worst'])} "
               f"{cost['unit']}")
     if args.allocation_node_hours:
         print(f"allocation: {args.allocation_node_hours:,.1f} node-hours")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from scalesweep.campaign.estimate import DATASET_JOBS, _hours, plan_points, plan_series
+from scalesweep.campaign.estimate import DATASET_JOBS, format_hours, plan_points, plan_series
 from scalesweep.plan.kinds import kind_of
 from scalesweep.run.slurm import settings_options
 
@@ -36,7 +36,7 @@ def dry_run_summary(listed: dict, config: dict, options: str | None) -> list[str
            f"(adaptive repeats, at most measurement.max_repeats = "
            f"{config['measurement']['max_repeats']} blocks each)"
            if maximum > minimum else f"{minimum} runs in all"),
-        f"Slurm jobs: {len(points)} points asking {_hours(node_h)} node-hours at attempt 1, "
+        f"Slurm jobs: {len(points)} points asking {format_hours(node_h)} node-hours at attempt 1, "
         + ("each with the plugin's options of this command line: "
            f"{options or '(none given: no --slurm-qos ...)'}" if options is not None else
            "the plugin's --slurm-* options of this command line could not be read and "

@@ -302,7 +302,7 @@ def scenario_totals(runs: pd.DataFrame, series: pd.DataFrame, column: str,
     known = series[column].notna()
     counts = series[column].fillna(series["blocks_min"]).astype(int)
     return {
-        "blocks": _span(counts) if len(counts) else "0",
+        "blocks": count_span(counts) if len(counts) else "0",
         "runs": len(runs),
         "jobs": len(runs) + len(support),
         "requested_node_h": float(runs["requested_node_h"].sum() + support["node_h"].sum()),
@@ -373,7 +373,7 @@ def summary_table(scenarios: dict[str, pd.DataFrame], series: pd.DataFrame) -> p
             "runs_minimum": len(at["minimum"]),
             "runs_expected": int(len(at["expected"])) if known else None,
             "runs_maximum": len(at["maximum"]),
-            "nodes": _span(g["nodes"]),
+            "nodes": count_span(g["nodes"]),
             "runtime_min": "; ".join(", ".join(f"{m:g}" for m in r) for r in runtimes),
             "requested_node_h": g["requested_node_h"].sum(),
             "requested_node_h_expected": (at["expected"]["requested_node_h"].sum() if known
@@ -397,11 +397,11 @@ def _elapsed_h(points: pd.DataFrame, at_once: int) -> float:
 
 
 
-def _hours(value: float) -> str:
+def format_hours(value: float) -> str:
     return f"{value:,.1f}" if value >= 10 else f"{value:.3g}"
 
 
 
-def _span(values) -> str:
+def count_span(values) -> str:
     values = sorted(set(int(v) for v in values))
     return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"

@@ -26,7 +26,7 @@ class ConfigError(ValueError):
 
 
 @functools.cache
-def _schema() -> dict:
+def config_schema() -> dict:
     """The config schema, read once; read-only (``validated`` fills defaults from a copy
     of its own)."""
     return yaml.safe_load(SCHEMA.read_text())
@@ -36,7 +36,7 @@ def schema_errors(config: dict) -> list[str]:
     """Every schema violation as 'key.path: message', naming the key and the bad value."""
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(_schema())
+    validator = jsonschema.Draft202012Validator(config_schema())
     out = []
     for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
         key = ".".join(str(p) for p in err.absolute_path) or "(top level)"
@@ -362,6 +362,6 @@ def validated(config: dict, directory: str | Path = ".") -> dict:
     return config
 
 
-def _one_line(exc: Exception) -> str:
+def one_line(exc: Exception) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return " ".join(lines[:2]) if lines else type(exc).__name__

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Sequence
 
 import yaml
 
-from scalesweep.plan.config import REPO, ConfigError, _one_line, _schema, validated
+from scalesweep.plan.config import REPO, ConfigError, one_line, config_schema, validated
 
 SNAKEFILE = REPO / "Snakefile"
 # The Snakefile effective_config has Snakemake parse (through snakemake.api): the
@@ -61,9 +61,9 @@ def _config_file_problem(path: Path, exc: Exception) -> str:
     try:
         content = yaml.safe_load(path.read_text())
     except (yaml.YAMLError, OSError, UnicodeDecodeError):
-        return _one_line(exc)
+        return one_line(exc)
     if isinstance(content, dict):
-        return _one_line(exc)
+        return one_line(exc)
     what = ("empty" if content is None else
             {list: "a list", str: "a string", bool: "a boolean", int: "a number",
              float: "a number"}.get(type(content), f"a {type(content).__name__}"))
@@ -90,7 +90,7 @@ def schema_typed(config: dict) -> dict:
     the schema expects one (a quoted "1" or "" in a --configfile is not turned into 1 or
     None).
     """
-    schema = _schema()
+    schema = config_schema()
     return _typed(config, schema, schema.get("$defs", {}))
 
 
@@ -211,7 +211,7 @@ def snakemake_config(directory: str | Path, configfiles: Sequence[str | Path] = 
                                   configfiles=[Path(f) for f in configfiles],
                                   replace_workflow_config=replace_workflow_config)
     except WorkflowError as exc:
-        raise ConfigError(_one_line(exc)) from None
+        raise ConfigError(one_line(exc)) from None
     except OSError as exc:  # snakemake opens the file before its own error handling
         raise ConfigError(f"config file {exc.filename} not found: {exc.strerror}") from None
     output = OutputSettings(enable_file_logging=False, log_level_override=logging.WARNING)
@@ -225,7 +225,7 @@ def snakemake_config(directory: str | Path, configfiles: Sequence[str | Path] = 
                 api.workflow(ResourceSettings(), settings, snakefile=READ_CONFIG,
                              workdir=workdir).list_rules()
         except WorkflowError as exc:
-            raise ConfigError(_one_line(exc)) from None
+            raise ConfigError(one_line(exc)) from None
         if not _RECEIVED:
             raise ConfigError(f"Snakemake read no config ({READ_CONFIG} was not parsed)")
         return _RECEIVED.pop()

@@ -16,7 +16,7 @@ import pandas as pd
 
 from scalesweep.analyse.components import COMPONENTS
 from scalesweep.analyse.decomposition import NOT_MEASURED
-from scalesweep.report.style import (CI_TEXT, _finish, _theme, error_bars, no_data_figure,
+from scalesweep.report.style import (CI_TEXT, finish_figure, apply_theme, error_bars, no_data_figure,
                                      outside_note, shared_cores_note)
 
 VERDICT_COLORS = {"slower": "#d62728", "faster": "#2ca02c", "equivalent": "0.35",
@@ -42,7 +42,7 @@ def decomposition_figure(table: pd.DataFrame) -> plt.Figure:
     if table is None or table.empty:
         return no_data_figure("where the container's cost goes",
                               "no comparison of a container with native")
-    _theme()
+    apply_theme()
     table = table.assign(_where=[
         f"{w}" + (f" ({m})" if isinstance(m, str) and m else "")
         for w, m in zip(table["workload"], table.get("model_label", [""] * len(table)))])
@@ -83,7 +83,7 @@ def decomposition_figure(table: pd.DataFrame) -> plt.Figure:
     handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=v)
                for v, c in VERDICT_COLORS.items()]
     fig.legend(handles=handles, loc="upper right", fontsize="small", title="verdict")
-    return _finish(fig, "", [
+    return finish_figure(fig, "", [
         "each marker: the paired difference container - native of one comparison "
         "(same-block pairs, disturbed runs left out), in the component's unit; "
         + CI_TEXT + " (decomposition.csv); colour: the component's verdict",

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from scalesweep.analyse.drift import NO_PROBE, SERIES_LINES, _numeric
+from scalesweep.analyse.drift import NO_PROBE, SERIES_LINES, numeric_series
 from scalesweep.analyse.stats import cv_pct
 from scalesweep.record.geometry import Geometry
 from scalesweep.report.style import (
     DISTURBED_COLOR,
     OUTSIDE_LEGEND,
     WARMUP_COLOR,
-    _finish,
-    _theme,
+    finish_figure,
+    apply_theme,
     disturbed_mask,
     disturbed_note,
     no_data_figure,
@@ -35,10 +35,10 @@ def drift_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None, title: s
 
     name = title or "machine speed over the campaign (probe before and after every run)"
     have = runs is not None and not runs.empty and "start" in runs.columns and any(
-        _numeric(runs, k).notna().any() for k in ("probe_gflops", "probe_gbps"))
+        numeric_series(runs, k).notna().any() for k in ("probe_gflops", "probe_gbps"))
     if not have:
-        return _finish(no_data_figure(name, NO_PROBE), "")
-    _theme()
+        return finish_figure(no_data_figure(name, NO_PROBE), "")
+    apply_theme()
     df = runs.copy()
     df["_t"] = pd.to_datetime(df["start"], utc=True, errors="coerce")
     df = df[df["_t"].notna()]
@@ -51,7 +51,7 @@ def drift_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None, title: s
     ranges = []
     for ax, col, label in ((axes[0], "probe_gflops", "probe GFLOP/s\n(1 core, sgemm)"),
                            (axes[1], "probe_gbps", "probe GB/s\n(1 core, sgemv)")):
-        y = _numeric(df, col)
+        y = numeric_series(df, col)
         for wl in workloads:
             for rt in order:
                 sel = (df["workload"].astype(str) == wl) & (df["runtime"].astype(str) == rt) \
@@ -104,4 +104,4 @@ def drift_figure(runs: pd.DataFrame, table: pd.DataFrame | None = None, title: s
             lines.append(text)
     lines.append(disturbed_note(df))
     lines.append(warmup_note(df, drawn="drawn hollow with a dark edge: shown"))
-    return _finish(fig, "", lines)
+    return finish_figure(fig, "", lines)

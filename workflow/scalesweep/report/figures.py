@@ -38,14 +38,14 @@ from scalesweep.report.style import (
     OUTSIDE_LEGEND,
     SUPERLINEAR_COLOR,
     VARIANCE_COLOR,
-    _counts_axis,
-    _empty,
-    _finish,
-    _keep_inside,
-    _only,
-    _place_notes,
-    _series,
-    _theme,
+    counts_axis,
+    is_empty_table,
+    finish_figure,
+    keep_inside,
+    only_workload,
+    place_notes,
+    series_labels,
+    apply_theme,
     count_axis_label,
     counted_mask,
     disturbed_mask,
@@ -81,16 +81,16 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
     point's label). Rows on shared cores get a red line saying the figure is not physical.
     """
     rows = scaling_rows(scaling)
-    if _empty(rows, "workload", "runtime", "count", "efficiency_pct"):
+    if is_empty_table(rows, "workload", "runtime", "count", "efficiency_pct"):
         # a series whose baseline runs were all disturbed: its row's note says so
         notes = (sorted(set(scaling["note"].drop(rows.index).dropna()))
-                 if not _empty(scaling, "note") else [])
-        return _finish(no_data_figure(title or "scaling efficiency",
+                 if not is_empty_table(scaling, "note") else [])
+        return finish_figure(no_data_figure(title or "scaling efficiency",
                                       "; ".join(notes) or
                                       "no data: no finished CNN runs to compute efficiency"),
-                       not_done_note(points, _only(scaling, points)))
+                       not_done_note(points, only_workload(scaling, points)))
     scaling = rows
-    _theme()
+    apply_theme()
     workloads = sorted(scaling["workload"].unique())
     fig, axes = plt.subplots(1, len(workloads), figsize=(10 * len(workloads), 5.2),
                              squeeze=False)
@@ -98,7 +98,7 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
     notes_of = {}  # axes -> value labels, placed once the layout is final
     for ax, workload in zip(axes[0], workloads):
         table = scaling[scaling["workload"] == workload].copy()
-        table["series"] = _series(table)
+        table["series"] = series_labels(table)
         table["flag"] = table.get("flag", pd.Series("", index=table.index)).fillna("")
         counts = sorted(int(c) for c in table["count"].unique())
         ax.axhline(100, color="0.3", linestyle="--", linewidth=1.2, label="ideal (100%)")
@@ -143,7 +143,7 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
                     ax.scatter([r["count"]], [r["efficiency_pct"]], marker="o", s=220,
                                facecolor="none", edgecolor=VARIANCE_COLOR, linewidth=2,
                                zorder=4)
-        _counts_axis(ax, counts)
+        counts_axis(ax, counts)
         top = np.nanmax([110.0, *table["efficiency_pct"].tolist(),
                          *numeric_column(table, "efficiency_ci95_high_pct").tolist()])
         ax.set_ylim(0, top * 1.15)
@@ -164,8 +164,8 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
                    label="95% CI (scaling.csv)"),
         ]
         ax.legend(handles=handles + left_out_handles(left_out), **OUTSIDE_LEGEND)
-    trained = None if _empty(runs, "workload") else runs[runs["workload"].isin(workloads)]
-    _finish(fig, not_done_note(points, workloads[0] if len(workloads) == 1 else None),
+    trained = None if is_empty_table(runs, "workload") else runs[runs["workload"].isin(workloads)]
+    finish_figure(fig, not_done_note(points, workloads[0] if len(workloads) == 1 else None),
             ["efficiency = linear time / measured time x 100, linear time = baseline "
              "time x baseline count / count in strong scaling (the ranks share the data), the "
              "baseline time in weak scaling (per-rank data fixed) (means over the undisturbed "
@@ -174,13 +174,13 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
              disturbed_note(trained), warmup_note(trained)],
             warnings=[shared_cores_note(scaling, trained)])
     for ax, notes in notes_of.items():
-        _keep_inside(ax, _place_notes(ax, notes), sides=("right",))
+        keep_inside(ax, place_notes(ax, notes), sides=("right",))
     return fig
 
 
 
 def _repeat_efficiency(series: pd.DataFrame, runs: pd.DataFrame | None) -> pd.DataFrame:
-    if _empty(runs, "workload", "runtime", "count", "threads", "time_s"):
+    if is_empty_table(runs, "workload", "runtime", "count", "threads", "time_s"):
         return pd.DataFrame(columns=["count", "efficiency_pct", "disturbed", "warmup"])
     first = series.iloc[0]
     mine = runs[(runs["workload"] == first["workload"]) & (runs["runtime"] == first["runtime"])
@@ -205,11 +205,11 @@ def overhead_figure(overhead: pd.DataFrame, points: pd.DataFrame | None = None,
     as zero width. The A/A runtime (native-aa) is drawn like a container.
     """
     name = title or "container overhead"
-    if _empty(overhead, "runtime", "overhead_pct", *AXES):
-        return _finish(no_data_figure(name, "no data: no point was measured both natively "
+    if is_empty_table(overhead, "runtime", "overhead_pct", *AXES):
+        return finish_figure(no_data_figure(name, "no data: no point was measured both natively "
                                             "and in a container"),
-                       not_done_note(points, _only(overhead, points)), [OVERHEAD_TEXT])
-    _theme()
+                       not_done_note(points, only_workload(overhead, points)), [OVERHEAD_TEXT])
+    apply_theme()
     df = overhead.copy().sort_values(list(AXES), kind="stable")
     df["point"] = df.apply(point_label, axis=1)
     if "model_label" in df.columns and df["model_label"].fillna("").astype(str).str.len().gt(0).any():
@@ -294,9 +294,9 @@ def overhead_figure(overhead: pd.DataFrame, points: pd.DataFrame | None = None,
     if np.nansum(left_out) > 0:
         lines.append(f"disturbed runs were left out of {int((left_out > 0).sum())} of these "
                      "comparisons (n_disturbed in overhead.csv counts both sides)")
-    _finish(fig, not_done_note(points, _only(overhead)), lines,
+    finish_figure(fig, not_done_note(points, only_workload(overhead)), lines,
             warnings=[shared_cores_note(overhead)])
-    _keep_inside(ax, labels, sides=("top", "left", "right"))
+    keep_inside(ax, labels, sides=("top", "left", "right"))
     return fig
 
 
@@ -401,7 +401,7 @@ def forest_figure(overhead: pd.DataFrame | None, labels: list[str] | None = None
     rows = forest_rows(overhead, labels, aa_runtime)
     if rows.empty:
         return no_data_figure("", "no container comparison in overhead.csv"), rows
-    _theme()
+    apply_theme()
     n = len(rows)
     # the axes about 6 in wide whatever the labels' length (left) and the legend's (right)
     label_in = 0.068 * max(len(str(t)) + 7 for t in rows["label"])
@@ -465,7 +465,7 @@ def forest_figure(overhead: pd.DataFrame | None, labels: list[str] | None = None
               borderaxespad=0, frameon=False)
     fig.tight_layout()
     if notes:
-        _keep_inside(ax, notes, sides=("right",))
+        keep_inside(ax, notes, sides=("right",))
     return fig, rows
 
 

@@ -23,7 +23,7 @@ import pandas as pd
 
 from scalesweep.analyse.frame import truthy
 from scalesweep.record.load import tpot_s, ttft_s
-from scalesweep.report.style import (_finish, _theme, no_data_figure,
+from scalesweep.report.style import (finish_figure, apply_theme, no_data_figure,
                                      runtime_order, runtime_palette, shared_cores_note)
 
 PANEL_IN = (6.4, 4.6)
@@ -73,7 +73,7 @@ def latency_throughput_figure(table: pd.DataFrame, targets: dict | None = None) 
     need = {"output_tokens_per_s", "ttft_p99_s", "runtime", "shape"}
     if table is None or table.empty or not need <= set(table.columns):
         return no_data_figure("latency vs throughput", "no run measured load levels")
-    _theme()
+    apply_theme()
     panels = _panels(table)
     fig, axes = _grid(len(panels))
     palette = runtime_palette(table["runtime"].unique())
@@ -107,7 +107,7 @@ def latency_throughput_figure(table: pd.DataFrame, targets: dict | None = None) 
         ax.set_title(_panel_title(*panel), fontsize="small")
         ax.legend(fontsize="x-small", loc="best")
     fig.suptitle("Latency vs throughput at each load level", fontsize="medium")
-    return _finish(fig, "", [
+    return finish_figure(fig, "", [
         "circles joined: open-loop request rates in rate order; squares: closed-loop concurrency "
         "levels; star: offline (every request at once); ringed: each runtime's Pareto front (no "
         "other level of it has both more throughput and less latency). Bars: 95% CI of the p99 "
@@ -125,7 +125,7 @@ def goodput_figure(table: pd.DataFrame, targets: dict | None = None) -> plt.Figu
         return no_data_figure("goodput vs request rate",
                               "no open-loop rate measured against a latency target "
                               "(workloads.<name>.load.rates and load.target)")
-    _theme()
+    apply_theme()
     panels = _panels(opened)
     fig, axes = _grid(len(panels))
     palette = runtime_palette(opened["runtime"].unique())
@@ -146,7 +146,7 @@ def goodput_figure(table: pd.DataFrame, targets: dict | None = None) -> plt.Figu
         ax.set_title(f"{_panel_title(*panel)}\ntarget {_target_text(target)}", fontsize="small")
         ax.legend(fontsize="x-small")
     fig.suptitle("Goodput against the latency target")
-    return _finish(fig, "", ["goodput: requests per second whose TTFT and TPOT both met the "
+    return finish_figure(fig, "", ["goodput: requests per second whose TTFT and TPOT both met the "
                              "target; dashed: the highest rate whose p-th percentiles met it "
                              "(bisection, median over runs)"],
                    warnings=[shared_cores_note(table)])
@@ -189,7 +189,7 @@ def distribution_figure(requests: pd.DataFrame, targets: dict | None = None) -> 
     targets = targets or {}
     if requests is None or requests.empty:
         return no_data_figure("TTFT and TPOT distributions", "no open-loop request recorded")
-    _theme()
+    apply_theme()
     groups = list(requests[["workload", "model_label", "nodes", "gpus", "rate"]]
                   .drop_duplicates().sort_values("rate").itertuples(index=False, name=None))
     series = {g[:4] for g in groups}
@@ -218,7 +218,7 @@ def distribution_figure(requests: pd.DataFrame, targets: dict | None = None) -> 
     fig.suptitle("TTFT and TPOT of every request per open-loop rate"
                  + (f"\n{only[0]}: {only[1]}, {int(only[2])} node(s) x {int(only[3])} GPU(s)" if only else ""),
                  fontsize="medium")
-    return _finish(fig, "", ["undisturbed runs' requests, every repeat pooled (warm-up runs, the "
+    return finish_figure(fig, "", ["undisturbed runs' requests, every repeat pooled (warm-up runs, the "
                              "first measurement.warmup_blocks block(s) of each series, left "
                              "out)"])
 

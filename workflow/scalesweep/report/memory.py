@@ -34,10 +34,10 @@ from scalesweep.record.geometry import AXES as GEOMETRY  # noqa: E402
 from scalesweep.report.style import (  # noqa: E402
     DISTURBED_COLOR,
     OUTSIDE_LEGEND,
-    _empty,
-    _finish,
-    _only,
-    _theme,
+    is_empty_table,
+    finish_figure,
+    only_workload,
+    apply_theme,
     disturbed_mask,
     no_data_figure,
     not_done_note,
@@ -236,9 +236,9 @@ def memory_timeline_figure(timeline: pd.DataFrame, points: pd.DataFrame | None =
     ranks, largest rank's RSS, GPU memory where sampled); per runtime the mean over the
     undisturbed repeats with a +- 1 std band; disturbed runs dashed grey."""
     name = title or "memory over time"
-    if _empty(timeline, "runtime", "t_frac", "total_rss_mb") or timeline["total_rss_mb"].isna().all():
-        return _finish(no_data_figure(name, NO_TIMELINE), not_done_note(points, _only(timeline, points)))
-    _theme()
+    if is_empty_table(timeline, "runtime", "t_frac", "total_rss_mb") or timeline["total_rss_mb"].isna().all():
+        return finish_figure(no_data_figure(name, NO_TIMELINE), not_done_note(points, only_workload(timeline, points)))
+    apply_theme()
     df = timeline.copy()
     df["model_label"] = df["model_label"].fillna("") if "model_label" in df else ""
     models = df["model_label"].nunique() > 1
@@ -313,7 +313,7 @@ def memory_timeline_figure(timeline: pd.DataFrame, points: pd.DataFrame | None =
          if disturbed_mask(runs).any() else ""),
         _warmup_left_out(points),
     ]
-    return _finish(fig, not_done_note(points, _only(timeline)), lines,
+    return finish_figure(fig, not_done_note(points, only_workload(timeline)), lines,
                    warnings=[shared_cores_note(timeline)])
 
 
@@ -321,7 +321,7 @@ def memory_timeline_figure(timeline: pd.DataFrame, points: pd.DataFrame | None =
 def _warmup_left_out(points: pd.DataFrame | None) -> str:
     """The footer line of the warm-up runs (points.csv's ``warmup``, finished) that the
     timeline leaves out; '' where there are none."""
-    if _empty(points, "warmup", "state"):
+    if is_empty_table(points, "warmup", "state"):
         return ""
     n = int((warmup_mask(points) & points["state"].isin(["done", "disturbed"])).sum())
     return (f"{n} warm-up runs (the first measurement.warmup_blocks block(s) of each series) "

@@ -22,11 +22,11 @@ from scalesweep.plan.kinds import kind_of
 from scalesweep.plan.sweep import RUNTIMES
 from scalesweep.report.style import (
     OUTSIDE_LEGEND,
-    _empty,
-    _finish,
-    _only,
-    _scale_labels,
-    _theme,
+    is_empty_table,
+    finish_figure,
+    only_workload,
+    scale_labels,
+    apply_theme,
     count_axis_label,
     counted_mask,
     error_bars,
@@ -53,16 +53,16 @@ def epoch_time_figure(epochs: pd.DataFrame, points: pd.DataFrame | None = None,
     shows; every epoch of a disturbed run is a hollow grey dot, of a warm-up run (a warm-up
     block: ``warmup``) a hollow dark diamond (shown, not in the boxes)."""
     name = title or "per-epoch time"
-    if _empty(epochs, "runtime", "count", "epoch_s"):
-        return _finish(no_data_figure(name, "no data: no finished CNN runs"),
-                       not_done_note(points, _only(epochs, points)))
-    _theme()
+    if is_empty_table(epochs, "runtime", "count", "epoch_s"):
+        return finish_figure(no_data_figure(name, "no data: no finished CNN runs"),
+                       not_done_note(points, only_workload(epochs, points)))
+    apply_theme()
     df = epochs.copy()
     if "first_epoch" not in df and "warmup" in df:  # an epochs.csv from before warm-up blocks
         df = df.rename(columns={"warmup": "first_epoch"})
     df["first_epoch"] = flag_mask(df, "first_epoch")
     counted = counted_mask(df)
-    df["x"], order = _scale_labels(df)
+    df["x"], order = scale_labels(df)
     hue_order = runtime_order(df["runtime"])
     palette = runtime_palette(hue_order)
     fig, ax = plt.subplots(figsize=(max(9.5, 1.6 * len(order) * len(hue_order) + 5.5), 5.2))
@@ -91,7 +91,7 @@ def epoch_time_figure(epochs: pd.DataFrame, points: pd.DataFrame | None = None,
     run_key = [c for c in ("runtime", "arm", "count", "repeat") if c in df]
     n_runs = df.groupby(run_key).ngroups if "repeat" in df else len(df)
     runs = df.drop_duplicates(run_key) if "repeat" in df else df
-    return _finish(fig, not_done_note(points, _only(epochs)),
+    return finish_figure(fig, not_done_note(points, only_workload(epochs)),
                    [f"{len(df)} epochs of {n_runs} runs; boxes: steady-state epochs (all but "
                     "the first, when a run has several) pooled over repeats; boxes show the "
                     "spread of epochs, not a confidence interval",
@@ -108,12 +108,12 @@ def memory_figure(runs: pd.DataFrame, points: pd.DataFrame | None = None,
     in every table), dots each repeat. CNN: the largest rank's ``ru_maxrss`` (the kernel's
     high-water mark); LLM: the inference server's peak as the payload sampled it."""
     name = title or "peak memory"
-    if _empty(runs, "runtime", "count", "peak_rss_mb") or runs["peak_rss_mb"].isna().all():
-        return _finish(no_data_figure(name, "no data: no finished run recorded peak memory"),
-                       not_done_note(points, _only(runs, points)))
-    _theme()
+    if is_empty_table(runs, "runtime", "count", "peak_rss_mb") or runs["peak_rss_mb"].isna().all():
+        return finish_figure(no_data_figure(name, "no data: no finished run recorded peak memory"),
+                       not_done_note(points, only_workload(runs, points)))
+    apply_theme()
     df = runs.dropna(subset=["peak_rss_mb"]).copy()
-    df["x"], order = _scale_labels(df)
+    df["x"], order = scale_labels(df)
     hue_order = runtime_order(df["runtime"])
     palette = runtime_palette(hue_order)
     fig, ax = plt.subplots(figsize=(max(9.5, 1.6 * len(order) * len(hue_order) + 5.5), 5.2))
@@ -159,7 +159,7 @@ def memory_figure(runs: pd.DataFrame, points: pd.DataFrame | None = None,
     ax.legend(handles=handles + left_out_handles(left_out), **OUTSIDE_LEGEND)
     what = ("the inference server's peak RSS as the LLM payload sampled it" if llm else
             "the largest rank's ru_maxrss (the kernel's high-water mark of the rank process)")
-    return _finish(fig, not_done_note(points, _only(runs)),
+    return finish_figure(fig, not_done_note(points, only_workload(runs)),
                    [f"bars: mean over the undisturbed repeats of each run's own peak: {what} "
                     "(runs.csv peak_rss_mb; memory.csv reported_peak_rss_mb_mean); "
                     "error bars: its 95% CI (Student t over the repeats); dots: each repeat",
@@ -178,9 +178,9 @@ def startup_figure(samples: pd.DataFrame, title: str = "") -> plt.Figure:
     import torch) the native and in-container start times, median bars and each sample,
     log scale, with the difference of medians written above each probe."""
     name = title or "container start-up"
-    if _empty(samples, "runtime", "probe", "side", "seconds"):
+    if is_empty_table(samples, "runtime", "probe", "side", "seconds"):
         return no_data_figure(name, "no data: no container runtime in this sweep")
-    _theme()
+    apply_theme()
     runtimes = runtime_order(samples["runtime"])
     fig, axes = plt.subplots(1, len(runtimes), figsize=(7.5 * len(runtimes), 5), squeeze=False)
     palette = runtime_palette(runtimes)
@@ -207,7 +207,7 @@ def startup_figure(samples: pd.DataFrame, title: str = "") -> plt.Figure:
         ax.set_ylabel("start-up time (s, log scale)")
         ax.set_title(f"{runtime}: start-up vs native" if not title else title)
         ax.legend(**OUTSIDE_LEGEND)
-    return _finish(fig, "", ["bars: median, dots: each sample; the number above a probe is "
+    return finish_figure(fig, "", ["bars: median, dots: each sample; the number above a probe is "
                              "container median - native median",
                              "measured apart from the workloads: not part of the container "
                              "overhead of any sweep point"])
@@ -217,9 +217,9 @@ def startup_figure(samples: pd.DataFrame, title: str = "") -> plt.Figure:
 def completeness_figure(points: pd.DataFrame) -> plt.Figure:
     """Finished repeats per requested point: one row per workload x runtime, one column per
     geometry; cells say done/requested and name failures, coloured by the fraction done."""
-    if _empty(points, "workload", "runtime", "state"):
+    if is_empty_table(points, "workload", "runtime", "state"):
         return no_data_figure("sweep completeness", "no data: no requested points")
-    _theme()
+    apply_theme()
     df = points.copy()
     df["row"] = df["workload"] + " / " + df["runtime"]
     df["point"] = df.apply(point_label, axis=1)
@@ -247,7 +247,7 @@ def completeness_figure(points: pd.DataFrame) -> plt.Figure:
     if disturbed:
         title += f"\n(and {disturbed} disturbed: kept, left out of the statistics)"
     ax.set_title(title)
-    return _finish(fig, "", ["empty cell: that point was not requested; failed and missing "
+    return finish_figure(fig, "", ["empty cell: that point was not requested; failed and missing "
                              "points are listed with reason and log in the table; disturbed "
                              "runs (interference during the measurement) are re-measured by "
                              "further repeats and do not count against a cell's colour"])

@@ -16,7 +16,7 @@ from scalesweep.plan.kinds import kinds
 from scalesweep.plan.sweep import SweepPoint, scaling_count
 from scalesweep.platform.runtimes import mode_of
 from scalesweep.record.geometry import AXES
-from scalesweep.report.style import _empty
+from scalesweep.report.style import is_empty_table
 
 POINT_COLUMNS = ["workload", "runtime", *AXES, "repeat"]
 MISSING_COLUMNS = [*POINT_COLUMNS, "state", "reason", "log", "path"]
@@ -39,7 +39,7 @@ PROVENANCE_COLUMNS = [
 
 def missing_table(points: pd.DataFrame) -> pd.DataFrame:
     """The requested points that did not finish: state (failed/missing), reason, log."""
-    if _empty(points, "state"):
+    if is_empty_table(points, "state"):
         return pd.DataFrame(columns=MISSING_COLUMNS)
     bad = points[~points["state"].isin(["done", "disturbed"])].copy()
     for col in MISSING_COLUMNS:

@@ -47,7 +47,7 @@ OUTSIDE_LEGEND = dict(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 
 
 
 
-def _theme() -> None:
+def apply_theme() -> None:
     sns.set_theme(style="whitegrid", context="notebook")
 
 
@@ -69,7 +69,7 @@ def runtime_order(runtimes: Iterable[str]) -> list[str]:
 
 def no_data_figure(title: str = "", message: str = NO_DATA) -> plt.Figure:
     """An empty panel saying why there is nothing to plot (the report must still build)."""
-    _theme()
+    apply_theme()
     fig, ax = plt.subplots(figsize=(7, 3))
     ax.text(0.5, 0.5, message, ha="center", va="center", fontsize="large", wrap=True,
             transform=ax.transAxes)
@@ -80,7 +80,7 @@ def no_data_figure(title: str = "", message: str = NO_DATA) -> plt.Figure:
 
 
 
-def _empty(df: pd.DataFrame | None, *columns: str) -> bool:
+def is_empty_table(df: pd.DataFrame | None, *columns: str) -> bool:
     return df is None or df.empty or any(c not in df.columns for c in columns)
 
 
@@ -91,7 +91,7 @@ def point_label(row) -> str:
 
 
 
-def _scale_labels(df: pd.DataFrame) -> tuple[pd.Series, list[str]]:
+def scale_labels(df: pd.DataFrame) -> tuple[pd.Series, list[str]]:
     """x labels for a count axis: the count, plus nodes/threads where those vary too
     (so 2 nodes x 1 rank and 1 node x 2 ranks never share a box)."""
     extra = [c for c in ("nodes", "threads") if c in df.columns and df[c].nunique() > 1]
@@ -124,7 +124,7 @@ def count_axis_label(df: pd.DataFrame) -> str:
 def not_done_note(points: pd.DataFrame | None, workload: str | None = None,
                   limit: int = 4) -> str:
     """One line naming the requested points that did not finish ('' without points.csv)."""
-    if _empty(points, "state"):
+    if is_empty_table(points, "state"):
         return ""
     pts = points if workload is None else points[points["workload"] == workload]
     if pts.empty:
@@ -143,7 +143,7 @@ def not_done_note(points: pd.DataFrame | None, workload: str | None = None,
 def shared_cores_note(*tables: pd.DataFrame | None) -> str:
     """SHARED_CORES_NOTE where any row of the tables ran on shared cores, else ''."""
     for t in tables:
-        if not _empty(t, "shared_cores") and t["shared_cores"].map(truthy).any():
+        if not is_empty_table(t, "shared_cores") and t["shared_cores"].map(truthy).any():
             return SHARED_CORES_NOTE
     return ""
 
@@ -247,7 +247,7 @@ def warmup_note(df: pd.DataFrame | None, what: str = "runs", drawn: str = "drawn
 
 
 
-def _finish(fig: plt.Figure, note: str, extra_lines: Iterable[str] = (),
+def finish_figure(fig: plt.Figure, note: str, extra_lines: Iterable[str] = (),
             warnings: Iterable[str] = ()) -> plt.Figure:
     """Footer lines under the axes (warnings such as shared cores first, in red, then
     definitions, then what is not shown), wrapped to the figure's width; the figure grows
@@ -271,7 +271,7 @@ def _finish(fig: plt.Figure, note: str, extra_lines: Iterable[str] = (),
 
 
 
-def _counts_axis(ax, counts: list[int]) -> None:
+def counts_axis(ax, counts: list[int]) -> None:
     if len(counts) > 2:
         ax.set_xscale("log", base=2)
         ax.minorticks_off()
@@ -283,7 +283,7 @@ def _counts_axis(ax, counts: list[int]) -> None:
 
 
 
-def _series(df: pd.DataFrame) -> pd.Series:
+def series_labels(df: pd.DataFrame) -> pd.Series:
     """runtime, plus threads per rank where a workload sweeps several."""
     if "threads" in df.columns and df["threads"].nunique() > 1:
         return df["runtime"] + " (" + df["threads"].astype(int).astype(str) + " thr/rank)"
@@ -291,7 +291,7 @@ def _series(df: pd.DataFrame) -> pd.Series:
 
 
 
-def _keep_inside(ax, artists: list, sides=("left", "right", "bottom", "top"),
+def keep_inside(ax, artists: list, sides=("left", "right", "bottom", "top"),
                  rounds: int = 5) -> None:
     """Widen the axes' limits on ``sides`` until every artist (value labels beside the
     points) lies inside the axes: never over the legend beside them or off the figure."""
@@ -322,7 +322,7 @@ def _keep_inside(ax, artists: list, sides=("left", "right", "bottom", "top"),
 
 
 
-def _place_notes(ax, notes: list[tuple]) -> list:
+def place_notes(ax, notes: list[tuple]) -> list:
     """Value labels right of their points, in the series' colour. Where points of one count
     lie close (all series are 100% at the baseline) the labels are pushed apart vertically,
     keeping their order, with a thin line back to the point: never overprinted."""
@@ -352,11 +352,11 @@ def _place_notes(ax, notes: list[tuple]) -> list:
 
 
 
-def _only(*tables: pd.DataFrame | None) -> str | None:
+def only_workload(*tables: pd.DataFrame | None) -> str | None:
     """The one workload these tables are about, when there is exactly one."""
     names = set()
     for t in tables:
-        if not _empty(t, "workload"):
+        if not is_empty_table(t, "workload"):
             names |= set(t["workload"].unique())
     return names.pop() if len(names) == 1 else None
 

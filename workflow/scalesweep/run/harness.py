@@ -63,9 +63,9 @@ from scalesweep.record.stack import LAUNCH_T_VAR
 from scalesweep.run.guard import dies_with_harness
 from scalesweep.run.payload_process import (
     TimeLimit,
-    _run_llm_servers_and_client,
-    _run_payload,
-    _stop_leftovers,
+    run_llm_servers_and_client,
+    run_payload,
+    stop_leftovers_shielded,
 )
 from scalesweep.run.pointlaunch import (
     gpu_inventory,
@@ -76,7 +76,7 @@ from scalesweep.run.pointlaunch import (
     stage_command,
 )
 from scalesweep.run.reaper import subreaper
-from scalesweep.run.run_record import _finish, end_without_room
+from scalesweep.run.run_record import finish_run, end_without_room
 from scalesweep.run.watchers import InterferenceProbe, MachineProbe
 
 
@@ -150,7 +150,7 @@ def execute(
                     raise
                 raise PointDirError(end_without_room(out_dir, exc, log_path)) from None
             finally:  # interrupted, or failed in the harness: nothing of the payload stays
-                _, held = _stop_leftovers(token, log_path)
+                _, held = stop_leftovers_shielded(token, log_path)
     finally:  # a SIGKILLed harness leaves it: `scalesweep status` finds its owner gone
         release_reserve(out_dir)  # the attempt's room for its record (failures.make_reserve)
         try:
@@ -204,7 +204,7 @@ def _execute(point, launch, metrics_path: Path, log_path, *, token, image_manife
     except OSError as exc:  # filled up (or turned read-only) since the check: nothing ran
         raise PointDirError(f"cannot record the attempt in {out_dir}: "
                             f"{exc.strerror or exc}") from None
-    attempt["_oom_kills"] = oom_kills()  # the kernel's OOM kills so far (run_record._finish)
+    attempt["_oom_kills"] = oom_kills()  # the kernel's OOM kills so far (run_record.finish_run)
     dataset_problem = _dataset_problem(dataset)  # before the run's clock starts
     t0 = time.perf_counter()
     limit = TimeLimit(time_limit_s, token)  # from here, as a Slurm job's from its start
@@ -250,16 +250,16 @@ def _execute(point, launch, metrics_path: Path, log_path, *, token, image_manife
                 servers, client = llm_server_client_launches(launch)
                 attempt["command"] = " ; ".join(shell_line(launch_command(x), added_env)
                                                 for x in (servers, client))
-                rc = _run_llm_servers_and_client(servers, client, env, log_path, attempt, record,
+                rc = run_llm_servers_and_client(servers, client, env, log_path, attempt, record,
                                                  limit)
             else:
-                rc = _run_payload(argv, env, log_path, record, limit)
+                rc = run_payload(argv, env, log_path, record, limit)
         finally:
             attempt["interference"] = probe.stop()
             # the ranks' memory over the window: into metrics.json (not attempts.jsonl)
             extra = {**(extra or {}), "memory_timeline": memory.record()}
         # what the payload started and left running (before the machine probe after it)
-        left, stopped_by = _stop_leftovers(token, log_path, record)
+        left, stopped_by = stop_leftovers_shielded(token, log_path, record)
         if left:
             attempt["left_running"] = left
         if stopped_by and rc == 0:
@@ -272,7 +272,7 @@ def _execute(point, launch, metrics_path: Path, log_path, *, token, image_manife
         attempt.update(time_limit_s=limit.seconds, stopped_at_time_limit=limit.stopped)
     wall = time.perf_counter() - t0 - (speed.seconds if speed else 0.0)
     attempt.update(end=now_iso(), wall_s=wall, exit_code=rc)
-    return _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_manifest, commit, extra)
+    return finish_run(point, launch, attempt, rc, wall, metrics_path, payload_json, image_manifest, commit, extra)
 
 
 

@@ -116,7 +116,7 @@ class TimeLimit:
 
 
 
-def _run_llm_servers_and_client(servers: Launch, client: Launch, env: dict, log_path: str,
+def run_llm_servers_and_client(servers: Launch, client: Launch, env: dict, log_path: str,
                                 attempt: dict, record=None, limit: TimeLimit | None = None) -> int:
     ready_dir = Path(servers.out_dir) / SERVERS_DIR
     ready_dir.mkdir(parents=True, exist_ok=True)
@@ -144,7 +144,7 @@ def _run_llm_servers_and_client(servers: Launch, client: Launch, env: dict, log_
         argv = launch_command(replace(client, args=client.args + ("--servers", ",".join(urls))))
         with open(log_path, "a") as log:
             log.write(f"# client: {shell_line(argv)}\n")
-        return _run_payload(argv, env, log_path, record, limit)
+        return run_payload(argv, env, log_path, record, limit)
     finally:
         # servers stop cleanly (and write their own metrics) on the stop file; a signal
         # only if they do not
@@ -152,7 +152,7 @@ def _run_llm_servers_and_client(servers: Launch, client: Launch, env: dict, log_
         try:
             srv.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            _stop_group(srv)
+            stop_group(srv)
         _with_server_records(Path(client.out_dir) / PAYLOAD_JSON, ready_dir)
 
 
@@ -177,7 +177,7 @@ def _with_server_records(payload: Path, servers_dir: Path) -> None:
 
 
 
-def _stop_leftovers(token: str, log_path, record=None) -> tuple[list[str], int]:
+def stop_leftovers_shielded(token: str, log_path, record=None) -> tuple[list[str], int]:
     """``scalesweep.run.reaper.stop_leftovers``, not cut short by a Ctrl-C or SIGTERM (they
     would leave the rest running), nor deaf to one: the first is held until the cleanup
     ends, and recorded the moment it comes (``record``: the attempt's
@@ -208,7 +208,7 @@ def _stop_leftovers(token: str, log_path, record=None) -> tuple[list[str], int]:
 
 
 
-def _stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
+def stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
     if proc.poll() is not None:
         return
     try:
@@ -222,7 +222,7 @@ def _stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
 
 
 
-def _run_payload(argv: list[str], env: dict, log_path: str, record=None,
+def run_payload(argv: list[str], env: dict, log_path: str, record=None,
                  limit: TimeLimit | None = None) -> int:
     with open(log_path, "a") as log:
         proc = subprocess.Popen(dies_with_harness(argv), stdout=log, stderr=subprocess.STDOUT,

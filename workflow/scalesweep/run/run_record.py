@@ -88,7 +88,7 @@ def _say(line: str) -> None:
         pass
 
 
-def _finish(point, launch, attempt, rc, wall, metrics_path, payload_json, image_manifest, commit, extra):
+def finish_run(point, launch, attempt, rc, wall, metrics_path, payload_json, image_manifest, commit, extra):
     out_dir = metrics_path.parent
     oom_before = attempt.pop("_oom_kills", None)  # the kernel's counters before the run
     recorded = attempt.pop("_recorded", False)  # the signal, recorded when it came (failures)

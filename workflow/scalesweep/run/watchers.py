@@ -19,7 +19,7 @@ from scalesweep.measure.memtimeline import MemoryTimeline
 from scalesweep.platform.launch import Launch, shell_line
 from scalesweep.record.pointdir import INTERFERENCE_DIR
 from scalesweep.run.guard import dies_with_harness
-from scalesweep.run.payload_process import _stop_group
+from scalesweep.run.payload_process import stop_group
 
 
 WATCHERS_READY_TIMEOUT_S = 60
@@ -114,7 +114,7 @@ class InterferenceProbe:
             try:
                 self.watchers.wait(timeout=30 + 2 * self.interval)
             except subprocess.TimeoutExpired:
-                _stop_group(self.watchers, grace_s=5)
+                stop_group(self.watchers, grace_s=5)
             for path in sorted(self.dir.glob("*.json")):
                 try:
                     node = json.loads(path.read_text())
