@@ -524,6 +524,15 @@ def test_sbatch_options_follow_every_plugin_rule(extra):
     assert sbatch_options(job.resources, threads=5) == plugin_options(job, "a1", "p q")
 
 
+def test_resources_the_plugin_refuses_are_named_in_the_comment_not_raised():
+    """sbatch_options is the plugin's own get_submit_command: what it refuses (an MPI job
+    without tasks) is said in the dry run's comment, never an exception there (the
+    submission itself is refused by the plugin)."""
+    got = sbatch_options({"slurm_account": "abc123", "mpi": "srun", "nodes": 2}, threads=1)
+    assert got.startswith("(the Slurm plugin refuses these resources: ")
+    assert "'tasks_per_node' or 'tasks'" in got
+
+
 def test_srun_line_is_the_points_launch(frontier, tmp_path, monkeypatch):
     """The srun line every repeat of a geometry shares, its directory filled in, is the
     line the harness's own launch functions give for the point (with srun), with the

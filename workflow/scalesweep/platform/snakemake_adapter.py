@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -52,6 +53,8 @@ INTERNALS = {
     "snakemake.cli": ("parse_config", "parse_args"),
     "snakemake.common": ("SNAKEFILE_CHOICES",),
     "snakemake.common.configfile": ("load_configfile",),
+    "snakemake_executor_plugin_slurm.submit_string": ("get_submit_command",),
+    "snakemake_executor_plugin_slurm.utils": ("set_gres_string",),
     "snakemake_executor_plugin_slurm.validation": ("get_forbidden_slurm_options",),
     "snakemake_interface_executor_plugins.registry": ("ExecutorPluginRegistry",),
 }
@@ -179,3 +182,48 @@ def executor_settings(args: Any, executor: str = "slurm") -> Any:
     from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
 
     return ExecutorPluginRegistry().get_plugin(executor).get_settings(args)
+
+
+class _JobResources(dict):
+    """A job's evaluated resources as the plugin reads them (Snakemake's job.resources):
+    ``.get()`` and attribute access."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+# a shell word: unquoted text, '...' and "..." parts, side by side
+_WORD = re.compile(r"""(?:[^\s'"]+|'[^']*'|"[^"]*")+""")
+# what get_submit_command puts first, for every job: the plugin's own, never the job's
+_SUBMIT_HEAD = ("sbatch", "--parsable", "--job-name", "J", "--output", "O", "--export=ALL",
+                "--comment", "C")
+
+
+def plugin_sbatch_options(resources: dict, threads: int, settings: Any, account: str,
+                          partition: str) -> str:
+    """The options the Slurm plugin's own ``get_submit_command`` and ``set_gres_string``
+    (the two calls of its ``run_job``) put on the sbatch line of a job with these
+    evaluated ``resources`` and ``threads``, its ``settings`` (ExecutorSettings, or None)
+    and the account and partition arguments its executor would pass (" -A 'x'", " -p y",
+    or ""), whitespace normalised; without its own options (--parsable, --job-name,
+    --output, --export=ALL, --comment) and -D <workdir>. The nodes of
+    ``--slurm-exclude-failed-nodes`` are excluded, sorted. Raises what the plugin raises
+    (an MPI job without tasks, a nodes value it refuses)."""
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    job = SimpleNamespace(resources=_JobResources(resources), threads=threads)
+    params = {"run_uuid": "J", "slurm_logfile": "O", "comment_str": "C", "account": account,
+              "partition": partition, "workdir": ""}
+    failed = sorted({n.strip() for n in (getattr(settings, "exclude_failed_nodes", None)
+                                          or "").split(",") if n.strip()})
+    call = get_submit_command(job, params, settings=settings, failed_nodes=failed)
+    # its words as it wrote them (quoted parts kept whole): a quoted value keeps its quotes
+    words = _WORD.findall(call + set_gres_string(job))
+    assert tuple(words[:len(_SUBMIT_HEAD)]) == _SUBMIT_HEAD, call
+    return " ".join(words[len(_SUBMIT_HEAD):])

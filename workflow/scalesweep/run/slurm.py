@@ -265,108 +265,45 @@ def account_problem(raw: str | int | None, environ: Any) -> str | None:
 # a user following OLCF's documentation would type by hand.
 
 
-def _plugin_quote(value: Any) -> str:
-    """The plugin's safe_quote: shlex.quote, '' for an empty value."""
-    text = str(value)
-    return shlex.quote(text) if text else "''"
-
-
 def sbatch_options(resources: Any, threads: int | None = None, settings: Any = None) -> str:
-    """The options snakemake-executor-plugin-slurm (2.8.0) puts on a job's ``sbatch``
-    line, rendered from the job's evaluated ``resources`` (anything with ``.get``) and the
+    """The options snakemake-executor-plugin-slurm puts on a job's ``sbatch`` line, made by
+    the plugin's own code (``submit_string.get_submit_command`` then
+    ``utils.set_gres_string``, through ``platform.snakemake_adapter.plugin_sbatch_options``)
+    from the job's evaluated ``resources`` (anything with ``.get`` and ``.items``) and the
     plugin's ``settings`` (its ExecutorSettings: the user's ``--slurm-*`` options;
-    ``plugin_settings``), in its order (``submit_string.get_submit_command`` then
-    ``utils.set_gres_string``)::
+    ``campaign.invocation.plugin_settings``)::
 
         -A ACCOUNT -p PARTITION [--clusters C] -t RUNTIME [-C CONSTRAINT] [--qos=Q]
         [--mem-per-cpu M | --mem M] --nodes=N [--requeue | --no-requeue] [--qos=Q]
         [--reservation=R] [--exclude=NODES] [--ntasks-per-gpu=T | --ntasks=T]
         [--ntasks-per-node=R | --ntasks=T] --cpus-per-task=C [SLURM_EXTRA] [--gres=G] [--gpus=G]
 
-    (the first ``--qos`` from a ``qos`` resource, the second from ``--slurm-qos``; the
-    nodes excluded are those of ``--slurm-exclude-failed-nodes``, sorted: the plugin joins
-    them from a set, and adds the nodes jobs fail on as it goes). Left out, being the
-    plugin's own and not the job's: ``--parsable``, ``--job-name``, ``--output``,
-    ``--export=ALL``, ``--comment``, ``-D <workdir>``, ``--wrap``. The account is the first named
-    (the plugin submits with it; it may also canonicalise it through ``sacctmgr``); with
-    no account or partition the plugin guesses one, and none is shown. ``threads``: the
-    job's threads (``--cpus-per-task`` without a ``cpus_per_task`` resource), by default
-    the resources' ``_cores``. Nothing is validated here: the plugin refuses at submission
-    what it refuses (an MPI job without tasks, a forbidden ``slurm_extra`` ...).
-    """
-    get = resources.get  # each resource read once: a call per job while planning
-    opts: list[str] = []
+    Left out, being the plugin's own and not the job's: ``--parsable``, ``--job-name``,
+    ``--output``, ``--export=ALL``, ``--comment``, ``-D <workdir>``, ``--wrap``. The
+    account and partition are passed as the plugin's executor passes them: the first
+    account named (it may also canonicalise it through ``sacctmgr``); with no account or
+    partition it guesses one, and none is shown. ``threads``: the job's threads
+    (``--cpus-per-task`` without a ``cpus_per_task`` resource), by default the resources'
+    ``_cores``. Resources the plugin refuses (an MPI job without tasks ...) give a line
+    saying so, never an exception: the comment is informational, the submission itself
+    is refused by the plugin."""
+    get = resources.get
     account = get("slurm_account")
-    if account:
-        named = [a for a in re.split(r"[,\s]+", str(account)) if a]
-        if named:
-            opts += ["-A", shlex.quote(named[0])]
+    named = [a for a in re.split(r"[,\s]+", str(account)) if a] if account else []
     partition = get("slurm_partition")
-    if partition:
-        opts += ["-p", shlex.quote(str(partition))]
-    cluster = get("cluster") or get("clusters") or get("slurm_cluster")
-    if cluster:
-        opts += ["--clusters", _plugin_quote(cluster)]
-    runtime = get("runtime")
-    if runtime:
-        opts += ["-t", _plugin_quote(runtime)]
-    constraint = get("constraint")
-    if constraint is not None:
-        opts += ["-C", _plugin_quote(constraint)]
-    qos = get("qos")
-    if qos is not None:
-        opts.append(f"--qos={_plugin_quote(qos)}")
-    mem_per_cpu = get("mem_mb_per_cpu")
-    mem = get("mem_mb")
-    if mem_per_cpu:
-        opts += ["--mem-per-cpu", str(mem_per_cpu)]
-    elif mem:
-        opts += ["--mem", str(mem)]
-    nodes = get("nodes")
-    if nodes is not None:
-        opts.append(f"--nodes={nodes}")
-    opts += settings_options(settings)
-    gpu = get("gpu")
-    gres = get("gres")
-    gpu_job = bool(gpu or "gpu" in str(gres or ""))
-    mpi = get("mpi", False)
-    tasks = get("tasks")
-    if gpu_job:
-        per_gpu = get("tasks_per_gpu")
-        if per_gpu is None:
-            per_gpu = tasks
-        if per_gpu is not None and per_gpu >= 1:
-            opts.append(f"--ntasks-per-gpu={per_gpu}")
-    elif not mpi:
-        opts.append(f"--ntasks={tasks or 1}")
-    if mpi:
-        per_node = get("tasks_per_node")
-        if per_node:
-            opts.append(f"--ntasks-per-node={per_node}")
-        elif tasks:
-            opts.append(f"--ntasks={tasks}")
-    # the jobstep's get_cpu_setting: cpus_per_task, else (GPU jobs) cpus_per_gpu, else
-    # the job's threads; a negative value (0 for cpus_per_gpu) leaves the option out
-    cpus_per_task = get("cpus_per_task")
-    if cpus_per_task:
-        if cpus_per_task >= 0:
-            opts.append(f"--cpus-per-task={max(1, cpus_per_task)}")
-    elif gpu_job and get("cpus_per_gpu"):
-        if get("cpus_per_gpu") > 0:
-            opts.append(f"--cpus-per-gpu={get('cpus_per_gpu')}")
-    else:
-        opts.append(f"--cpus-per-task={threads if threads is not None else get('_cores', 1)}")
-    extra = get("slurm_extra")
-    if extra:
-        opts.append(str(extra))
-    if gres:
-        opts.append(f"--gres={gres}")
-    gpu_model = get("gpu_model")
-    if gpu_model:
-        opts.append(f"--gpus={gpu_model}:{gpu if gpu is not None else '1'}")
-    elif gpu:
-        opts.append(f"--gpus={gpu}")
-    return " ".join(opts)
+    try:
+        return snakemake_adapter.plugin_sbatch_options(
+            dict(resources.items()), threads if threads is not None else get("_cores", 1),
+            settings, f" -A {shlex.quote(named[0])}" if named else "",
+            f" -p {shlex.quote(str(partition))}" if partition else "")
+    except Exception as exc:  # noqa: BLE001 - the plugin's refusal, shown in the comment
+        return f"(the Slurm plugin refuses these resources: {exc})"
+
+
+def _plugin_quote(value: Any) -> str:
+    """The plugin's safe_quote: shlex.quote, '' for an empty value."""
+    text = str(value)
+    return shlex.quote(text) if text else "''"
 
 
 def settings_options(settings: Any) -> list[str]:
