@@ -251,10 +251,15 @@ def test_no_module_over_max_lines(package):
 # A leading underscore says "this module's own": another module that imports it (or reaches
 # it through the module, `style._finish`) depends on what its owner may change at will.
 
+def private(name: str) -> bool:
+    """``_y`` or ``__y``, not a dunder such as ``__file__``."""
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
 def private_uses(path: Path) -> list[str]:
     """file:line of each private name ``path`` takes from a module of the project: ``from
-    scalesweep.x import _y`` (or a relative import), and ``mod._y`` through a name bound to
-    a project module."""
+    scalesweep.x import _y`` (or a relative import), and ``mod._y`` (or ``scalesweep.x._y``
+    after ``import scalesweep.x``) through a name bound to a project module."""
     tree = ast.parse(path.read_text())
     modules: set[str] = set()  # local names bound to a project module
     found = []
@@ -262,7 +267,7 @@ def private_uses(path: Path) -> list[str]:
         if isinstance(node, ast.ImportFrom):
             ours = node.level > 0 or (node.module or "").split(".")[0] == "scalesweep"
             for alias in node.names if ours else ():
-                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                if private(alias.name):
                     found.append(f"{path}:{node.lineno}: {alias.name}")
                 modules.add(alias.asname or alias.name)  # a module or a name: checked below
         elif isinstance(node, ast.Import):
@@ -270,10 +275,14 @@ def private_uses(path: Path) -> list[str]:
                 if alias.name.split(".")[0] == "scalesweep":
                     modules.add(alias.asname or alias.name.split(".")[0])
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                and node.value.id in modules and node.attr.startswith("_")
-                and not node.attr.startswith("__")):
-            found.append(f"{path}:{node.lineno}: {node.value.id}.{node.attr}")
+        if not (isinstance(node, ast.Attribute) and private(node.attr)):
+            continue
+        chain, root = [], node.value  # mod._y, or package.module._y
+        while isinstance(root, ast.Attribute):
+            chain.insert(0, root.attr)
+            root = root.value
+        if isinstance(root, ast.Name) and root.id in modules:
+            found.append(f"{path}:{node.lineno}: {'.'.join([root.id, *chain, node.attr])}")
     return found
 
 
@@ -289,5 +298,9 @@ def test_the_private_name_check_finds_both_forms(tmp_path):
     mod.write_text("from scalesweep.report.style import _finish, apply_theme\n"
                    "from scalesweep.report import style as rs\n"
                    "from .sibling import _helper\n"
-                   "import os\nrs._theme()\nos._exit\napply_theme()\n")
-    assert [u.split(": ")[1] for u in private_uses(mod)] == ["_finish", "_helper", "rs._theme"]
+                   "import os\nimport scalesweep.report.style\n"
+                   "rs._theme()\nos._exit\napply_theme()\nrs.__file__\n"
+                   "scalesweep.report.style._empty(None)\n")
+    assert sorted(u.split(": ")[1] for u in private_uses(mod)) == [
+        "_finish", "_helper", "rs._theme", "scalesweep.report.style._empty"]
+    assert private_uses(mod)[0].startswith(f"{mod}:1: ")  # file:line
