@@ -13,7 +13,7 @@ The metrics.json files are realistic: copies of a real CNN and a real LLM run of
 repository (benchmarks/data/metrics_{cnn,llm}.json) with the point and the measured values
 varied. They are written first (not timed). Then each stage runs in a process of its own,
 as each rule does, the rule's own code (workflow/scripts/*.py of --code, or
-scalesweep.report.aggregate.write_summary, which the aggregate rule's script calls):
+scalesweep.analyse.aggregate.write_summary, which the aggregate rule's script calls):
 
 - cold: the aggregate rule with no summary and no cache (results/summary/ removed): every
   metrics file read, every table of results/summary/ written, and the runs cache;
@@ -212,7 +212,7 @@ def measure(root: Path, stage: str, code: Path, profile: str | None) -> dict:
     rule with no cache: every metrics file read), "update" (the aggregate rule again after
     one more run: the cache of the cold stage warm, one new file) or "figures" (the
     plot_scaling and plot_llm rules on the tables). Its time, its steps' (where the
-    checkout's aggregate rule gives them: scalesweep.report.aggregate.write_summary),
+    checkout's aggregate rule gives them: scalesweep.analyse.aggregate.write_summary),
     and its peak memory and that of the processes it started."""
     import os
     import resource
@@ -234,9 +234,12 @@ def measure(root: Path, stage: str, code: Path, profile: str | None) -> dict:
     t0 = time.perf_counter()
     import pandas  # noqa: F401  (what every rule's script imports first)
     try:
-        from scalesweep.report.aggregate import write_summary
-    except ImportError:  # a checkout from before it: its script
-        write_summary = None
+        from scalesweep.analyse.aggregate import write_summary
+    except ImportError:
+        try:  # a checkout from before issue #41 (the entry point was in report/)
+            from scalesweep.report.aggregate import write_summary
+        except ImportError:  # a checkout from before it: its script
+            write_summary = None
     imports_s = time.perf_counter() - t0
     prof = None
     if profile:

@@ -27,7 +27,7 @@ from scalesweep.analyse import cachefiles, collect, rowtext, runcache
 from scalesweep.record.mountinfo import mounts
 from scalesweep.analyse.memo import VERDICTS_CACHE
 from scalesweep.analyse.runcache import RUNS_CACHE, RowStore
-from scalesweep.report.aggregate import OUTPUTS, write_summary
+from scalesweep.analyse.aggregate import OUTPUTS, write_summary
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from aggregation import generate, sweep_config  # noqa: E402
@@ -539,7 +539,7 @@ def test_runs_and_points_written_beside_the_other_tables_are_the_same_bytes(
     """A large campaign's runs.csv and points.csv are written by a second process while
     the first makes the other tables: the same files, the same log lines; its failure
     fails the summary, naming it."""
-    from scalesweep.report import aggregate
+    from scalesweep.analyse import aggregate
 
     root, config, paths = campaign
     monkeypatch.chdir(root)

@@ -1,6 +1,6 @@
 """Snakemake glue: metrics files -> runs.csv, scaling.csv, llm.csv, overhead.csv,
 llm_load.csv, llm_load_overhead.csv, points.csv, campaign.json
-(scalesweep.report.aggregate.write_summary; the runs are read through the cache beside
+(scalesweep.analyse.aggregate.write_summary; the runs are read through the cache beside
 runs.csv, scalesweep.analyse.runcache).
 
 Disturbed runs (interference above the thresholds during their measurement) stay in
@@ -14,7 +14,7 @@ from pathlib import Path
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 sys.path.insert(0, str(Path(snakemake.config["_code_root"]) / "workflow"))  # noqa: F821
 
-from scalesweep.report.aggregate import OUTPUTS, write_summary  # noqa: E402
+from scalesweep.analyse.aggregate import OUTPUTS, write_summary  # noqa: E402
 
 sm = snakemake  # noqa: F821
 

@@ -3,7 +3,7 @@ results/summary/.runs-csv-cache.npz): ``write_csv`` writes a table as pandas' to
 byte for byte, formatting only the rows it has not written before (a row's key:
 what determines its values exactly; for runs.csv the identity of its metrics file, its
 block's start and end and its warm-up label, scalesweep.analyse.collect.collect_runs_keyed
-and scalesweep.report.aggregate). At 100,000 runs
+and scalesweep.analyse.aggregate). At 100,000 runs
 formatting runs.csv took seconds; after one more run all but a few rows are as before.
 """
 

@@ -23,6 +23,7 @@ from scalesweep.analyse.collect import collect_runs_keyed, default_workers, poin
 from scalesweep.analyse.load import load_runs, load_summary, load_verdicts
 from scalesweep.analyse.rowtext import RUNS_CSV_CACHE, write_csv
 from scalesweep.analyse.memo import VERDICTS_CACHE, Memo
+from scalesweep.analyse.multiplicity import adjust_verdicts
 from scalesweep.analyse.runcache import RUNS_CACHE, cache_version
 from scalesweep.analyse.summary import (
     campaign_record,
@@ -34,7 +35,6 @@ from scalesweep.analyse.summary import (
 from scalesweep.plan.sweep import HISTORY_DIR, POINT_ORDER, sweep_points
 from scalesweep.record.metrics import write_json_atomic
 from scalesweep.record.pointdir import METRICS_JSON, RUNS_DIR
-from scalesweep.report.significance import add_q_values
 
 # the rule's outputs, by the names of its `output:` (workflow/rules/aggregate.smk)
 OUTPUTS = ("runs", "scaling", "llm", "overhead", "load", "load_overhead", "points", "campaign")
@@ -124,7 +124,7 @@ def write_summary(metrics: Iterable[str], config: dict, output: Mapping[str, str
             memo = Memo(summary / VERDICTS_CACHE)
         except Exception as exc:  # noqa: BLE001 - a cache never fails the summary
             log(f"note: the verdicts cache is not used ({exc}); every verdict is computed")
-    tables["overhead"] = add_q_values(overhead_summary(runs, config, log, memo=memo))
+    tables["overhead"] = adjust_verdicts(overhead_summary(runs, config, log, memo=memo))
     if memo is not None:
         memo.save()
     tables["overhead"].to_csv(output["overhead"], index=False, float_format=FLOATS)
@@ -134,7 +134,7 @@ def write_summary(metrics: Iterable[str], config: dict, output: Mapping[str, str
     tables["load"] = load_summary(levels)
     tables["load"].to_csv(output["load"], index=False, float_format=FLOATS)
     # (q values over its own comparisons: many levels x metrics in one table)
-    tables["load_overhead"] = add_q_values(load_verdicts(levels, campaign_settings(config)))
+    tables["load_overhead"] = adjust_verdicts(load_verdicts(levels, campaign_settings(config)))
     tables["load_overhead"].to_csv(output["load_overhead"], index=False, float_format=FLOATS)
     step("load_tables")
     # what the verdicts above rest on, beside runs.csv: `scalesweep overhead|scaling|fit`
