@@ -629,6 +629,20 @@ def test_a_wide_table_lists_the_columns_the_same_in_every_row_once():
     assert "The same in every row" not in tp.table_page(wide.iloc[:, -3:], "p.csv", "p")
 
 
+def test_a_long_table_page_shows_its_first_rows_and_says_where_the_rest_are():
+    """A 100,000-run runs.csv made a 168 MiB page: a page shows MAX_ROWS rows, names how
+    many of how many, and the CSV that holds them all; a table within the cap is whole."""
+    table = pd.DataFrame({"repeat": range(1, 13), "time_s": [10.0 + k for k in range(12)]})
+    page = tp.table_page(table, "runs.csv", "runs", max_rows=5)
+    assert page.count("<tr>") == 1 + 5  # the header and the first five rows
+    assert 'data-v="15.0"' not in page and 'data-v="14.0"' in page
+    assert "The first 5 rows of 12 are shown" in page and "12 rows, 2 columns" in page
+    assert "every row is in runs.csv" in page
+    whole = tp.table_page(table, "runs.csv", "runs", max_rows=12)
+    assert whole.count("<tr>") == 13 and "are shown" not in whole
+    assert tp.MAX_ROWS >= 1000  # a campaign of hundreds of runs is shown whole
+
+
 def test_an_empty_table_page_says_so():
     assert "is empty (no columns, no rows)" in tp.table_page(pd.DataFrame(), "llm.csv", "LLM")
     header_only = tp.table_page(pd.DataFrame(columns=["path", "state"]), "missing.csv", "m")

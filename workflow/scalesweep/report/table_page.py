@@ -17,6 +17,11 @@ LONG_TEXT = 40
 # A table page with more columns than this lists the columns that hold one value in every
 # row above the table, once, and shows only the columns that differ (provenance, runs).
 WIDE = 12
+# A table page shows at most this many rows, in the CSV's order, and says how many it
+# leaves out: a page of all of a 100,000-run campaign's runs.csv was 168 MiB of HTML in the
+# self-contained report (and a browser's sort over it stalls). The CSV beside the page
+# holds every row.
+MAX_ROWS = 5000
 
 
 PAGE_STYLE = """
@@ -86,10 +91,12 @@ def _cell(value) -> str:
     return f"<td{wraps}>{esc(text)}</td>"
 
 
-def table_page(table: pd.DataFrame | None, file_name: str, title: str) -> str:
+def table_page(table: pd.DataFrame | None, file_name: str, title: str,
+               max_rows: int = MAX_ROWS) -> str:
     """``table`` (a summary CSV read back) as a standalone HTML page: a heading naming the
     file, and a table whose columns sort on a click. With more than ``WIDE`` columns and
-    several rows, the columns holding one value in every row are listed once above it."""
+    several rows, the columns holding one value in every row are listed once above it (of
+    every row). At most ``max_rows`` rows, the first, saying so where there are more."""
     head = f"<h1>{esc(title)} <small>({esc(file_name)})</small></h1>"
     if table is None or len(table.columns) == 0:
         body = f"<p>{esc(file_name)} is empty (no columns, no rows).</p>"
@@ -107,9 +114,13 @@ def table_page(table: pd.DataFrame | None, file_name: str, title: str) -> str:
             listed = (f"<p>The same in every row ({len(common)} of {len(table.columns)} "
                       f"columns):</p><ul class=\"common\">{items}</ul>")
         rows = "".join("<tr>" + "".join(_cell(v) for v in row) + "</tr>"
-                       for row in shown.itertuples(index=False, name=None))
+                       for row in shown.head(max_rows).itertuples(index=False, name=None))
         count = f"<p>{plural(len(table), 'row')}, {plural(len(table.columns), 'column')}; " \
                 "click a column's header to sort by it.</p>"
+        if len(table) > max_rows:
+            count += (f"<p><b>The first {max_rows:,} rows of {len(table):,} are shown</b> (in "
+                      f"the file's order; a click sorts those): every row is in "
+                      f"{esc(file_name)}, the CSV beside this page.</p>")
         body = (count + listed + '<table class="sortable"><thead><tr>'
                 + "".join(f"<th>{esc(c)}</th>" for c in shown.columns)
                 + f"</tr></thead><tbody>{rows}</tbody></table>")
