@@ -166,13 +166,13 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame | None = None,
         ax.legend(handles=handles + left_out_handles(left_out), **OUTSIDE_LEGEND)
     trained = None if is_empty_table(runs, "workload") else runs[runs["workload"].isin(workloads)]
     finish_figure(fig, not_done_note(points, workloads[0] if len(workloads) == 1 else None),
-            ["efficiency = linear time / measured time x 100, linear time = baseline "
-             "time x baseline count / count in strong scaling (the ranks share the data), the "
-             "baseline time in weak scaling (per-rank data fixed) (means over the undisturbed "
-             "repeats); "
-             + CI_TEXT + " (Fieller's interval for the ratio of mean times)",
-             disturbed_note(trained), warmup_note(trained)],
-            warnings=[shared_cores_note(scaling, trained)])
+                  ["efficiency = linear time / measured time x 100, linear time = baseline "
+                   "time x baseline count / count in strong scaling (the ranks share the data), the "
+                   "baseline time in weak scaling (per-rank data fixed) (means over the undisturbed "
+                   "repeats); "
+                   + CI_TEXT + " (Fieller's interval for the ratio of mean times)",
+                   disturbed_note(trained), warmup_note(trained)],
+                  warnings=[shared_cores_note(scaling, trained)])
     for ax, notes in notes_of.items():
         keep_inside(ax, place_notes(ax, notes), sides=("right",))
     return fig
@@ -295,7 +295,7 @@ def overhead_figure(overhead: pd.DataFrame, points: pd.DataFrame | None = None,
         lines.append(f"disturbed runs were left out of {int((left_out > 0).sum())} of these "
                      "comparisons (n_disturbed in overhead.csv counts both sides)")
     finish_figure(fig, not_done_note(points, only_workload(overhead)), lines,
-            warnings=[shared_cores_note(overhead)])
+                  warnings=[shared_cores_note(overhead)])
     keep_inside(ax, labels, sides=("top", "left", "right"))
     return fig
 

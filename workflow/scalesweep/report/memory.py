@@ -314,7 +314,7 @@ def memory_timeline_figure(timeline: pd.DataFrame, points: pd.DataFrame | None =
         _warmup_left_out(points),
     ]
     return finish_figure(fig, not_done_note(points, only_workload(timeline)), lines,
-                   warnings=[shared_cores_note(timeline)])
+                         warnings=[shared_cores_note(timeline)])
 
 
 

@@ -55,7 +55,7 @@ def epoch_time_figure(epochs: pd.DataFrame, points: pd.DataFrame | None = None,
     name = title or "per-epoch time"
     if is_empty_table(epochs, "runtime", "count", "epoch_s"):
         return finish_figure(no_data_figure(name, "no data: no finished CNN runs"),
-                       not_done_note(points, only_workload(epochs, points)))
+                             not_done_note(points, only_workload(epochs, points)))
     apply_theme()
     df = epochs.copy()
     if "first_epoch" not in df and "warmup" in df:  # an epochs.csv from before warm-up blocks
@@ -92,11 +92,11 @@ def epoch_time_figure(epochs: pd.DataFrame, points: pd.DataFrame | None = None,
     n_runs = df.groupby(run_key).ngroups if "repeat" in df else len(df)
     runs = df.drop_duplicates(run_key) if "repeat" in df else df
     return finish_figure(fig, not_done_note(points, only_workload(epochs)),
-                   [f"{len(df)} epochs of {n_runs} runs; boxes: steady-state epochs (all but "
-                    "the first, when a run has several) pooled over repeats; boxes show the "
-                    "spread of epochs, not a confidence interval",
-                    disturbed_note(runs), warmup_note(runs)],
-                   warnings=[shared_cores_note(epochs)])
+                         [f"{len(df)} epochs of {n_runs} runs; boxes: steady-state epochs (all but "
+                          "the first, when a run has several) pooled over repeats; boxes show the "
+                          "spread of epochs, not a confidence interval",
+                          disturbed_note(runs), warmup_note(runs)],
+                         warnings=[shared_cores_note(epochs)])
 
 
 
@@ -110,7 +110,7 @@ def memory_figure(runs: pd.DataFrame, points: pd.DataFrame | None = None,
     name = title or "peak memory"
     if is_empty_table(runs, "runtime", "count", "peak_rss_mb") or runs["peak_rss_mb"].isna().all():
         return finish_figure(no_data_figure(name, "no data: no finished run recorded peak memory"),
-                       not_done_note(points, only_workload(runs, points)))
+                             not_done_note(points, only_workload(runs, points)))
     apply_theme()
     df = runs.dropna(subset=["peak_rss_mb"]).copy()
     df["x"], order = scale_labels(df)
@@ -160,16 +160,16 @@ def memory_figure(runs: pd.DataFrame, points: pd.DataFrame | None = None,
     what = ("the inference server's peak RSS as the LLM payload sampled it" if llm else
             "the largest rank's ru_maxrss (the kernel's high-water mark of the rank process)")
     return finish_figure(fig, not_done_note(points, only_workload(runs)),
-                   [f"bars: mean over the undisturbed repeats of each run's own peak: {what} "
-                    "(runs.csv peak_rss_mb; memory.csv reported_peak_rss_mb_mean); "
-                    "error bars: its 95% CI (Student t over the repeats); dots: each repeat",
-                    "memory.csv's peak_rank_rss_mb and peak_total_rss_mb measure something "
-                    "else: the largest of the harness's periodic samples of each rank process "
-                    "with its descendants (memory over time), which miss peaks shorter than "
-                    "the interval" + ("" if not llm else " and also count the payload's "
-                                      "client process, not only the server"),
-                    disturbed_note(df), warmup_note(df)],
-                   warnings=[shared_cores_note(runs), outside_note(outside)])
+                         [f"bars: mean over the undisturbed repeats of each run's own peak: {what} "
+                          "(runs.csv peak_rss_mb; memory.csv reported_peak_rss_mb_mean); "
+                          "error bars: its 95% CI (Student t over the repeats); dots: each repeat",
+                          "memory.csv's peak_rank_rss_mb and peak_total_rss_mb measure something "
+                          "else: the largest of the harness's periodic samples of each rank process "
+                          "with its descendants (memory over time), which miss peaks shorter than "
+                          "the interval" + ("" if not llm else " and also count the payload's "
+                                            "client process, not only the server"),
+                          disturbed_note(df), warmup_note(df)],
+                         warnings=[shared_cores_note(runs), outside_note(outside)])
 
 
 

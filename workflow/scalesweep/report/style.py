@@ -248,7 +248,7 @@ def warmup_note(df: pd.DataFrame | None, what: str = "runs", drawn: str = "drawn
 
 
 def finish_figure(fig: plt.Figure, note: str, extra_lines: Iterable[str] = (),
-            warnings: Iterable[str] = ()) -> plt.Figure:
+                  warnings: Iterable[str] = ()) -> plt.Figure:
     """Footer lines under the axes (warnings such as shared cores first, in red, then
     definitions, then what is not shown), wrapped to the figure's width; the figure grows
     to hold them instead of squeezing the axes."""
@@ -292,7 +292,7 @@ def series_labels(df: pd.DataFrame) -> pd.Series:
 
 
 def keep_inside(ax, artists: list, sides=("left", "right", "bottom", "top"),
-                 rounds: int = 5) -> None:
+                rounds: int = 5) -> None:
     """Widen the axes' limits on ``sides`` until every artist (value labels beside the
     points) lies inside the axes: never over the legend beside them or off the figure."""
     artists = [a for a in artists if a is not None and a.get_visible()]

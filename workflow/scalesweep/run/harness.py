@@ -251,7 +251,7 @@ def _execute(point, launch, metrics_path: Path, log_path, *, token, image_manife
                 attempt["command"] = " ; ".join(shell_line(launch_command(x), added_env)
                                                 for x in (servers, client))
                 rc = run_llm_servers_and_client(servers, client, env, log_path, attempt, record,
-                                                 limit)
+                                                limit)
             else:
                 rc = run_payload(argv, env, log_path, record, limit)
         finally:

@@ -117,7 +117,7 @@ class TimeLimit:
 
 
 def run_llm_servers_and_client(servers: Launch, client: Launch, env: dict, log_path: str,
-                                attempt: dict, record=None, limit: TimeLimit | None = None) -> int:
+                               attempt: dict, record=None, limit: TimeLimit | None = None) -> int:
     ready_dir = Path(servers.out_dir) / SERVERS_DIR
     ready_dir.mkdir(parents=True, exist_ok=True)
     for stale in [*ready_dir.glob("ready-*"), ready_dir / "stop"]:
@@ -223,7 +223,7 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
 
 
 def run_payload(argv: list[str], env: dict, log_path: str, record=None,
-                 limit: TimeLimit | None = None) -> int:
+                limit: TimeLimit | None = None) -> int:
     with open(log_path, "a") as log:
         proc = subprocess.Popen(dies_with_harness(argv), stdout=log, stderr=subprocess.STDOUT,
                                 env=env, start_new_session=True)
