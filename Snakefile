@@ -21,8 +21,9 @@ include: "workflow/rules/drift.smk"
 
 onstart:
     # a campaign directory that cannot be written, refused before any job
-    if check_writable():
-        raise WorkflowError(check_writable())
+    _unwritable = check_writable()
+    if _unwritable:
+        raise WorkflowError(_unwritable)
     record_owner()
     print(sweep_banner(POINTS, SELECTED, SELECTION))
 

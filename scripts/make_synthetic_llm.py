@@ -30,23 +30,25 @@ llama.cpp / Ollama without any of them).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workflow"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from llm_payload.bpe_tokenizer import (  # noqa: E402
+    SPECIAL_TOKENS, BPEVocab, corpus_files, corpus_sha256, train_tokenizer,
+)
 from scalesweep.record.dataset import sha256_file  # noqa: E402
 
 GGUF_PIN = "0.19.0"
 DEFAULT_CORPUS = "/usr/share/common-licenses"
-SPECIAL_TOKENS = ("<|begin_of_text|>", "<|end_of_text|>", "<|pad|>")
 # A minimal chat template so /v1/chat/completions works with llama.cpp and Ollama alike.
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}"
@@ -99,88 +101,6 @@ class SyntheticConfig:
 
     def model_name(self) -> str:
         return f"scalesweep-synthetic-llama-{round(self.n_params() / 1e6)}M-random"
-
-
-# --------------------------------------------------------------------------- tokenizer
-
-
-def corpus_files(corpus: str | os.PathLike) -> list[Path]:
-    """Regular files (not symlinks) of a corpus directory, sorted; or the file itself."""
-    p = Path(corpus)
-    if p.is_file():
-        return [p]
-    if not p.is_dir():
-        raise FileNotFoundError(f"corpus {p} does not exist")
-    files = sorted(f for f in p.iterdir() if f.is_file() and not f.is_symlink())
-    if not files:
-        raise FileNotFoundError(f"corpus {p} holds no regular files")
-    return files
-
-
-def corpus_sha256(files: list[Path]) -> str:
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-@dataclass
-class BPEVocab:
-    tokens: list[str]
-    token_types: list[int]
-    merges: list[str]
-    bos_id: int
-    eos_id: int
-    pad_id: int
-    trained_vocab: int = 0
-    train_seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
-
-
-def train_tokenizer(files: list[Path], vocab_size: int) -> BPEVocab:
-    """Byte-level BPE (GPT-2 pre-tokenizer) with exactly ``vocab_size`` entries."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
-    t0 = time.perf_counter()
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=2,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    texts = [f.read_text(encoding="utf-8", errors="replace") for f in files]
-    tok.train_from_iterator(texts, trainer=trainer)
-    seconds = time.perf_counter() - t0
-
-    model = json.loads(tok.to_str())["model"]
-    by_id = sorted(model["vocab"].items(), key=lambda kv: kv[1])
-    if [i for _, i in by_id] != list(range(len(by_id))):
-        raise RuntimeError("tokenizer ids are not contiguous")
-    tokens = [t for t, _ in by_id]
-    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
-    trained = len(tokens)
-    # Pad to the exact vocabulary size (a small corpus may yield fewer merges).
-    while len(tokens) < vocab_size:
-        tokens.append(f"<|reserved_{len(tokens)}|>")
-    if len(tokens) > vocab_size:
-        raise RuntimeError(f"tokenizer produced {len(tokens)} > {vocab_size} tokens")
-    specials = {t: tokens.index(t) for t in SPECIAL_TOKENS}
-    types = [1] * len(tokens)  # gguf.TokenType.NORMAL
-    for i in list(specials.values()) + list(range(trained, vocab_size)):
-        types[i] = 3  # gguf.TokenType.CONTROL
-    return BPEVocab(
-        tokens=tokens,
-        token_types=types,
-        merges=merges,
-        bos_id=specials["<|begin_of_text|>"],
-        eos_id=specials["<|end_of_text|>"],
-        pad_id=specials["<|pad|>"],
-        trained_vocab=trained,
-        train_seconds=seconds,
-    )
 
 
 # --------------------------------------------------------------------------- weights
@@ -310,10 +230,19 @@ def build(out: str | os.PathLike, cfg: SyntheticConfig, corpus: str = DEFAULT_CO
     files = corpus_files(corpus)
     vocab = train_tokenizer(files, cfg.vocab)
     t0 = time.perf_counter()
+    digest, size = write_gguf_atomically(out, cfg, vocab, corpus_desc=f"{corpus} ({len(files)} files)")
+    card = model_card(out, cfg, vocab, corpus, files, digest, size, t0)
+    write_card(card_path(out), card)
+    return card
+
+
+def write_gguf_atomically(out: Path, cfg: SyntheticConfig, vocab: BPEVocab, corpus_desc: str) -> tuple[str, int]:
+    """Write the GGUF beside ``out`` and rename it into place (nothing left behind if it
+    fails); return its (sha256, size in bytes)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     os.close(fd)
     try:
-        write_gguf(Path(tmp), cfg, vocab, corpus_desc=f"{corpus} ({len(files)} files)")
+        write_gguf(Path(tmp), cfg, vocab, corpus_desc=corpus_desc)
         digest = sha256_file(tmp)
         size = os.path.getsize(tmp)
         os.chmod(tmp, 0o644)
@@ -321,7 +250,14 @@ def build(out: str | os.PathLike, cfg: SyntheticConfig, corpus: str = DEFAULT_CO
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    card = {
+    return digest, size
+
+
+def model_card(out: Path, cfg: SyntheticConfig, vocab: BPEVocab, corpus: str, files: list[Path],
+               digest: str, size: int, t0: float) -> dict:
+    """The sidecar card: what the model is (random, never trained), its digest, its
+    architecture, its tokenizer and what generated it (``t0``: when writing started)."""
+    return {
         "name": cfg.model_name(),
         "synthetic": True,
         "purpose": "throughput / container-overhead measurement only; random weights, never trained",
@@ -354,11 +290,12 @@ def build(out: str | os.PathLike, cfg: SyntheticConfig, corpus: str = DEFAULT_CO
             "write_seconds": round(time.perf_counter() - t0, 3),
         },
     }
-    from_dir = card_path(out)
-    tmpc = from_dir.with_name(f".{from_dir.name}.tmp")
+
+
+def write_card(path: Path, card: dict) -> None:
+    tmpc = path.with_name(f".{path.name}.tmp")
     tmpc.write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
-    os.replace(tmpc, from_dir)
-    return card
+    os.replace(tmpc, path)
 
 
 def _version(dist: str) -> str | None:
@@ -371,6 +308,25 @@ def _version(dist: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if not str(args.out).endswith(".gguf"):
+        ap.error("--out must end in .gguf")
+    cfg = config_of(args)
+    t0 = time.perf_counter()
+    card = build(args.out, cfg, args.corpus)
+    print(
+        f"make_synthetic_llm: wrote {args.out} ({card['name']}, {card['n_params'] / 1e6:.1f}M params, "
+        f"{card['size_bytes'] / 2**20:.1f} MiB, sha256 {card['sha256'][:12]}) and "
+        f"{card_path(args.out)} in {time.perf_counter() - t0:.2f}s "
+        f"(tokenizer {card['tokenizer']['train_seconds']:.2f}s)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The options: the output path, the corpus, and the config's fields (its defaults)."""
     d = SyntheticConfig()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="output .gguf path (the card goes next to it as .json)")
@@ -384,10 +340,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ctx", type=int, default=d.ctx)
     ap.add_argument("--dtype", choices=("f16", "f32"), default=d.dtype)
     ap.add_argument("--corpus", default=DEFAULT_CORPUS, help="directory (or file) of text to train the tokenizer on")
-    args = ap.parse_args(argv)
-    if not str(args.out).endswith(".gguf"):
-        ap.error("--out must end in .gguf")
-    cfg = SyntheticConfig(
+    return ap
+
+
+def config_of(args: argparse.Namespace) -> SyntheticConfig:
+    """The model's config from the options (``--kv-heads`` defaults to ``--heads``)."""
+    return SyntheticConfig(
         hidden=args.hidden,
         layers=args.layers,
         heads=args.heads,
@@ -398,16 +356,6 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         dtype=args.dtype,
     )
-    t0 = time.perf_counter()
-    card = build(args.out, cfg, args.corpus)
-    print(
-        f"make_synthetic_llm: wrote {args.out} ({card['name']}, {card['n_params'] / 1e6:.1f}M params, "
-        f"{card['size_bytes'] / 2**20:.1f} MiB, sha256 {card['sha256'][:12]}) and "
-        f"{card_path(args.out)} in {time.perf_counter() - t0:.2f}s "
-        f"(tokenizer {card['tokenizer']['train_seconds']:.2f}s)",
-        file=sys.stderr,
-    )
-    return 0
 
 
 if __name__ == "__main__":

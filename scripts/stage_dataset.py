@@ -218,6 +218,8 @@ def synthetic(out: Path, classes: list[str], per_class: int, size: int, seed: in
 
 
 def stage(args: argparse.Namespace) -> int:
+    """``stage``: the dataset written beside ``--out`` and renamed into place once its
+    manifest is written and verified (an existing one is verified, not staged again)."""
     out = Path(args.out)
     if out.exists():
         verify(out)
@@ -227,35 +229,11 @@ def stage(args: argparse.Namespace) -> int:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     t0 = time.time()
-    extra: dict = {}
     try:
-        if args.source == "image-archive":
-            extra = from_archive(Path(args.path), tmp, args.classes, args.images_per_class,
-                                 args.sha256)
-        elif args.source == "fashion-mnist":
-            from_fashion_mnist(Path(args.path), tmp, args.classes, args.images_per_class, args.image_size)
-        elif args.source == "image-folder":
-            from_image_folder(Path(args.path), tmp, args.classes, args.images_per_class, args.image_size)
-        else:
-            synthetic(tmp, args.classes, args.images_per_class, args.image_size, args.seed)
+        extra = stage_source(args, tmp)
         write_manifest(tmp)
         n = verify(tmp)
-        info = {
-            "source": args.source,
-            "path": args.path,
-            "classes": sorted(d.name for d in tmp.iterdir() if d.is_dir()),
-            "images": n,
-            "image_size": args.image_size,
-            "staged_s": round(time.time() - t0, 3),
-            "synthetic": args.source == "synthetic",
-            # the config's datasets.<name> as staged (record.dataset.SOURCE_KEYS): a config
-            # naming another source is refused before any job (scalesweep.plan.config)
-            "staged_from": {"source": args.source, "path": args.path, "sha256": args.sha256,
-                            "classes": list(args.classes),
-                            "images_per_class": args.images_per_class,
-                            "image_size": args.image_size},
-            **extra,
-        }
+        info = dataset_info(args, tmp, n, time.time() - t0, extra)
         write_json_atomic(tmp / INFO, info)
         os.replace(tmp, out)
     except BaseException:
@@ -265,7 +243,81 @@ def stage(args: argparse.Namespace) -> int:
     return 0
 
 
+def stage_source(args: argparse.Namespace, tmp: Path) -> dict:
+    """The images of ``--source`` written to ``tmp``; what the source adds to the dataset's
+    info (an archive: its digest and members)."""
+    if args.source == "image-archive":
+        return from_archive(Path(args.path), tmp, args.classes, args.images_per_class, args.sha256)
+    if args.source == "fashion-mnist":
+        from_fashion_mnist(Path(args.path), tmp, args.classes, args.images_per_class, args.image_size)
+    elif args.source == "image-folder":
+        from_image_folder(Path(args.path), tmp, args.classes, args.images_per_class, args.image_size)
+    else:
+        synthetic(tmp, args.classes, args.images_per_class, args.image_size, args.seed)
+    return {}
+
+
+def dataset_info(args: argparse.Namespace, tmp: Path, n: int, seconds: float, extra: dict) -> dict:
+    """The dataset's info file (``INFO``): what it holds and what it was staged from."""
+    return {
+        "source": args.source,
+        "path": args.path,
+        "classes": sorted(d.name for d in tmp.iterdir() if d.is_dir()),
+        "images": n,
+        "image_size": args.image_size,
+        "staged_s": round(seconds, 3),
+        "synthetic": args.source == "synthetic",
+        # the config's datasets.<name> as staged (record.dataset.SOURCE_KEYS): a config
+        # naming another source is refused before any job (scalesweep.plan.config)
+        "staged_from": {"source": args.source, "path": args.path, "sha256": args.sha256,
+                        "classes": list(args.classes),
+                        "images_per_class": args.images_per_class,
+                        "image_size": args.image_size},
+        **extra,
+    }
+
+
+def copy(args: argparse.Namespace) -> int:
+    """``copy``: a staged dataset copied (node-local storage) and the copy checked."""
+    t0 = time.time()
+    stage_copy(args.src, args.dest)
+    print(f"{args.dest}: copied and checked in {time.time() - t0:.2f} s")
+    return 0
+
+
+def verify_command(args: argparse.Namespace) -> int:
+    """``verify``: every file against the manifest; the state a run's cheap check needs
+    recorded where an older staging left none."""
+    t0 = time.time()
+    state = Path(args.root) / STATE
+    had_state = state.is_file()
+    n = verify(args.root, record=True)
+    record = {"dataset": args.root, "files": n, "verified_s": round(time.time() - t0, 3)}
+    if args.report:
+        write_json_atomic(args.report, record)
+    print(f"{args.root}: {n} files match the manifest")
+    if not had_state:
+        print(f"{state}: recorded (staged by an older version): each run's check of the "
+              "dataset is cheap from now on")
+    return 0
+
+
+COMMANDS = {"stage": stage, "copy": copy, "verify": verify_command}
+
+
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.cmd](args)
+    except DatasetError as exc:
+        message = str(exc)
+        if args.cmd == "stage":  # the workflow stages dataset <name> to resources/datasets/<name>
+            message = message.replace("datasets.<name>.", f"datasets.{Path(args.out).name}.")
+        print(f"stage_dataset: error: {message}", file=sys.stderr)
+        return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("stage", help="produce a dataset with a manifest")
@@ -287,33 +339,7 @@ def main(argv: list[str] | None = None) -> int:
                        "the copy by sizes and times")
     c.add_argument("src")
     c.add_argument("dest")
-    args = p.parse_args(argv)
-    try:
-        if args.cmd == "stage":
-            return stage(args)
-        if args.cmd == "copy":
-            t0 = time.time()
-            stage_copy(args.src, args.dest)
-            print(f"{args.dest}: copied and checked in {time.time() - t0:.2f} s")
-            return 0
-        t0 = time.time()
-        state = Path(args.root) / STATE
-        had_state = state.is_file()
-        n = verify(args.root, record=True)
-        record = {"dataset": args.root, "files": n, "verified_s": round(time.time() - t0, 3)}
-        if args.report:
-            write_json_atomic(args.report, record)
-        print(f"{args.root}: {n} files match the manifest")
-        if not had_state:
-            print(f"{state}: recorded (staged by an older version): each run's check of the "
-                  "dataset is cheap from now on")
-        return 0
-    except DatasetError as exc:
-        message = str(exc)
-        if args.cmd == "stage":  # the workflow stages dataset <name> to resources/datasets/<name>
-            message = message.replace("datasets.<name>.", f"datasets.{Path(args.out).name}.")
-        print(f"stage_dataset: error: {message}", file=sys.stderr)
-        return 1
+    return p
 
 
 if __name__ == "__main__":

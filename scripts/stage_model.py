@@ -77,6 +77,14 @@ def stage_ollama(tmp: Path, name: str, ollama_bin: str, port: int = 11499) -> No
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = Path(args.out)
+    stage_atomically(out, args)
+    print(json.loads((out / "model.json").read_text()).get("name"))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--source", choices=["synthetic", "gguf-file", "ollama"], required=True)
     p.add_argument("--path", default="")
@@ -84,8 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ollama-bin", default="ollama")
     p.add_argument("--out", required=True)
-    args = p.parse_args(argv)
-    out = Path(args.out)
+    return p
+
+
+def stage_atomically(out: Path, args: argparse.Namespace) -> None:
+    """The model of ``--source`` staged beside ``out``, then renamed into place (replacing
+    an earlier staging; nothing left behind if it fails)."""
     tmp = out.with_name(f".{out.name}.staging-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -102,8 +114,6 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    print(json.loads((out / "model.json").read_text()).get("name"))
-    return 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ import urllib.request
 import pandas as pd
 import pytest
 
-from test_llm import SCRIPTS, _pid_alive, engines, needs_llama, needs_maker, synthetic  # noqa: F401  (fixture)
+from test_llm import SCRIPTS, _pid_alive, needs_llama, needs_maker, synthetic  # noqa: F401  (fixture)
+from llm_payload.server import free_port  # after test_llm, which puts scripts/ on sys.path
 
 
 def _run_payload(model, prompts, out_dir, *extra, timeout=300):
@@ -129,7 +130,7 @@ def test_sigterm_stops_the_server(synthetic, tmp_path):
     model, _ = synthetic
     prompts = tmp_path / "p.txt"
     prompts.write_text("a long story\n")
-    port = engines.free_port("127.0.0.1")
+    port = free_port("127.0.0.1")
     cmd = [
         sys.executable, str(SCRIPTS / "infer_llm.py"), "--engine", "llamacpp", "--model", str(model),
         "--prompts", str(prompts), "--num-requests", "200", "--max-tokens", "256", "--threads", "1",

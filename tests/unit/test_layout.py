@@ -4,8 +4,9 @@ The rule this file pins:
 
 - **scripts/** holds the payloads: what workflow rules run as jobs, unchanged on a login
   node, a compute node or inside any container runtime (train_cnn.py, infer_llm.py and
-  the modules they import, stage_dataset.py, stage_model.py and the generator it runs,
-  make_synthetic_llm.py). Every file is Python, takes its paths as arguments, and imports
+  the modules they import, the packages llm_payload/ and cnn_payload/ among them,
+  stage_dataset.py, stage_model.py and the generator it runs, make_synthetic_llm.py).
+  Every file (in the packages too) is Python, takes its paths as arguments, and imports
   neither Snakemake nor the scalesweep package, with one allowed exception: the modules
   in ``PAYLOAD_SIDE``, the package ``scalesweep.record`` (``scalesweep.record.metrics``:
   the one metrics writer, whose schema the payloads and the workflow share by design;
@@ -48,7 +49,13 @@ PAYLOAD_PATH = re.compile(r"(?:\.\./)*(?:workflow/)?scripts/[\w.-]+\.(?:py|sh)")
 
 
 def payload_files() -> list[Path]:
-    return sorted(p for p in SCRIPTS.iterdir() if p.name != "__pycache__")
+    """Every file under scripts/, the payload packages' too (bytecode caches aside)."""
+    return sorted(p for p in SCRIPTS.rglob("*") if "__pycache__" not in p.relative_to(SCRIPTS).parts
+                  and not p.is_dir())
+
+
+def payload_packages() -> list[Path]:
+    return sorted(p for p in SCRIPTS.iterdir() if p.is_dir() and p.name != "__pycache__")
 
 
 def tool_files() -> list[Path]:
@@ -117,12 +124,46 @@ def test_the_rule_checker_itself():
     assert violations("from scalesweep.record.dataset import sha256_file\nimport llm_engines\n") == []
 
 
-@pytest.mark.parametrize("path", payload_files(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", payload_files(), ids=lambda p: p.relative_to(SCRIPTS).as_posix())
 def test_every_file_in_scripts_is_a_payload(path):
+    rel = path.relative_to(SCRIPTS).as_posix()
     assert path.is_file() and path.suffix == ".py", \
-        f"scripts/{path.name}: scripts/ holds Python payloads only; host tooling goes to tools/"
+        f"scripts/{rel}: scripts/ holds Python payloads only; host tooling goes to tools/"
     assert violations(path.read_text()) == [], \
-        f"scripts/{path.name} imports Snakemake or scalesweep beyond {sorted(PAYLOAD_SIDE)}"
+        f"scripts/{rel} imports Snakemake or scalesweep beyond {sorted(PAYLOAD_SIDE)}"
+
+
+@pytest.mark.parametrize("package", payload_packages(), ids=lambda p: p.name)
+def test_every_folder_in_scripts_is_a_payload_package(package):
+    """A folder of scripts/ is a package the payloads import (scripts/ is on their
+    sys.path): it has its __init__.py, and nothing of it runs as a script."""
+    assert (package / "__init__.py").is_file(), f"scripts/{package.name}/ has no __init__.py"
+    mains = [p.name for p in package.rglob("*.py") if '__name__ == "__main__"' in p.read_text()]
+    assert mains == [], f"scripts/{package.name}/: entry points stay in scripts/ itself: {mains}"
+
+
+def test_no_payload_module_imports_another_modules_private_name():
+    """A leading underscore says "this module's own" (issue #41, as tests/unit/test_layers.py
+    checks the package): no payload module takes one from another payload module, by
+    ``from m import _x`` or through the module, ``m._x``."""
+    ours = {p.stem for p in SCRIPTS.glob("*.py")} | {p.name for p in payload_packages()}
+    found = []
+    for path in (p for p in payload_files() if p.suffix == ".py"):
+        tree = ast.parse(path.read_text())
+        modules = set()  # local names bound to a payload module (or a name of one)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and \
+                    (node.module or "").split(".")[0] in ours:
+                found += [f"{path.relative_to(SCRIPTS)}:{node.lineno}: {a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.endswith("__")]
+                modules.update(a.asname or a.name for a in node.names)
+            elif isinstance(node, ast.Import):
+                modules.update(a.asname or a.name.split(".")[0] for a in node.names
+                               if a.name.split(".")[0] in ours)
+        found += [f"{path.relative_to(SCRIPTS)}:{n.lineno}: {n.value.id}.{n.attr}" for n in ast.walk(tree)
+                  if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                  and n.value.id in modules and n.attr.startswith("_") and not n.attr.endswith("__")]
+    assert found == [], "give these names a public name in their module: " + "; ".join(found)
 
 
 def test_payload_side_modules_are_standard_library_only():

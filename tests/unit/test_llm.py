@@ -30,7 +30,7 @@ def _load(name: str):
 
 
 infer = _load("infer_llm")
-import llm_engines as engines  # noqa: E402  (scripts/ is on sys.path once infer_llm is loaded)
+from llm_payload import http_client, sse, stats  # noqa: E402  (scripts/ is on sys.path once infer_llm is loaded)
 
 HAVE_LLAMA = importlib.util.find_spec("llama_cpp") is not None
 HAVE_MAKER_DEPS = all(importlib.util.find_spec(m) is not None for m in ("numpy", "gguf", "tokenizers"))
@@ -116,7 +116,7 @@ def test_openai_completions_stream_with_usage_and_done():
         {"id": "c", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}},
         "data: [DONE]",
     )
-    events = list(engines.parse_sse_stream(lines))
+    events = list(sse.parse_sse_stream(lines))
     assert [e["type"] for e in events] == ["token", "token", "finish", "usage", "done"]
     assert "".join(e["text"] for e in events if e["type"] == "token") == "Hello"
     assert events[2]["reason"] == "length"
@@ -132,7 +132,7 @@ def test_openai_chat_stream_role_chunk_is_not_a_token():
         {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
         "data: [DONE]",
     )
-    events = list(engines.parse_sse_stream(lines))
+    events = list(sse.parse_sse_stream(lines))
     assert [e["type"] for e in events] == ["token", "token", "finish", "done"]
     assert [e["text"] for e in events[:2]] == ["Hi", " there"]
 
@@ -148,18 +148,18 @@ def test_keepalive_comments_fields_crlf_and_bytes():
         b":\n",
         b"data:[DONE]\n",
     ]
-    events = list(engines.parse_sse_stream(lines))
+    events = list(sse.parse_sse_stream(lines))
     assert events == [{"type": "token", "text": "\u00e9t\u00e9", "index": 0}, {"type": "done"}]
 
 
 def test_empty_text_piece_counts_as_token():
     # llama-cpp-python may stream "" while it buffers an incomplete UTF-8 character.
-    events = list(engines.parse_sse_stream(_sse({"choices": [{"index": 0, "text": "", "finish_reason": None}]})))
+    events = list(sse.parse_sse_stream(_sse({"choices": [{"index": 0, "text": "", "finish_reason": None}]})))
     assert events == [{"type": "token", "text": "", "index": 0}]
 
 
 def test_error_object_and_garbage():
-    events = list(engines.parse_sse_stream(["data: {\"error\": {\"message\": \"model not found\"}}", "data: {not json"]))
+    events = list(sse.parse_sse_stream(["data: {\"error\": {\"message\": \"model not found\"}}", "data: {not json"]))
     assert events[0] == {"type": "error", "error": "model not found"}
     assert events[1]["type"] == "error" and "not JSON" in events[1]["error"]
 
@@ -184,7 +184,7 @@ def test_ollama_native_generate_ndjson_with_timings():
         )
         + "\n",
     ]
-    events = list(engines.parse_sse_stream(lines))
+    events = list(sse.parse_sse_stream(lines))
     assert [e["type"] for e in events] == ["token", "token", "timings", "usage", "finish", "done"]
     t = events[2]
     assert t["source"] == "ollama" and t["eval_count"] == 2 and t["eval_duration"] == 40_000_000
@@ -198,13 +198,13 @@ def test_ollama_native_chat_ndjson():
         json.dumps({"message": {"role": "assistant", "content": "Hi"}, "done": False}),
         json.dumps({"message": {"role": "assistant", "content": ""}, "done": True, "eval_count": 1, "eval_duration": 5}),
     ]
-    events = list(engines.parse_sse_stream(lines))
+    events = list(sse.parse_sse_stream(lines))
     assert [e["type"] for e in events] == ["token", "timings", "usage", "finish", "done"]
 
 
 def test_llama_server_timings_object():
     lines = _sse({"choices": [{"index": 0, "text": "x", "finish_reason": "length"}], "timings": {"prompt_n": 3, "predicted_n": 1, "predicted_ms": 2.5}})
-    events = list(engines.parse_sse_stream(lines))
+    events = list(sse.parse_sse_stream(lines))
     assert events[-1] == {"type": "timings", "source": "llama-server", "prompt_n": 3, "predicted_n": 1, "predicted_ms": 2.5}
 
 
@@ -216,7 +216,7 @@ def test_parse_is_lazy():
             seen.append(line)
             yield line
 
-    it = engines.parse_sse_stream(gen())
+    it = sse.parse_sse_stream(gen())
     assert next(it)["text"] == "a"
     assert len(seen) == 1  # the first event came before the rest of the stream was read
 
@@ -228,10 +228,34 @@ def test_percentile_matches_numpy():
     np = pytest.importorskip("numpy")
     xs = [0.3, 0.1, 0.7, 0.2, 0.9, 0.5, 0.4]
     for q in (0, 10, 50, 90, 99, 100):
-        assert infer.percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
-    assert infer.percentile([], 50) is None
-    s = infer.summarize([1.0, None, 3.0])
+        assert stats.percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
+    assert stats.percentile([], 50) is None
+    s = stats.summarize([1.0, None, 3.0])
     assert s["n"] == 2 and s["p50"] == 2.0 and s["mean"] == 2.0
+
+
+def test_percentile_agrees_with_the_record_quantile():
+    """The payload's percentile (q in percent) and scalesweep.record.load.quantile (q in
+    [0, 1]) are one definition, numpy's "linear"; the payload keeps its own arithmetic
+    (its position rounds differently in the last bit, so the metrics of earlier campaigns
+    keep their values): the two agree to rounding, and exactly where no interpolation
+    happens."""
+    import random
+
+    from scalesweep.record.load import quantile
+
+    rng = random.Random(41)
+    samples = [[5.0], [2.0, 1.0], [0.3, 0.1, 0.7, 0.2, 0.9, 0.5, 0.4], list(range(1, 11)),
+               [1e-3, 1e3, 7.5, 7.5, -2.0]] + [[rng.expovariate(3.0) for _ in range(n)]
+                                                for n in (3, 17, 100, 1001)]
+    for xs in samples:
+        for q in (0, 1, 10, 25, 50, 75, 90, 95, 99, 99.9, 100):
+            ours, theirs = stats.percentile(xs, q), quantile(xs, q / 100)
+            assert ours == pytest.approx(theirs, rel=1e-12, abs=1e-15), (xs, q)
+        for q in (0, 100):  # the ends: an order statistic itself on both sides
+            assert stats.percentile(xs, q) == quantile(xs, q / 100)
+    assert stats.percentile([], 50) is None and quantile([], 0.5) is None
+    assert stats.percentile([1.0, None, 3.0], 50) == quantile([1.0, None, 3.0], 0.5) == 2.0
 
 
 def test_load_prompts_text_and_jsonl(tmp_path):
@@ -255,21 +279,21 @@ def test_default_prompt_file():
 
 def test_request_bodies_are_greedy_and_seeded():
     p = {"prompt": "hi"}
-    chat = engines.request_body("chat", "m", p, 16, 7)
+    chat = http_client.request_body("chat", "m", p, 16, 7)
     assert chat["messages"] == [{"role": "user", "content": "hi"}] and chat["temperature"] == 0
     assert chat["seed"] == 7 and chat["stream"] and chat["stream_options"] == {"include_usage": True}
-    comp = engines.request_body("completions", "m", p, 16, 7)
+    comp = http_client.request_body("completions", "m", p, 16, 7)
     assert comp["prompt"] == "hi" and comp["max_tokens"] == 16 and "messages" not in comp
-    gen = engines.request_body("generate", "m", p, 16, 7, threads=4)
+    gen = http_client.request_body("generate", "m", p, 16, 7, threads=4)
     assert gen["options"] == {"temperature": 0, "seed": 7, "num_predict": 16, "num_thread": 4}
 
 
 def test_parse_servers():
-    assert engines.parse_servers("n1:8000, n2:8001") == ["http://n1:8000", "http://n2:8001"]
-    assert engines.parse_servers("http://10.0.0.1:11434") == ["http://10.0.0.1:11434"]
+    assert http_client.parse_servers("n1:8000, n2:8001") == ["http://n1:8000", "http://n2:8001"]
+    assert http_client.parse_servers("http://10.0.0.1:11434") == ["http://10.0.0.1:11434"]
     for bad in ("", "n1", ","):
         with pytest.raises(ValueError):
-            engines.parse_servers(bad)
+            http_client.parse_servers(bad)
 
 
 def test_cli_rejects_bad_arguments(tmp_path):
@@ -342,9 +366,9 @@ def _pid_alive(pid: int) -> bool:
 def test_a_length_finish_counts_the_tokens_returned_never_max_tokens():
     # llama-cpp-python cuts max_tokens to what is left of its context and streams no
     # usage: its "length" finish says nothing about how many tokens came back
-    assert engines.returned_tokens(None, None, 242) == (242, "chunks")
-    assert engines.returned_tokens({"completion_tokens": 7}, None, 5) == (7, "usage")
-    assert engines.returned_tokens(None, {"source": "llama-server", "predicted_n": 9}, 4) == (9, "timings")
+    assert http_client.returned_tokens(None, None, 242) == (242, "chunks")
+    assert http_client.returned_tokens({"completion_tokens": 7}, None, 5) == (7, "usage")
+    assert http_client.returned_tokens(None, {"source": "llama-server", "predicted_n": 9}, 4) == (9, "timings")
 
 
 # --------------------------------------------------------------------------- logits vs transformers

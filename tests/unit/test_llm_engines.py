@@ -24,6 +24,8 @@ sys.path.insert(0, str(SCRIPTS))
 
 import infer_llm  # noqa: E402
 import llm_engines  # noqa: E402
+from llm_payload.engine import Setup  # noqa: E402
+from llm_payload.stream import TokenStream  # noqa: E402
 from scalesweep.record.metrics import field_problem, read_metrics  # noqa: E402
 
 HAVE_TORCH_DEPS = all(importlib.util.find_spec(m) for m in ("torch", "numpy", "gguf", "tokenizers"))
@@ -86,7 +88,7 @@ def test_ollama_client_requests_the_name_its_servers_registered(tmp_path):
     args = infer_llm.build_parser().parse_args(
         ["--engine", "ollama", "--model", str(model), "--servers", "n1:1,n2:2", "--prompts", "p", "--out", "o"])
     record = {"engine": {}, "model": {}}
-    engine = llm_engines.OllamaEngine(llm_engines.Setup(args, str(model), "card-name", 1, {}, tmp_path / "log", record))
+    engine = llm_engines.OllamaEngine(Setup(args, str(model), "card-name", 1, {}, tmp_path / "log", record))
     engine.start()
     assert engine.model_name == "scalesweep-tiny-model" and engine.replicas == 2
     assert record["servers"] == ["http://n1:1", "http://n2:2"] and engine.pid is None and engine.stop() is None
@@ -117,7 +119,7 @@ class EchoEngine(llm_engines.Engine):
 
     def generate(self, prompt, index=0):
         self.calls.append(f"generate {index}")
-        stream = llm_engines.TokenStream()
+        stream = TokenStream()
         words = (prompt["prompt"].split() * self.args.max_tokens)[: self.args.max_tokens]
         for w in words:
             stream.piece(w + self.args.echo_suffix)
@@ -179,7 +181,7 @@ def test_made_up_engine_runs_through_the_driver(echo_engine, tmp_path):
 
 def test_made_up_engine_failing_requests_fail_the_point(echo_engine, tmp_path, monkeypatch):
     def broken(self, prompt, index=0):
-        return llm_engines.TokenStream().result(0, "usage", None, error="model on fire")
+        return TokenStream().result(0, "usage", None, error="model on fire")
 
     monkeypatch.setattr(EchoEngine, "generate", broken)
     prompts = tmp_path / "p.txt"

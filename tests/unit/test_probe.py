@@ -155,11 +155,11 @@ def test_run_row_within_run_spread_of_an_llm_run():
 
 def test_the_llm_payload_summary_has_its_spread():
     sys.path.insert(0, str(REPO / "scripts"))
-    import infer_llm
+    from llm_payload.stats import summarize
 
-    s = infer_llm.summarize([1.0, 3.0])
+    s = summarize([1.0, 3.0])
     assert s["std"] == pytest.approx(math.sqrt(2.0))
-    assert infer_llm.summarize([2.0])["std"] is None
+    assert summarize([2.0])["std"] is None
 
 
 def test_the_schema_has_the_probe_tolerance():

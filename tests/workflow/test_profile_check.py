@@ -41,7 +41,7 @@ def test_the_check_is_no_params_function():
     assert not [p for p in rules if "profile_check" in p.read_text()]
     common = (REPO / "workflow" / "rules" / "common.smk").read_text()
     # checked once, while the workflow is parsed, before any job
-    assert "if INVOCATION.problem():" in common
+    assert "_PROFILE_PROBLEM = INVOCATION.problem()" in common
 
 
 def test_a_report_without_a_core_budget_is_parsed(campaign):

@@ -94,8 +94,9 @@ RUN_CONFIG = write_run_config(config)
 # checked against the site before any job, dry runs included; on a Slurm site each
 # point's sbatch options and srun line, and a dry run's summary at its end.
 INVOCATION = Invocation(config, SITE, RUNS_DIR, sys.argv[1:])
-if INVOCATION.problem():
-    raise WorkflowError(f"scalesweep: {INVOCATION.problem()}")
+_PROFILE_PROBLEM = INVOCATION.problem()
+if _PROFILE_PROBLEM:
+    raise WorkflowError(f"scalesweep: {_PROFILE_PROBLEM}")
 INVOCATION.summarise_dry_run_at_exit()
 
 

@@ -82,7 +82,10 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
         image_digest=(metrics.get("image") or {}).get("content_digest"),
         slurm_job_id=(metrics.get("slurm") or {}).get("job_id"),
         git_commit=metrics.get("git_commit"),
-        **{col: (metrics.get("versions") or {}).get(col) for col in kind.provenance},
+        # every kind's provenance column, empty where this kind declares none (runs.csv
+        # keeps them whatever the campaign's kinds)
+        **{col: (metrics.get("versions") or {}).get(col) if col in kind.provenance else None
+           for col in PROVENANCE_COLUMNS},
         start=metrics.get("harness_start") or metrics.get("start"),
         end=metrics.get("harness_end") or metrics.get("end"),
         path=path,

@@ -1,9 +1,12 @@
 """What the payload scripts of scripts/ declare, read where they declare it (their imports
 are light: torch is imported only when they run): the LLM engines' registry
 (scripts/llm_engines.py: what each engine serves, runs and drives), a model's context
-length (a synthetic model's generator, a GGUF file's metadata), the CNN's smallest image
-size. The config's checks (scalesweep.plan.config) hold a workload to them before any
-job."""
+length (a synthetic model's generator, a GGUF file's metadata: the payload's header
+reader, scripts/llm_payload/gguf_header.py), the CNN's smallest image size. The config's
+checks (scalesweep.plan.config) hold a workload to them before any job. They are imported
+as the payloads import each other, with scripts/ on sys.path (an entry point's own
+folder), so a payload module and the packages beside it (llm_payload/, cnn_payload/) load
+alike."""
 
 from __future__ import annotations
 
@@ -15,16 +18,17 @@ REPO = Path(__file__).resolve().parents[3]
 
 @functools.cache
 def payload_script(name: str):
-    """A payload script of scripts/ as a module (what it declares, read where it is
-    declared: their imports are light, torch is imported only when they run)."""
-    import importlib.util
+    """A payload module of scripts/ by its import name (``infer_llm``, or a package's:
+    ``llm_payload.gguf_header``), imported with scripts/ on sys.path (what it declares,
+    read where it is declared: their imports are light, torch is imported only when they
+    run)."""
+    import importlib
     import sys
 
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return module
+    payloads = str(REPO / "scripts")
+    if payloads not in sys.path:
+        sys.path.append(payloads)
+    return importlib.import_module(name)
 
 
 def llm_engines():
@@ -45,5 +49,5 @@ def model_context(model: dict, directory: str | Path = ".") -> tuple[int | None,
         return ctx, "its generator's context_length, scripts/make_synthetic_llm.py"
     if model.get("source") == "gguf-file" and model.get("path"):
         path = Path(directory, Path(model["path"]).expanduser())
-        return llm_engines().gguf_context_length(path), f"the context_length in {path}"
+        return payload_script("llm_payload.gguf_header").gguf_context_length(path), f"the context_length in {path}"
     return None, ""

@@ -38,7 +38,7 @@ from scalesweep.record.pointdir import proc_start_ticks
 
 PR_SET_CHILD_SUBREAPER = 36
 # SIGTERM to SIGKILL for what the payload left: longer than the payload's own stop of what
-# it started (an LLM server: scripts/llm_engines.py SERVER_STOP_GRACE_S), so that a payload
+# it started (an LLM server: scripts/llm_payload/server.py SERVER_STOP_GRACE_S), so that a payload
 # still stopping its server is not cut short when it is one of them
 LEFTOVER_GRACE_S = 10.0
 _POLL_S = 0.05
