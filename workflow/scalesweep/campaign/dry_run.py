@@ -14,7 +14,7 @@ from scalesweep.run.slurm import settings_options
 
 
 def dry_run_summary(listed: dict, config: dict, options: str | None) -> list[str]:
-    """What a dry run on a Slurm site submits, in a few lines for its end (common.smk
+    """What a dry run on a Slurm site submits, in a few lines for its end (campaign.invocation
     prints them): ``listed``, {point path: (point, nodes, runtime in minutes)} of the
     run_point jobs it lists, as their resources were evaluated; the series of the points
     the config selects (``plan_series``); ``options`` the plugin's options from

@@ -1,8 +1,9 @@
 """This run of the workflow: its command line as Snakemake read it, the profile checked
 against the site before any job, and on a Slurm site what each point's job is.
 
-The workflow (``workflow/rules/common.smk``) makes one ``Invocation`` while it is parsed,
-outside a Slurm job only (every job parses the workflow again, to run that one job):
+The workflow (``workflow/rules/common.smk``) makes one ``Invocation`` each time it is
+parsed; inside a Slurm job (every job parses the workflow again, to run that one job) it
+reads no command line and checks nothing:
 
 * ``problem()``: why the profile does not fit the site (a Slurm site without a Slurm
   profile, an account from an unset variable, a Slurm profile on a site without Slurm);

@@ -46,7 +46,7 @@ from typing import Any, Sequence
 
 PINNED = "9.27.1"
 PLUGIN = "snakemake-executor-plugin-slurm"
-PLUGIN_VERSION = "2.8.0"  # run.slurm.sbatch_options renders its sbatch line
+PLUGIN_VERSION = "2.8.0"  # its get_submit_command renders run.slurm.sbatch_options' line
 
 # The internals used, module -> names: what tests/unit/test_snakemake_adapter.py checks.
 INTERNALS = {

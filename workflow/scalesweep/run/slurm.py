@@ -1,7 +1,8 @@
 """Slurm resources of one sweep point, for snakemake-executor-plugin-slurm (2.8.0; every
 call into its internals or Snakemake's goes through :mod:`scalesweep.platform.snakemake_adapter`).
 
-Every function here is pure: a sweep point + its workload + the config (+ the
+Every function here is pure but ``point_resources`` (its functions keep one request per
+point and attempt) and ``sbatch_options`` (the plugin's own code renders the line): a sweep point + its workload + the config (+ the
 attempt) in, plain values out; the machine's rules come from the config's site
 (``scalesweep.platform.site``: ``node``, ``launch.gpu_bind``, ``slurm``, ``storage``).
 ``point_resources`` makes them the resource functions of ``rule run_point``
