@@ -18,7 +18,6 @@ import pandas as pd
 from scalesweep.campaign.estimate import (
     SCENARIOS,
     format_hours,
-    count_span,
     cost_of,
     plan_points,
     plan_series,
@@ -35,7 +34,7 @@ from scalesweep.campaign.usage import UsageError
 from scalesweep.plan.adaptive import MIN_COMPARED
 from scalesweep.plan.config import ConfigError, validated
 from scalesweep.plan.config_read import config_sources
-from scalesweep.plan.sweep import Selection, SweepError
+from scalesweep.plan.sweep import Selection, SweepError, value_span
 from scalesweep.platform.site import SiteError, known_sites, site_of
 
 
@@ -132,9 +131,9 @@ def repeats_rule(config: dict, points: pd.DataFrame, series: pd.DataFrame) -> di
     return {
         "adaptive": bool((series["blocks_max"] > series["blocks_first"]).any()),
         "runtimes_selected": Selection.of(config).runtimes is not None,
-        "sweep_repeats": count_span(series["blocks_first"] - warmup) if len(series) else "0",
+        "sweep_repeats": value_span(series["blocks_first"] - warmup) if len(series) else "0",
         "warmup_blocks": warmup,
-        "blocks_first": count_span(series["blocks_first"]) if len(series) else "0",
+        "blocks_first": value_span(series["blocks_first"]) if len(series) else "0",
         "max_repeats": m["max_repeats"],
         "target_ci_pp": float(m["target_ci_pp"]),
         "min_pairs": MIN_COMPARED,

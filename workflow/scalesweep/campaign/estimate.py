@@ -76,7 +76,7 @@ from scalesweep.campaign.history import (
 from scalesweep.campaign.profile import attempts_of, point_runtime_min, support_runtime_min
 from scalesweep.plan.adaptive import Series, block_bounds, walks_decisions
 from scalesweep.plan.kinds import kind_of
-from scalesweep.plan.sweep import REFERENCE, Selection, SweepPoint, selected_points
+from scalesweep.plan.sweep import REFERENCE, Selection, SweepPoint, selected_points, value_span
 from scalesweep.record.geometry import AXES
 
 
@@ -302,7 +302,7 @@ def scenario_totals(runs: pd.DataFrame, series: pd.DataFrame, column: str,
     known = series[column].notna()
     counts = series[column].fillna(series["blocks_min"]).astype(int)
     return {
-        "blocks": count_span(counts) if len(counts) else "0",
+        "blocks": value_span(counts) if len(counts) else "0",
         "runs": len(runs),
         "jobs": len(runs) + len(support),
         "requested_node_h": float(runs["requested_node_h"].sum() + support["node_h"].sum()),
@@ -373,7 +373,7 @@ def summary_table(scenarios: dict[str, pd.DataFrame], series: pd.DataFrame) -> p
             "runs_minimum": len(at["minimum"]),
             "runs_expected": int(len(at["expected"])) if known else None,
             "runs_maximum": len(at["maximum"]),
-            "nodes": count_span(g["nodes"]),
+            "nodes": value_span(g["nodes"]),
             "runtime_min": "; ".join(", ".join(f"{m:g}" for m in r) for r in runtimes),
             "requested_node_h": g["requested_node_h"].sum(),
             "requested_node_h_expected": (at["expected"]["requested_node_h"].sum() if known
@@ -396,12 +396,5 @@ def _elapsed_h(points: pd.DataFrame, at_once: int) -> float:
     return float(max(seconds.sum() / at_once, seconds.max() if len(seconds) else 0.0)) / 3600
 
 
-
 def format_hours(value: float) -> str:
     return f"{value:,.1f}" if value >= 10 else f"{value:.3g}"
-
-
-
-def count_span(values) -> str:
-    values = sorted(set(int(v) for v in values))
-    return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"

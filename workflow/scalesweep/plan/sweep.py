@@ -453,3 +453,10 @@ def select_points(points: Iterable[SweepPoint], config: dict) -> list[SweepPoint
 def selected_points(config: dict) -> list[SweepPoint]:
     """The points to measure: ``sweep_points(config)`` narrowed by ``only:``."""
     return select_points(sweep_points(config), config)
+
+
+def value_span(values) -> str:
+    """Whole numbers as a range is written: "2", or "1-8" from the least to the largest
+    (the nodes, counts or repeats swept; the report's labels, the plan's table)."""
+    values = sorted(set(int(v) for v in values))
+    return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"

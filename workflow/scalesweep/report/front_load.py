@@ -15,6 +15,7 @@ import re
 
 import pandas as pd
 
+from scalesweep.plan.sweep import value_span
 from scalesweep.report.cells import (as_text, column, esc, n_rows, number, overhead_ci,
                                      plural, verdict_sentence)
 
@@ -37,10 +38,6 @@ def undecidable(verdicts: pd.DataFrame | None) -> pd.Series:
         text.map(lambda t: bool(TOO_FEW_REQUESTS.search(t)))
 
 
-def _span(values: list[int]) -> str:
-    return f"{min(values)}" if min(values) == max(values) else f"{min(values)}-{max(values)}"
-
-
 def undecidable_line(verdicts: pd.DataFrame | None) -> str:
     """One line for every comparison ``undecidable`` marks ('' where none is): how many,
     with how many requests per run, which percentiles and how many requests each needs."""
@@ -52,7 +49,7 @@ def undecidable_line(verdicts: pd.DataFrame | None) -> str:
     need = {q: int(k) for _, q, k in found}
     percentiles = sorted(need, key=lambda q: float(q[1:]))
     return (f"{plural(len(rows), 'LLM-under-load comparison')} cannot be decided by design "
-            f"with {_span(requests)} requests per run: that many cannot bound a "
+            f"with {value_span(requests)} requests per run: that many cannot bound a "
             + " or ".join(percentiles) + " (a 95% interval needs at least "
             + ", ".join(f"{need[q]} for a {q}" for q in percentiles)
             + "; load.requests, as config/llm_load.yaml sets it). Each is in the table "

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from scalesweep.plan.kinds import kind_of
-from scalesweep.plan.sweep import RUNTIMES
+from scalesweep.plan.sweep import RUNTIMES, value_span
 
 SUMMARY_DIR = "results/summary"
 CAPTIONS = "../report"  # the captions, relative to the rule files
@@ -99,12 +99,6 @@ def load_targets(points: Iterable[Any], config: dict) -> dict[str, dict | None] 
     return workload_targets(config, names) if names else None
 
 
-def span(values: Iterable[int]) -> str:
-    """"2" or "1-8": the values swept."""
-    values = sorted(set(values))
-    return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
-
-
 def workload_labels(points: Iterable[Any], config: dict, figure: str) -> Callable:
     """report() labels of a per-workload figure (a function of its wildcards): workload,
     runtimes compared, scale swept, and ``figure``."""
@@ -117,8 +111,8 @@ def workload_labels(points: Iterable[Any], config: dict, figure: str) -> Callabl
         return {
             "workload": wildcards.workload,
             "runtimes": ", ".join(r for r in RUNTIMES if any(p.runtime == r for p in mine)),
-            "scale": f"nodes {span(p.nodes for p in mine)}, "
-                     f"{kind.count_unit(mine)} {span(counts)}",
+            "scale": f"nodes {value_span(p.nodes for p in mine)}, "
+                     f"{kind.count_unit(mine)} {value_span(counts)}",
             "figure": figure,
         }
 
