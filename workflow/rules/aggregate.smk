@@ -12,7 +12,7 @@ localrules:
 rule aggregate:
     input:
         metrics=aggregate_metrics,
-        series=WALK.series_final_files(),
+        series=SERIES_FINAL,
     output:
         runs=report_table("runs"),
         scaling=report_table("scaling"),
@@ -37,7 +37,7 @@ rule aggregate:
 
 # a report (or a run) on a campaign some of whose points are not measured: how to get
 # the summary and report of those that are (scalesweep.campaign.parse_time)
-_note = summary_note(rules.aggregate.output.runs, config, WALK.metrics_files())
+_note = summary_note(rules.aggregate.output.runs, config, WALK.metrics_files)
 if _note:
     print(_note, file=sys.stderr)
 

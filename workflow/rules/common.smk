@@ -153,6 +153,9 @@ def decision_file(series, round_):
 
 
 WALK = Walk(config, POINTS, SELECTED, SELECTION, decision_file, refusal)
+# every series' final.json the summary and the report tables wait for (stats the
+# campaign's decision and run files: once per parse)
+SERIES_FINAL = WALK.series_final_files()
 
 
 def requested_metrics(wildcards):

@@ -11,7 +11,7 @@
 rule report_run_tables:
     input:
         runs=rules.aggregate.output.runs,
-        series=WALK.series_final_files(),
+        series=SERIES_FINAL,
     output:
         epochs=report_table("epochs"),
         provenance=report_table("provenance"),
@@ -214,7 +214,7 @@ rule report_memory:
 rule report_memory_tables:
     input:
         runs=rules.aggregate.output.runs,
-        series=WALK.series_final_files(),
+        series=SERIES_FINAL,
     output:
         timeline="results/summary/memory_timeline.csv",
         peaks=report_table("memory"),

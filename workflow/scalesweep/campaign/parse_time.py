@@ -24,7 +24,7 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from scalesweep.campaign.invocation import in_slurm_job
 from scalesweep.plan.payloads import point_inputs
@@ -81,11 +81,12 @@ def completion_message(points_csv: Path = POINTS_CSV) -> str:
             f"report.html{tail}")
 
 
-def summary_note(runs_csv: str, config: dict, files: Sequence[str]) -> str | None:
+def summary_note(runs_csv: str, config: dict, metrics_files: Callable[[], Sequence[str]]
+                 ) -> str | None:
     """While the workflow is parsed, so that `snakemake --report` says it too (it runs no
-    onstart): where some of ``files`` (the metrics of the points this run measures) exist
-    and others do not (failed or never run), the summary (``runs_csv``) waits for all of
-    them, and a report needs it ("marked for report but does not exist"): how to
+    onstart): where some of ``metrics_files()`` (the metrics of the points this run
+    measures) exist and others do not (failed or never run), the summary (``runs_csv``)
+    waits for all of them, and a report needs it ("marked for report but does not exist"): how to
     summarise and report what was measured. None where the summary exists,
     analysis.partial is on, or nothing or everything is measured; and inside a Slurm
     job (it would stat every point's metrics.json in every job, the campaign's points
@@ -94,6 +95,7 @@ def summary_note(runs_csv: str, config: dict, files: Sequence[str]) -> str | Non
         return None
     if Path(runs_csv).exists() or config["analysis"]["partial"]:
         return None
+    files = metrics_files()  # not listed inside a Slurm job
     have = sum(Path(f).is_file() for f in files)
     if not have or have == len(files):
         return None
