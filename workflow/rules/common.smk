@@ -185,8 +185,9 @@ def point_priority(wildcards):
 
 # --- Images (containers.smk: scalesweep.plan.image_rules) --------------------------------
 IMAGE_RULES = ImageRules(config, POINTS, SELECTED, in_repo)
-if IMAGE_RULES.missing_prebuilt():
-    raise WorkflowError(f"scalesweep config: {IMAGE_RULES.missing_prebuilt()}")
+_MISSING_IMAGE = IMAGE_RULES.missing_prebuilt()
+if _MISSING_IMAGE:
+    raise WorkflowError(f"scalesweep config: {_MISSING_IMAGE}")
 
 
 def startup_inputs(wildcards):
