@@ -152,13 +152,14 @@ def load_data(args: argparse.Namespace, facts: RunFacts):
 
 def build_training(torch, args: argparse.Namespace, data, train_idx, device, autocast, group: Group,
                    facts: RunFacts) -> Training:
-    """The model on its device, one untimed step's FLOPs counted (forward + backward of a
-    per-rank batch, before wrapping), the model wrapped for the ranks, its optimiser."""
+    """The model on its device, one step's FLOPs counted (forward + backward of a per-rank
+    batch, on the meta device: nothing computed), the model wrapped for the ranks, its
+    optimiser."""
     model = build_model(len(data.classes)).to(device)
     facts.n_params = sum(p.numel() for p in model.parameters())
     loss_fn = torch.nn.CrossEntropyLoss()
-    xp, yp = data.batch(train_idx[:args.batch_size])
-    facts.step_flops = count_step_flops(model, loss_fn, xp.to(device), yp.to(device))
+    xp, _ = data.batch(train_idx[:args.batch_size])
+    facts.step_flops = count_step_flops(len(data.classes), xp.shape, loss_fn)
     model, mpi_grads = group.wrap(model, args)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     return Training(model, opt, loss_fn, data, train_idx, device, autocast, mpi_grads, group)

@@ -62,10 +62,15 @@ def test_flops_are_counted_from_the_model_not_typed_in():
     with FlopCounterMode(display=False) as counter:
         model(torch.zeros(1, 3, 64, 64))
     assert counter.get_total_flops() == expect
-    step = count_step_flops(model, torch.nn.CrossEntropyLoss(), torch.zeros(2, 3, 64, 64),
-                               torch.tensor([0, 1]))
+    loss_fn = torch.nn.CrossEntropyLoss()
+    rng = torch.get_rng_state()
+    step = count_step_flops(2, (2, 3, 64, 64), loss_fn)
+    assert torch.equal(rng, torch.get_rng_state())  # the run's random state untouched
     assert 2 * 2 * expect < step <= 3 * 2 * expect  # backward: about twice the forward
-    assert all(p.grad is None for p in model.parameters())  # left clean for training
+    # counted on the meta device: what a real step on real tensors counts
+    with FlopCounterMode(display=False) as counter:
+        loss_fn(model(torch.zeros(2, 3, 64, 64)), torch.tensor([0, 1])).backward()
+    assert step == counter.get_total_flops()
 
 
 def test_dataparallel_code_path_on_cpu_as_far_as_torch_allows(tmp_path):
