@@ -13,9 +13,11 @@ from snakemake.utils import min_version
 
 min_version("9.0")
 
-# The repository of this Snakefile: its package, scripts and the files config paths name
-# (also when another checkout of scalesweep is installed, e.g. a scratch copy benchmarked).
-REPO = Path(workflow.basedir)
+# The tree that holds this file (as <tree>/workflow/rules/common.smk), with its package,
+# payloads and the files config paths name; also where another Snakefile includes it as
+# a module (a deployment's, snakedeploy: workflow.basedir is then that Snakefile's
+# directory) and where another checkout of scalesweep is installed (a scratch copy).
+REPO = Path(str(workflow.current_basedir)).parents[1]
 sys.path.insert(0, str(REPO / "workflow"))
 # Rules call `python`: make it the interpreter running this workflow (the quickstart's
 # .venv) unless a conda environment is in use.

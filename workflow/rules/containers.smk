@@ -22,7 +22,7 @@ rule build_image:
     params:
         # `python -m scalesweep build-image` (scalesweep.images.cli) from this repository,
         # also in a conda environment that has not installed the package
-        lib=f"{workflow.basedir}/workflow",
+        lib=str(REPO / "workflow"),
         how=IMAGE_RULES.build_args,
         # the site's build args (sites/<name>.yaml build_args), each shell-quoted
         site_args=shlex.join(
@@ -77,7 +77,7 @@ rule pull_image:
     conda:
         "../../envs/scalesweep.yaml"
     params:
-        lib=f"{workflow.basedir}/workflow",
+        lib=str(REPO / "workflow"),
         how=IMAGE_RULES.source_args,
     shell:
         "PYTHONPATH={params.lib:q} python -m scalesweep describe-image {params.how}"
@@ -97,7 +97,7 @@ rule describe_image:
     conda:
         "../../envs/scalesweep.yaml"
     params:
-        lib=f"{workflow.basedir}/workflow",
+        lib=str(REPO / "workflow"),
         how=IMAGE_RULES.source_args,
     shell:
         "PYTHONPATH={params.lib:q} python -m scalesweep describe-image {params.how}"
@@ -121,7 +121,7 @@ rule inject_host_mpi:
     conda:
         "../../envs/scalesweep.yaml"
     params:
-        lib=f"{workflow.basedir}/workflow",
+        lib=str(REPO / "workflow"),
         libs=IMAGE_RULES.inject_args,
     shell:
         "PYTHONPATH={params.lib:q} python -m scalesweep inject-host-mpi {params.libs}"
@@ -149,7 +149,7 @@ rule load_image:
     conda:
         "../../envs/scalesweep.yaml"
     params:
-        lib=f"{workflow.basedir}/workflow",
+        lib=str(REPO / "workflow"),
         site=config["site"],
     shell:
         "PYTHONPATH={params.lib:q} python -m scalesweep load-image"

@@ -27,6 +27,7 @@ COMMANDS = [
     "scalesweep.images.cli",
     "scalesweep.images.load",
     "scalesweep.platform.hostmpi",
+    "scalesweep.campaign.deploy",
 ]
 # Sub-commands whose module is imported alone (standard library only): the workflow's
 # rules run them in whatever environment they have, without the analysis stack.
@@ -59,6 +60,14 @@ def main(argv: list[str] | None = None) -> int:
 
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "run":  # every argument after it is Snakemake's, unparsed
+        from scalesweep.campaign.deploy import run
+
+        try:
+            return run(argv[1:])
+        except UsageError as exc:
+            print(f"scalesweep run: error: {exc}", file=sys.stderr)
+            return 2
     standalone = STANDALONE.get(argv[0]) if argv else None
     args = build_parser([standalone] if standalone else None).parse_args(argv)
     try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+from scalesweep.platform.code import PAYLOADS_DIR
 
 
 @functools.cache
@@ -25,7 +25,7 @@ def payload_script(name: str):
     import importlib
     import sys
 
-    payloads = str(REPO / "scripts")
+    payloads = str(PAYLOADS_DIR)
     if payloads not in sys.path:
         sys.path.append(payloads)
     return importlib.import_module(name)

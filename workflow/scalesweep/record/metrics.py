@@ -374,21 +374,33 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+# A wheel's copy of the tree (scalesweep.platform.code) is no git checkout: setup.py's
+# build step writes, at its root, the commit the wheel was built from (" + uncommitted
+# changes" where tracked files differed from it).
+SOURCE_COMMIT_FILE = "SOURCE_COMMIT"
+
+
 def git_commit(repo: str | os.PathLike | None = None) -> str | None:
-    """The commit of the code being measured, or None outside a git checkout."""
+    """The commit of the code being measured: ``repo``'s SOURCE_COMMIT file (an installed
+    wheel), else the commit of the git checkout whose root ``repo`` is; None otherwise
+    (never the commit of another repository that happens to hold ``repo``, such as a
+    project holding a virtual environment)."""
     if os.environ.get("SCALESWEEP_GIT_COMMIT"):
         return os.environ["SCALESWEEP_GIT_COMMIT"]
+    root = Path(repo) if repo else Path(__file__).resolve().parents[3]
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=repo or Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
+        return (root / SOURCE_COMMIT_FILE).read_text().strip() or None
+    except OSError:
+        pass
+    try:
+        out = subprocess.run(["git", "rev-parse", "--show-toplevel", "HEAD"], cwd=root,
+                             capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    lines = out.stdout.split("\n")
+    if out.returncode != 0 or len(lines) < 2 or Path(lines[0]).resolve() != root.resolve():
+        return None
+    return lines[1].strip() or None
 
 
 # What a payload records of its own environment: how to tell, from a run's metrics, that a

@@ -5,8 +5,11 @@ workflow's commit, the runs' commits, hosts and site, and the significance state
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 import pandas as pd
+
+from scalesweep.record.metrics import SOURCE_COMMIT_FILE, git_commit
 
 from scalesweep.report.significance import SHOWN
 from scalesweep.report.tables import flags
@@ -15,24 +18,23 @@ MADE_COLUMNS = ["item", "value"]
 
 
 def workflow_commit(code_root) -> str:
-    """The workflow's git commit (``git rev-parse HEAD`` in ``code_root``), with
-    " + uncommitted changes" where tracked files differ from it; "unknown (not a git
-    checkout)" otherwise."""
+    """The workflow's commit: an installed wheel's (the SOURCE_COMMIT its build wrote), or
+    the git checkout's that ``code_root`` is, with " + uncommitted changes" where tracked
+    files differ from it; "unknown (not a git checkout)" otherwise."""
     import subprocess
 
-    def git(*args):
-        try:
-            out = subprocess.run(["git", *args], cwd=code_root, capture_output=True,
-                                 text=True, timeout=20)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return out.stdout.strip() if out.returncode == 0 else None
-
-    head = git("rev-parse", "HEAD")
+    head = git_commit(code_root)
     if not head:
         return "unknown (not a git checkout)"
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return head + (" + uncommitted changes" if dirty else "")
+    if (Path(code_root) / SOURCE_COMMIT_FILE).is_file():
+        return f"{head} (an installed package built from it)"
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                             cwd=code_root, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return head
+    return head + (" + uncommitted changes" if out.returncode == 0 and out.stdout.strip()
+                   else "")
 
 
 def _utc(value) -> str:
