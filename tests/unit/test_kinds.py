@@ -191,6 +191,7 @@ def test_a_second_kind_of_the_same_name_is_refused():
 TOY_KIND = '''\
 """A toy workload kind: sleep, and count the naps (one per rank)."""
 from scalesweep.plan.kinds.base import Invocation, Merit, WorkloadKind, register
+from scalesweep.record.measures import Metric
 from scalesweep.record.metrics import Field
 from scalesweep.record.pointdir import PAYLOAD_JSON
 
@@ -201,14 +202,19 @@ class Sleep(WorkloadKind):
     script = "sleep_payload.py"
     record_payload = "sleep"
     merit = Merit("naps_per_s", "naps/s", higher_is_better=True)
-    own_fields = (Field("wall_s", "finite", "s", required=True), Field("naps", "count"))
+    # each figure once: its column, unit, field (read as it is, or computed by row)
+    own_metrics = (
+        Metric("time_s", "s", field="wall_s", check="finite", required=True, computed=True),
+        Metric("naps", "naps", field="naps", check="count"),
+        Metric("naps_per_s", "naps/s", computed=True, rate=True, higher_is_better=True),
+    )
 
     def invocation(self, point, wl, config, inputs, out_dir):
         args = ["--seconds", str(wl.get("seconds", 0.01)), "--naps", str(point.world_size),
                 "--out", str(out_dir / PAYLOAD_JSON)]
         return Invocation(self.script, args, data_dir="")
 
-    def row(self, metrics):
+    def row(self, metrics):  # the computed figures
         return {"time_s": metrics["wall_s"], "naps_per_s": metrics["naps"] / metrics["wall_s"]}
 '''
 
@@ -239,6 +245,9 @@ def toy_kind(tmp_path):
     finally:
         kinds.unregister("sleep")
     assert kinds.names() == BUILT_IN
+    from scalesweep.record import columns
+
+    assert columns.role("naps_per_s") is None  # its columns forgotten with it
 
 
 def toy_config(tmp_path) -> dict:
@@ -282,6 +291,15 @@ def test_a_toy_kind_is_swept_launched_and_read_back(toy_kind, tmp_path):
     _, row = read_run(out / "metrics.json", config)
     assert row["payload"] == "sleep" and row["count"] == 2 and row["world_size"] == 2
     assert row["time_s"] >= 0.01 and row["naps_per_s"] == pytest.approx(2 / row["time_s"])
+    assert row["naps"] == 2  # read as it is
+    # its figures declared once: their columns, units and record fields follow
+    from scalesweep.record import columns
+    from scalesweep.record.metrics import FIELDS
+
+    assert columns.unit("naps_per_s") == "naps/s" and columns.is_rate("naps_per_s")
+    assert columns.role("naps") == columns.MEASUREMENT and columns.unit("naps") == "naps"
+    assert {f.path: f.kind for f in FIELDS["sleep"]}.items() >= {"wall_s": "finite",
+                                                                 "naps": "count"}.items()
     assert {k: row[k] for k in AXES} == point.geometry.as_dict()
     assert run_row(json.loads((out / "metrics.json").read_text()), "p", "sleep")["count"] == 2
     # its fields are checked where the record is read, as a built-in kind's are

@@ -108,8 +108,9 @@ def run_row(metrics: dict, path: str, payload_kind: str) -> dict:
         **probe_summary(metrics.get("probe")),
         within_run_cv_pct=None,
     )
-    # the columns of the workload's kind (scalesweep.plan.kinds: its ``row``)
-    row.update(kind.row(metrics))
+    # the figures of the workload's kind (scalesweep.record.measures: read as they are, or
+    # computed by its ``row``)
+    row.update(kind.values(metrics))
     # the parts of the run the decomposition compares (scalesweep.analyse.components)
     row.update(component_columns(metrics))
     return row

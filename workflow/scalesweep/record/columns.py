@@ -4,8 +4,10 @@ provenance (``COLUMNS``); and the statistics the summary tables and the analysis
 write (``SUMMARY_COLUMNS``: scaling.csv, overhead.csv), each with its unit. Every grouping
 reads it (``scalesweep.campaign.analysis_cli.group_columns``: only declared axes group, no
 command groups by a measured value), and so do the units the CLI, the report's tables
-and figures print. A column runs.csv gains is declared here (tests/unit/test_columns.py holds
-collect.RUN_COLUMNS to it, and every measurement to a unit).
+and figures print. Every run's columns are declared here; a kind's figures where the kind's
+figures are (scalesweep.record.measures), from which their columns are made
+(tests/unit/test_columns.py holds collect.RUN_COLUMNS to COLUMNS, and every measurement
+to a unit).
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from scalesweep.record import measures
 from scalesweep.record.geometry import AXES as GEOMETRY
-
-AXIS, IDENTITY, DERIVED, MEASUREMENT, PROVENANCE = (
-    "axis", "identity", "derived", "measurement", "provenance")
+from scalesweep.record.measures import (AXIS, DERIVED, IDENTITY, MEASUREMENT, METRICS,
+                                        PROVENANCE, Metric)
 
 
 @dataclass(frozen=True)
@@ -38,11 +40,10 @@ def _prov(*names: str) -> list[Column]:
     return [Column(n, PROVENANCE) for n in names]
 
 
-COLUMNS: dict[str, Column] = {c.name: c for c in [
+# every run's columns, whatever its kind
+_GENERIC = [
     # the sweep point and its settings: what a row of a table is about
-    *_axes("workload", "payload", "runtime", "arm", *GEOMETRY,
-           "parallel", "precision", "scaling", "data_path", "concurrency", "model", "model_label",
-           "synthetic_model"),
+    *_axes("workload", "payload", "runtime", "arm", *GEOMETRY),
     # which run of the point: never a setting; the block pairs runs measured together
     Column("repeat", IDENTITY), Column("block_id", IDENTITY),
     # a function of the point (they never group, and never vary within a row)
@@ -50,43 +51,16 @@ COLUMNS: dict[str, Column] = {c.name: c for c in [
     # the container runtime's mode (dir, squashfs, setuid, userns, sandbox, overlay, vfs;
     # empty for native): a function of the runtime token, which keeps modes apart
     Column("mode", DERIVED),
-    # measurements
-    Column("time_s", MEASUREMENT, "s"),
-    Column("epoch_time_first_s", MEASUREMENT, "s"),
-    Column("train_s", MEASUREMENT, "s"),
-    Column("images_per_epoch", MEASUREMENT, "images"),
-    Column("images_per_s", MEASUREMENT, "images/s", rate=True),
-    Column("final_loss", MEASUREMENT, "1"),
-    Column("final_accuracy", MEASUREMENT, "fraction"),
-    Column("test_accuracy", MEASUREMENT, "fraction"),
-    Column("test_loss", MEASUREMENT, "1"),
-    Column("allreduce_s", MEASUREMENT, "s"),
-    Column("flops_per_step", MEASUREMENT, "FLOP"),
-    Column("achieved_gflops_per_rank", MEASUREMENT, "GFLOP/s", rate=True),
-    Column("data_wait_s", MEASUREMENT, "s"),
-    Column("data_load_s", MEASUREMENT, "s"),
-    Column("staging_s", MEASUREMENT, "s"),
-    Column("concurrency_levels", MEASUREMENT, "JSON per level"),
-    Column("load_levels", MEASUREMENT, "JSON per level"),  # scalesweep.plan.kinds.llm.compact_level
-    Column("max_rate_rps", MEASUREMENT, "requests/s"),  # the highest rate within the target
-    Column("max_rate_missed_rps", MEASUREMENT, "requests/s"),  # the lowest rate above it that missed
+    # measurements of every run (the harness's, the interference monitor's, the probe's)
     Column("peak_rss_mb", MEASUREMENT, "MiB"),  # as metrics.FIELDS
     Column("harness_wall_s", MEASUREMENT, "s"),
     Column("harness_overhead_s", MEASUREMENT, "s"),
     Column("outside_cpu_pct", MEASUREMENT, "%"),
     Column("steal_pct", MEASUREMENT, "%"),
     Column("load1_max", MEASUREMENT, "processes"),
-    Column("tokens_per_s", MEASUREMENT, "tokens/s", rate=True),
-    Column("requests_per_s", MEASUREMENT, "requests/s", rate=True),
-    Column("ttft_p50_s", MEASUREMENT, "s"),
-    Column("ttft_p90_s", MEASUREMENT, "s"),
-    Column("ttft_p99_s", MEASUREMENT, "s"),
-    Column("latency_p50_s", MEASUREMENT, "s"),
-    Column("latency_p99_s", MEASUREMENT, "s"),
     Column("probe_gflops", MEASUREMENT, "GFLOP/s", rate=True),
     Column("probe_gbps", MEASUREMENT, "GB/s", rate=True),
     Column("probe_change_pct", MEASUREMENT, "%"),
-    Column("within_run_cv_pct", MEASUREMENT, "%"),  # LLM: CV of the requests' decode rates
     # the parts of a run the decomposition compares (scalesweep.analyse.components)
     Column("startup_first_step_s", MEASUREMENT, "s"),
     Column("startup_launch_s", MEASUREMENT, "s"),
@@ -95,7 +69,7 @@ COLUMNS: dict[str, Column] = {c.name: c for c in [
     Column("ranks_rss_peak_mb", MEASUREMENT, "MiB"),
     Column("node_used_peak_mb", MEASUREMENT, "MiB"),
     # provenance: where, when and how a run was made, and what happened around it
-    *_prov("block_start", "block_end", "mpi_library", "mpi_library_version", "mpi_origin",
+    *_prov("block_start", "block_end",
            "disturbed", "disturbed_reason", "warmup", "exclusive", "shared_cores",
            # the digest of the config the run was measured under, and whether it differs
            # from this campaign's for the point (scalesweep.plan.identity: left out, as
@@ -103,14 +77,46 @@ COLUMNS: dict[str, Column] = {c.name: c for c in [
            "config_digest", "foreign",
            "order_position",
            "hosts", "launcher", "image", "image_source", "image_digest", "slurm_job_id",
-           "git_commit", "torch", "start", "end", "path",
-           # how max_rate_rps was found: bisection, "at least" (every rate met the target), none
-           "max_rate_bound",
-           # where an LLM point's client ran (load.client: with_server, host)
-           "client_placement",
-           # the LLM engine follows from the workload (workloads.<name>.engine)
-           "engine"),
-]}
+           "git_commit", "torch", "start", "end", "path"),
+]
+
+
+def of_metric(metric: Metric) -> Column:
+    """A kind's figure as a column (scalesweep.record.measures): a unit for a measurement."""
+    return Column(metric.name, metric.role,
+                  metric.unit if metric.role == MEASUREMENT else "", metric.rate)
+
+
+def columns_of(generic: list[Column], metrics: Iterable[Metric]) -> dict[str, Column]:
+    """Every column: ``generic``, then each kind's figures; a figure two kinds declare (or
+    a kind and every run, such as peak_rss_mb) must be declared alike."""
+    out = {c.name: c for c in generic}
+    for metric in metrics:
+        column = of_metric(metric)
+        if out.setdefault(column.name, column) != column:
+            raise ValueError(f"runs.csv column {column.name}: declared as {out[column.name]} "
+                             f"and as {column}")
+    return out
+
+
+COLUMNS: dict[str, Column] = columns_of(
+    _GENERIC, [m for metrics in METRICS.values() for m in metrics])
+
+
+def declare(payload: str, metrics: Iterable[Metric]) -> None:
+    """A kind defined outside this package: its figures declared (scalesweep.record.measures
+    .declare) and their columns added (WorkloadKind.own_metrics)."""
+    metrics = tuple(metrics)
+    columns_of(list(COLUMNS.values()), metrics)  # refused before anything changes
+    measures.declare(payload, metrics)
+    COLUMNS.clear()
+    COLUMNS.update(columns_of(_GENERIC, [m for ms in METRICS.values() for m in ms]))
+
+
+def forget(payload: str) -> None:
+    measures.forget(payload)
+    COLUMNS.clear()
+    COLUMNS.update(columns_of(_GENERIC, [m for ms in METRICS.values() for m in ms]))
 
 
 # The statistics of the summary tables (scaling.csv, overhead.csv) and of the analysis

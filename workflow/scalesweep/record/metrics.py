@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 from scalesweep.record.geometry import AXES as GEOMETRY_AXES
+from scalesweep.record.measures import METRICS, Metric
 
 SCHEMA_VERSION = 1
 SCHEMA_NAME = "scalesweep.metrics"
@@ -129,48 +130,23 @@ RUN_FIELDS = (
     Field("memory_timeline", "mapping"),
 )
 
-# the "payload" a record carries (the payload script's own name for itself; a workload
-# kind, scalesweep.plan.kinds, names the one its records carry: record_payload) -> the
-# fields its readers use
-FIELDS: dict[str, tuple[Field, ...]] = {
+# What each kind's readers use of its record besides its figures' own fields
+# (scalesweep.record.measures: each Metric's ``field``): what its row() computes from
+# (the CNN's epochs, the LLM's levels and requests), the mappings above nested fields.
+INPUTS: dict[str, tuple[Field, ...]] = {
     "cnn": (
-        *RUN_FIELDS,
-        Field("epoch_s", "numbers", "s", required=True),
-        Field("train_s", "finite", "s", required=True),
-        Field("final_loss", "number", required=True),
-        Field("final_accuracy", "number", "fraction", required=True),
-        Field("test_loss", "number"),
-        Field("test_accuracy", "number", "fraction"),
-        Field("images_per_epoch", "number", "images"),
-        Field("images_per_s", "number", "images/s"),
         Field("steps_per_epoch", "count"),
-        Field("flops_per_step", "number", "FLOP"),
-        Field("allreduce_s", "numbers", "s"),
-        Field("data_wait_s", "numbers", "s"),
-        Field("data_load_s", "number", "s"),
-        Field("staging_s", "number", "s"),
-        Field("parallel", "text"), Field("scaling", "text"), Field("data_path", "text"),
-        Field("precision", "text"), Field("precision_effective", "text"),
+        Field("precision", "text"),
     ),
     "llm_inference": (
-        *RUN_FIELDS,
-        Field("wall_s", "finite", "s", required=True),
-        Field("tokens_per_s", "number", "tokens/s"),
-        Field("requests_per_s", "number", "requests/s"),
-        Field("ttft_s", "summary", "s", required=True),
-        Field("latency_s", "summary", "s", required=True),
         Field("decode_tokens_per_s", "summary", "tokens/s"),
         Field("memory", "mapping"),
-        Field("memory.server_peak_rss_mb", "number", "MiB"),
-        Field("concurrency", "count", "requests"),
-        Field("concurrency_levels", "list"),
         Field("concurrency_levels[]", "mapping"),
         Field("concurrency_levels[].concurrency", "count", "requests", required=True),
         Field("concurrency_levels[].tokens_per_s", "number", "tokens/s"),
         Field("concurrency_levels[].requests_per_s", "number", "requests/s"),
         Field("concurrency_levels[].ttft_s", "summary", "s"),
         Field("concurrency_levels[].latency_s", "summary", "s"),
-        Field("load_levels", "list"),
         Field("load_levels[]", "mapping"),
         Field("load_levels[].shape", "text", required=True),
         Field("load_levels[].rate", "number", "requests/s"),
@@ -179,14 +155,35 @@ FIELDS: dict[str, tuple[Field, ...]] = {
         Field("load_levels[].requests_per_s", "number", "requests/s"),
         Field("load_levels[].goodput_rps", "number", "requests/s"),
         Field("max_rate", "mapping"),
-        Field("max_rate.max_rate_rps", "number", "requests/s"),
-        Field("max_rate.missed_rps", "number", "requests/s"),
-        Field("requests", "list"),
         Field("requests[]", "mapping"),
         Field("requests[].decode_tokens_per_s", "number", "tokens/s"),
-        Field("model.synthetic", "flag"),
     ),
 }
+
+
+_NUMBERS = ("number", "finite", "count", "numbers", "summary")
+
+
+def fields_of(metrics: tuple[Metric, ...], inputs: tuple[Field, ...] = ()) -> tuple[Field, ...]:
+    """A record's fields: every run's (RUN_FIELDS), each figure's own (its ``field``, its
+    check, and its unit where the field holds numbers of it: not a pure number's "1", not
+    a list, mapping, text or flag the figure is computed from), then ``inputs``; one Field
+    per path, the first declaration's."""
+    seen: dict[str, Field] = {f.path: f for f in RUN_FIELDS}
+    for m in metrics:
+        if m.field and m.field not in seen:
+            unit = "" if m.unit == "1" or m.check not in _NUMBERS else m.unit
+            seen[m.field] = Field(m.field, m.check, unit, m.required)
+    for f in inputs:
+        seen.setdefault(f.path, f)
+    return tuple(seen.values())
+
+
+# the "payload" a record carries (the payload script's own name for itself; a workload
+# kind, scalesweep.plan.kinds, names the one its records carry: record_payload) -> the
+# fields its readers use
+FIELDS: dict[str, tuple[Field, ...]] = {
+    payload: fields_of(metrics, INPUTS.get(payload, ())) for payload, metrics in METRICS.items()}
 
 def _values(data: Any, steps: tuple[tuple[str, bool], ...]) -> list[tuple[str, Any, bool]]:
     """(shown path, value, present) of every value at a field's path in ``data`` (its

@@ -13,10 +13,13 @@ report need to know of its workloads:
   what a series is plotted against) and that count's unit (``count_unit``);
 - its payload's arguments (``invocation``; ``planned``: the same without reading any
   staged file, for a dry run);
-- its record: ``record_payload``, the "payload" its metrics.json carries, whose fields are
-  ``scalesweep.record.metrics.FIELDS[record_payload]`` (``fields``; a kind whose fields are
-  not declared there declares its own ``own_fields``, registered with it);
-- its runs.csv columns (``row``: the kind's part of ``scalesweep.analyse.collect.run_row``);
+- its record: ``record_payload``, the "payload" its metrics.json carries;
+- its figures, each declared once (``metrics``: ``scalesweep.record.measures``, for a kind
+  defined elsewhere its ``own_metrics`` and the other fields its ``row`` reads,
+  ``own_inputs``, registered with it): its runs.csv columns with their units and roles,
+  and the record fields they come from (``fields``: ``scalesweep.record.metrics.FIELDS``);
+  ``values`` fills a run's row with them, those read as they are by itself and the
+  computed ones by the kind's ``row``;
 - its figure of merit (``merit``: the headline column, its unit, whether higher is better).
 
 Adding a kind is one module with one such class (``scalesweep/plan/kinds/cnn.py`` is the
@@ -29,8 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Iterable
 
+from scalesweep.record import columns as _columns
+from scalesweep.record import measures as _measures
 from scalesweep.record import metrics as _metrics
 from scalesweep.record.geometry import Geometry
+from scalesweep.record.measures import Metric
 
 
 class SweepError(ValueError):
@@ -58,6 +64,16 @@ class Merit:
     label: str = ""
 
 
+def field_value(record: dict, path: str) -> Any:
+    """The value at ``path`` ("a.b": b of the mapping a) of a record; None where absent."""
+    value: Any = record
+    for name in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(name)
+    return value
+
+
 def as_list(value: Any) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
@@ -72,7 +88,12 @@ class WorkloadKind:
     input_key: ClassVar[str] = ""  # the workload's key naming its input ("dataset")
     input_section: ClassVar[str] = ""  # the config section defining it ("datasets")
     merit: ClassVar[Merit] = Merit("time_s", "s", higher_is_better=False)
-    # record fields of a kind not declared in scalesweep.record.metrics.FIELDS
+    # a kind defined outside this package: its figures (scalesweep.record.measures) and
+    # the other record fields its row() reads, registered with it
+    own_metrics: ClassVar[tuple[Metric, ...] | None] = None
+    own_inputs: ClassVar[tuple[_metrics.Field, ...]] = ()
+    # or its record's fields alone (its row's columns then undeclared: appended to
+    # runs.csv, never grouped by)
     own_fields: ClassVar[tuple[_metrics.Field, ...] | None] = None
     # a point on several nodes runs one server per node behind one client (LLM)
     server_per_node: ClassVar[bool] = False
@@ -99,6 +120,22 @@ class WorkloadKind:
     def fields(self) -> tuple[_metrics.Field, ...]:
         """The fields of its metrics.json its readers use (scalesweep.record.metrics)."""
         return _metrics.FIELDS[self.record_payload]
+
+    @property
+    def metrics(self) -> tuple[Metric, ...]:
+        """Its figures (scalesweep.record.measures), in runs.csv's order."""
+        return _measures.METRICS.get(self.record_payload, ())
+
+    def values(self, metrics: dict) -> dict:
+        """Its figures of one run, in their declared order: those read as they are from
+        their field (None where absent), the computed ones from ``row``; then any column
+        ``row`` makes that is not declared (a kind with ``own_fields`` alone). A computed
+        figure ``row`` does not make is an error (KeyError naming it)."""
+        computed = self.row(metrics)
+        out = {m.name: (computed[m.name] if m.computed else field_value(metrics, m.field))
+               for m in self.metrics}
+        out.update((k, v) for k, v in computed.items() if k not in out)
+        return out
 
     # --- inputs ---------------------------------------------------------------------------
     def check(self, name: str, wl: dict, config: dict) -> str | None:
@@ -161,8 +198,9 @@ class WorkloadKind:
 
     # --- the analysis ---------------------------------------------------------------------
     def row(self, metrics: dict) -> dict:
-        """The kind's columns of a run's runs.csv row (``time_s`` always: the run's
-        time), from its metrics.json (fields as ``fields`` declares them)."""
+        """Its computed figures of a run (each ``Metric`` declared ``computed``; ``time_s``
+        always, the run's time), from its metrics.json (fields as ``fields`` declares
+        them); ``values`` adds those read as they are."""
         return {"time_s": metrics["wall_s"]}
 
 
@@ -179,11 +217,15 @@ def register(cls: type[WorkloadKind]) -> type[WorkloadKind]:
     if known is not None and type(known).__qualname__ != cls.__qualname__:
         raise ValueError(f"workload kind {cls.name!r} is registered already "
                          f"({type(known).__module__}.{type(known).__qualname__})")
-    if cls.own_fields is not None:
+    if cls.own_metrics is not None:
+        _columns.declare(cls.record_payload, cls.own_metrics)
+        _metrics.declare_fields(cls.record_payload,
+                                _metrics.fields_of(cls.own_metrics, cls.own_inputs))
+    elif cls.own_fields is not None:
         _metrics.declare_fields(cls.record_payload, cls.own_fields)
     elif cls.record_payload not in _metrics.FIELDS:
         raise TypeError(f"{cls.__name__}: record payload {cls.record_payload!r} has no fields "
-                        "in scalesweep.record.metrics.FIELDS: declare own_fields")
+                        "in scalesweep.record.metrics.FIELDS: declare own_metrics")
     _REGISTRY[cls.name] = cls()
     return cls
 
@@ -191,7 +233,9 @@ def register(cls: type[WorkloadKind]) -> type[WorkloadKind]:
 def unregister(name: str) -> None:
     """Forget a kind (tests register kinds of their own)."""
     kind = _REGISTRY.pop(name, None)
-    if kind is not None and kind.own_fields is not None:
+    if kind is not None and kind.own_metrics is not None:
+        _columns.forget(kind.record_payload)
+    if kind is not None and (kind.own_metrics is not None or kind.own_fields is not None):
         _metrics.forget_fields(kind.record_payload)
 
 

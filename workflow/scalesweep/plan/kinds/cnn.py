@@ -141,6 +141,8 @@ class CNN(WorkloadKind):
                           stage_from=shared_dir if node_local else "", dataset=shared_dir)
 
     def row(self, metrics: dict) -> dict:
+        """The computed figures (scalesweep.record.measures.CNN); the others are read as
+        they are (WorkloadKind.values)."""
         epochs = metrics["epoch_s"]
         steady = steady_epoch_time(epochs)
         # images_per_s covers the same epochs as time_s (steady state: the first epoch
@@ -155,23 +157,15 @@ class CNN(WorkloadKind):
         return dict(
             time_s=steady,
             epoch_time_first_s=epochs[0],
-            train_s=metrics["train_s"],
             images_per_epoch=per_epoch,
             images_per_s=per_epoch / steady if per_epoch and steady > 0 else None,
-            final_loss=metrics["final_loss"],
-            final_accuracy=metrics["final_accuracy"],
-            # held out of training, evaluated after it (accuracy parity)
-            test_accuracy=metrics.get("test_accuracy"),
-            test_loss=metrics.get("test_loss"),
-            parallel=metrics.get("parallel"),
             # the MPI library the ranks loaded, and whether it was the host's
             mpi_library=mpi.get("library"),
             mpi_library_version=mpi.get("library_version"),
             mpi_origin=mpi.get("origin"),
             # rank 0's seconds per steady epoch in the gradient Allreduce (mpi)
             allreduce_s=steady_epoch_time(allreduce) if allreduce else None,
-            # counted FLOPs of one rank's step, and what one rank achieved per steady epoch
-            flops_per_step=flops,
+            # what one rank achieved per steady epoch
             achieved_gflops_per_rank=(flops * steps / steady / 1e9
                                       if flops and steps and steady > 0 else None),
             scaling=metrics.get("scaling", "strong"),
@@ -182,6 +176,4 @@ class CNN(WorkloadKind):
             # rank 0's seconds per steady epoch getting its batches
             data_wait_s=(steady_epoch_time(metrics["data_wait_s"])
                          if metrics.get("data_wait_s") else None),
-            data_load_s=metrics.get("data_load_s"),
-            staging_s=metrics.get("staging_s"),
         )

@@ -219,19 +219,18 @@ class LLM(WorkloadKind):
                           str(Path(inputs["model"]).resolve()))
 
     def row(self, metrics: dict) -> dict:
+        """The computed figures (scalesweep.record.measures.LLM); the others are read as
+        they are (WorkloadKind.values)."""
         ttft, latency = metrics.get("ttft_s") or {}, metrics.get("latency_s") or {}
-        row = dict(
+        model = metrics.get("model") or {}
+        synthetic = bool(model.get("synthetic", False))
+        return dict(
             time_s=metrics["wall_s"],
-            tokens_per_s=metrics.get("tokens_per_s"),
-            requests_per_s=metrics.get("requests_per_s"),
             ttft_p50_s=ttft.get("p50"),
             ttft_p90_s=ttft.get("p90"),
             ttft_p99_s=ttft.get("p99"),
             latency_p50_s=latency.get("p50"),
             latency_p99_s=latency.get("p99"),
-            peak_rss_mb=(metrics.get("memory") or {}).get("server_peak_rss_mb"),
-            engine=(metrics.get("engine") or {}).get("name"),
-            concurrency=metrics.get("concurrency"),
             # the concurrency axis, per level (JSON: scalesweep.report.tables.concurrency_table)
             concurrency_levels=json.dumps([
                 {"concurrency": lv["concurrency"], "tokens_per_s": lv.get("tokens_per_s"),
@@ -243,18 +242,14 @@ class LLM(WorkloadKind):
             # the target (scripts/llm_load.py)
             load_levels=json.dumps([compact_level(lv) for lv in metrics["load_levels"]])
             if metrics.get("load_levels") else None,
-            max_rate_rps=(metrics.get("max_rate") or {}).get("max_rate_rps"),
             max_rate_bound=(metrics.get("max_rate") or {}).get("bound"),
-            max_rate_missed_rps=(metrics.get("max_rate") or {}).get("missed_rps"),
             # where the client ran (load.client: with_server, host)
             client_placement=(metrics.get("client") or {}).get("placement"),
-            model=(metrics.get("model") or {}).get("name"),
-            synthetic_model=bool((metrics.get("model") or {}).get("synthetic", False)),
+            synthetic_model=synthetic,
             # the spread inside the run: CV of its requests' decode rates, percent
             within_run_cv_pct=request_spread_pct(metrics),
+            model_label=model_label(model.get("name"), synthetic),
         )
-        row["model_label"] = model_label(row["model"], row["synthetic_model"])
-        return row
 
 
 def workload_targets(config: dict, workloads) -> dict[str, dict | None]:
