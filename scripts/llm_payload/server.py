@@ -8,12 +8,12 @@ import http.client
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 from llm_payload.errors import PointError
+from scalesweep.record.ports import listen_port
 from llm_payload.http_client import http_json
 
 
@@ -23,9 +23,9 @@ def now_iso() -> str:
 
 
 def free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """The server's port: nothing listens on it, and no outgoing connection can take it
+    before the server listens (scalesweep.record.ports)."""
+    return listen_port(host)
 
 
 def _pdeathsig() -> None:

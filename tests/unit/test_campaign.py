@@ -62,3 +62,52 @@ def test_merge_refuses_a_non_campaign(tmp_path):
     out = subprocess.run([*CLI, "merge", str(tmp_path / "nope"), "--into", str(tmp_path)],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "is not a campaign directory" in out.stderr
+
+
+def test_archive_carries_ro_crate_metadata_that_merge_and_compare_read(tmp_path):
+    """RO-Crate 1.1 at the archive's root: the descriptor, the root dataset and every part
+    it names, the campaign as a CreateAction of the workflow at its commit, on its site,
+    with its config and summary files (size, sha256); an unpacked archive's crate is what
+    merge and compare say the runs come from."""
+    import hashlib
+
+    from scalesweep.campaign.crate import CRATE, RUN, SPEC, WORKFLOW
+
+    a = tmp_path / "a"
+    _point(a, 1, 1.0)
+    (a / "config").mkdir()
+    (a / "config" / "config.yaml").write_text("site: local\n")
+    summary = a / "results" / "summary"
+    summary.mkdir(parents=True)
+    (summary / "runs.csv").write_text(
+        "workload,git_commit,hosts,start,end\n"
+        "cnn_ddp,abc123,vm;vm2,2026-11-29T01:00:00+0000,2026-11-29T01:00:10+0000\n")
+    (summary / "campaign.json").write_text(json.dumps({"config": {"site": "local"}}))
+    out = subprocess.run([*CLI, "archive", str(a), str(tmp_path / "a.tar.gz")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    with tarfile.open(tmp_path / "a.tar.gz") as tar:
+        assert tar.getnames()[0] == CRATE
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    unpacked = tmp_path / "unpacked"
+    graph = json.loads((unpacked / CRATE).read_text())
+    assert graph["@context"] == "https://w3id.org/ro/crate/1.1/context"
+    entities = {e["@id"]: e for e in graph["@graph"]}
+    assert entities[CRATE]["conformsTo"] == [{"@id": SPEC}]
+    assert entities[CRATE]["about"] == {"@id": "./"}
+    root = entities["./"]
+    assert "Dataset" in root["@type"] and root["datePublished"]
+    for part in root["hasPart"]:  # every part described, every file as archived
+        entity = entities[part["@id"]]
+        if entity["@type"] == "File":
+            data = (unpacked / part["@id"]).read_bytes()
+            assert entity["sha256"] == hashlib.sha256(data).hexdigest()
+            assert entity["contentSize"] == str(len(data))
+    run = entities[RUN]
+    assert run["instrument"] == {"@id": WORKFLOW} and entities[WORKFLOW]["version"] == "abc123"
+    assert run["runs"] == 1 and run["location"] == "local" and run["hosts"] == ["vm", "vm2"]
+    assert run["startTime"].startswith("2026-11-29T01:00:00")
+    merged = subprocess.run([*CLI, "merge", str(unpacked), "--into", str(tmp_path / "b")],
+                            capture_output=True, text=True)
+    assert merged.returncode == 0, merged.stderr
+    assert f"{unpacked}: RO-Crate: scalesweep abc123, site local, 1 runs" in merged.stdout

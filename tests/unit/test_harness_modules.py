@@ -215,3 +215,27 @@ def test_a_series_with_finished_runs_bounds_the_local_time_limit_by_ten_times_th
     assert time_limit_s(workload, site, [600.0], environ={}) == 1800  # the configured limit
     assert time_limit_s(workload, site, [], environ={}) == 1800
     assert time_limit_s(workload, site, [41.0], environ={"SLURM_JOB_ID": "1"}) is None
+
+
+def test_the_rendezvous_port_is_below_the_ephemeral_range_and_free(tmp_path):
+    """A port the kernel would also give to an outgoing connection between the pick and
+    the listen is not taken (EADDRINUSE, seen in an A/A campaign): the ranks' rendezvous
+    and the LLM server listen below the ephemeral range, on a port nothing listens on."""
+    import socket
+
+    from scalesweep.record.ports import ephemeral_range, listen_port
+    from scalesweep.run.pointlaunch import rendezvous_env
+
+    low, _ = ephemeral_range()
+    port = int(rendezvous_env("mpirun")["MASTER_PORT"])
+    assert 10000 <= port < low
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))  # free
+    # a port something listens on is never given
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", port))
+        held.listen()
+        assert all(listen_port() != port for _ in range(200))
+    # no room below the range (a site's wide ephemeral range): the kernel's pick
+    (tmp_path / "wide").write_text("1024 60999\n")
+    assert listen_port(path=str(tmp_path / "wide")) >= 1024

@@ -10,12 +10,16 @@ two differ. Failed or partial points are never copied over finished ones.
 from __future__ import annotations
 
 import hashlib
-import sys
+import io
+import json
 import os
 import shutil
+import sys
 import tarfile
+import time
 from pathlib import Path
 
+from scalesweep.campaign.crate import CRATE, crate, describe
 from scalesweep.campaign.usage import UsageError
 from scalesweep.plan.sweep import OLD_LAYOUT_NOTE, SweepError, SweepPoint, in_history, old_layout
 from scalesweep.record.metrics import MetricsError, read_metrics
@@ -81,19 +85,25 @@ def _no_caches(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
 
 
 def archive(campaign: Path, out: Path) -> int:
-    """Tar a campaign's measurements, configs and image/model manifests (no images)."""
+    """Tar a campaign's measurements, configs and image/model manifests (no images), with
+    its RO-Crate metadata at the root (scalesweep.campaign.crate)."""
     if not (campaign / "results").is_dir():
         raise UsageError(f"{campaign} has no results/ directory")
     members = [p for p in ("config", "results", "logs") if (campaign / p).exists()]
     members += [str(p.relative_to(campaign)) for p in (campaign / "resources").rglob("*.json")
                 if "images" in p.parts or p.name.endswith((".manifest.json", ".verified.json"))] \
         if (campaign / "resources").is_dir() else []
+    runs = len(finished_points(campaign))
+    metadata = json.dumps(crate(campaign, members, runs), indent=1).encode()
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     with tarfile.open(tmp, "w:gz") as tar:
+        info = tarfile.TarInfo(CRATE)
+        info.size, info.mtime, info.mode = len(metadata), int(time.time()), 0o644
+        tar.addfile(info, io.BytesIO(metadata))
         for m in members:
             tar.add(campaign / m, arcname=m, filter=_no_caches)
     os.replace(tmp, out)
-    return len(finished_points(campaign))
+    return runs
 
 
 def _run_merge(args) -> int:
@@ -103,6 +113,10 @@ def _run_merge(args) -> int:
             raise UsageError(f"{s}: unpack an archive first (tar xzf {s} -C DIR), then merge DIR")
         if not (s / RUNS_DIR).is_dir():
             raise UsageError(f"{s} is not a campaign directory (no results/runs/)")
+    for where in (*sources, Path(args.into)):  # where the runs come from (unpacked archives)
+        line = describe(where)
+        if line:
+            print(line)
     report = merge(sources, Path(args.into))
     for key in ("copied", "identical", "conflicts"):
         print(f"{len(report[key])} {key}")

@@ -43,6 +43,7 @@ from scalesweep.campaign.usage import UsageError
 from scalesweep.plan.kinds import kinds as workload_kinds
 from scalesweep.plan.sweep import OLD_LAYOUT_NOTE, SweepError, SweepPoint, in_history, old_layout
 from scalesweep.record.geometry import AXES as GEOMETRY, Geometry
+from scalesweep.campaign.crate import describe
 from scalesweep.record.metrics import RUN_FIELDS, MetricsError, read_metrics
 from scalesweep.record.pointdir import METRICS_JSON, RUNS_DIR
 
@@ -349,6 +350,10 @@ def run(args: argparse.Namespace) -> int:
           f"{args.threshold:g}%, alpha {args.alpha:g}", file=sys.stderr)
     for note in model_notes(a, b) + provenance_notes(a, b):
         print(f"scalesweep compare: note: {note}", file=sys.stderr)
+    for side, where in (("A", args.a), ("B", args.b)):  # an unpacked archive's RO-Crate
+        line = describe(Path(where))
+        if line:
+            print(f"scalesweep compare: {side}: {line}", file=sys.stderr)
     for side, skipped in (("A", skipped_a), ("B", skipped_b)):
         for line in skipped:
             print(f"scalesweep compare: skipped in {side}: {line}", file=sys.stderr)

@@ -10,24 +10,17 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from scalesweep.measure.slurmjob import first_slurm_host
+from scalesweep.record.ports import listen_port
 from scalesweep.plan.kinds import kinds
 from scalesweep.plan.sweep import SweepPoint
 from scalesweep.platform.launch import ContainerSite, Launch, LaunchError
 from scalesweep.record.pointdir import OUTPUTS_JSONL, PAYLOAD_JSON, SERVERS_DIR
-
-
-def free_port() -> int:
-    """A free TCP port on the loopback: the rendezvous of ranks outside Slurm."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def choose_launcher(configured: str, world_size: int) -> str:
@@ -43,7 +36,8 @@ def rendezvous_env(launcher: str) -> dict[str, str]:
     if launcher == "srun":
         job = int(os.environ["SLURM_JOB_ID"])
         return {"MASTER_ADDR": first_slurm_host(), "MASTER_PORT": str(20000 + job % 20000)}
-    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "GLOO_SOCKET_IFNAME": "lo"}
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(listen_port()),
+            "GLOO_SOCKET_IFNAME": "lo"}
 
 
 def container_site(config: dict, runtime: str, image: str) -> ContainerSite:
