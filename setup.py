@@ -20,13 +20,16 @@ from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "workflow"))
 from scalesweep.platform.code import PACKAGED_TREE  # noqa: E402
 from scalesweep.record.metrics import SOURCE_COMMIT_FILE  # noqa: E402
-# What the workflow reads at run time, relative to the clone's root: scalesweep.platform.code
-# names each of them (tests/unit/test_packaging.py holds the two lists together).
+# What the workflow reads at run time, relative to the clone's root (scalesweep.platform.code
+# names where each is looked for); MANIFEST.in puts the same in an sdist, and
+# tests/integration/test_wheel_install.py checks that a wheel built from one holds every
+# file git tracks under them.
 TREE = ("Snakefile", "LICENSE", "constraints.txt", "workflow/rules", "workflow/schemas",
         "workflow/report", "workflow/scripts", "workflow/scalesweep", "scripts", "sites",
         "profiles", "containers", "config", "envs")
@@ -52,9 +55,20 @@ class BuildWithTree(build_py):
         (tree / SOURCE_COMMIT_FILE).write_text(source_commit() + "\n")
 
 
+class SdistWithCommit(sdist):
+    """sdist, with the commit it is made from at its root (SOURCE_COMMIT): a wheel built
+    from the sdist, outside any git checkout, still records it."""
+
+    def make_release_tree(self, base_dir, files) -> None:
+        super().make_release_tree(base_dir, files)
+        (Path(base_dir) / SOURCE_COMMIT_FILE).write_text(source_commit() + "\n")
+
+
 def source_commit() -> str:
     """The commit being built (" + uncommitted changes" where tracked files differ from
-    it); "" outside a git checkout (an sdist)."""
+    it): an sdist's SOURCE_COMMIT, else git's; "" where neither says."""
+    if (HERE / SOURCE_COMMIT_FILE).is_file():
+        return (HERE / SOURCE_COMMIT_FILE).read_text().strip()
     def git(*args: str) -> str:
         try:
             out = subprocess.run(["git", *args], cwd=HERE, capture_output=True, text=True,
@@ -68,4 +82,4 @@ def source_commit() -> str:
     return head + (" + uncommitted changes" if dirty else "")
 
 
-setup(cmdclass={"build_py": BuildWithTree})
+setup(cmdclass={"build_py": BuildWithTree, "sdist": SdistWithCommit})

@@ -51,10 +51,13 @@ def installed(tmp_path_factory) -> Path:
     """A fresh venv with the built wheel installed: its bin/ folder."""
     root = tmp_path_factory.mktemp("wheel")
     dist = root / "dist"
-    # built from a copy: pip builds in the source tree (its build/ folder)
+    # built from a copy (a build writes into its source tree), the way a release is: an
+    # sdist from the git checkout, then the wheel from the sdist, outside any checkout
     src = source_copy(root / "scalesweep", git=True)
+    sh(sys.executable, "setup.py", "-q", "sdist", "-d", dist, cwd=src)
+    sdist, = dist.glob("scalesweep-*.tar.gz")
     sh(sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q",
-       "-w", dist, src, cwd=root)
+       "-w", dist, sdist, cwd=root)
     wheel, = dist.glob("scalesweep-*.whl")
     venv = root / "venv"
     sh(sys.executable, "-m", "venv", venv, cwd=root)  # its pip: Python's bundled one
@@ -102,6 +105,7 @@ def test_init_then_run_measures_and_reports_outside_the_clone(installed, tmp_pat
     out = sh(scalesweep, "init", campaign, cwd=tmp_path, env=env).stdout
     config = campaign / "config" / "config.yaml"
     assert config.is_file() and "scalesweep run --profile local" in out
+    assert (campaign / "config" / "frontier.yaml").is_file()  # what profiles/frontier names
     # init never writes over a config
     again = subprocess.run([scalesweep, "init", campaign], capture_output=True, text=True, env=env)
     assert again.returncode == 2 and "exists" in again.stderr

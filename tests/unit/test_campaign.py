@@ -81,7 +81,9 @@ def test_archive_carries_ro_crate_metadata_that_merge_and_compare_read(tmp_path)
     summary.mkdir(parents=True)
     (summary / "runs.csv").write_text(
         "workload,git_commit,hosts,start,end\n"
-        "cnn_ddp,abc123,vm;vm2,2026-11-29T01:00:00+0000,2026-11-29T01:00:10+0000\n")
+        "cnn_ddp,abc123,vm;vm2,2026-11-29T01:00:00+0000,2026-11-29T01:00:10+0000\n"
+        # another offset: it starts later (01:30 UTC), though its text sorts first
+        "cnn_ddp,abc123,vm,2026-11-29T00:30:00-0100,2026-11-29T01:00:05+0000\n")
     (summary / "campaign.json").write_text(json.dumps({"config": {"site": "local"}}))
     out = subprocess.run([*CLI, "archive", str(a), str(tmp_path / "a.tar.gz")],
                          capture_output=True, text=True)
@@ -91,7 +93,7 @@ def test_archive_carries_ro_crate_metadata_that_merge_and_compare_read(tmp_path)
         tar.extractall(tmp_path / "unpacked", filter="data")
     unpacked = tmp_path / "unpacked"
     graph = json.loads((unpacked / CRATE).read_text())
-    assert graph["@context"] == "https://w3id.org/ro/crate/1.1/context"
+    assert graph["@context"][0] == "https://w3id.org/ro/crate/1.1/context"
     entities = {e["@id"]: e for e in graph["@graph"]}
     assert entities[CRATE]["conformsTo"] == [{"@id": SPEC}]
     assert entities[CRATE]["about"] == {"@id": "./"}
@@ -105,8 +107,12 @@ def test_archive_carries_ro_crate_metadata_that_merge_and_compare_read(tmp_path)
             assert entity["contentSize"] == str(len(data))
     run = entities[RUN]
     assert run["instrument"] == {"@id": WORKFLOW} and entities[WORKFLOW]["version"] == "abc123"
-    assert run["runs"] == 1 and run["location"] == "local" and run["hosts"] == ["vm", "vm2"]
-    assert run["startTime"].startswith("2026-11-29T01:00:00")
+    assert run["runs"] == 1 and run["hosts"] == ["vm", "vm2"]
+    assert entities[run["location"]["@id"]] == {"@id": "#site-local", "@type": "Place",
+                                                "name": "local"}
+    assert run["startTime"] == "2026-11-29T01:00:00Z" and run["endTime"] == "2026-11-29T01:00:10Z"
+    # every term is RO-Crate 1.1's or defined in the crate's own context
+    assert set(graph["@context"][1]) == {"sha256", "hosts", "runs"}
     merged = subprocess.run([*CLI, "merge", str(unpacked), "--into", str(tmp_path / "b")],
                             capture_output=True, text=True)
     assert merged.returncode == 0, merged.stderr

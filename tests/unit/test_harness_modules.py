@@ -217,25 +217,37 @@ def test_a_series_with_finished_runs_bounds_the_local_time_limit_by_ten_times_th
     assert time_limit_s(workload, site, [41.0], environ={"SLURM_JOB_ID": "1"}) is None
 
 
-def test_the_rendezvous_port_is_below_the_ephemeral_range_and_free(tmp_path):
+def test_the_rendezvous_port_is_below_the_ephemeral_range_and_free(tmp_path, monkeypatch):
     """A port the kernel would also give to an outgoing connection between the pick and
     the listen is not taken (EADDRINUSE, seen in an A/A campaign): the ranks' rendezvous
-    and the LLM server listen below the ephemeral range, on a port nothing listens on."""
+    and the LLM server listen below the ephemeral range, on a port nothing listens on;
+    under Slurm every rank computes the job's port, below the range too."""
     import socket
 
-    from scalesweep.record.ports import ephemeral_range, listen_port
+    from scalesweep.record import ports
     from scalesweep.run.pointlaunch import rendezvous_env
 
-    low, _ = ephemeral_range()
+    default = tmp_path / "default"
+    default.write_text("32768\t60999\n")
+    monkeypatch.setattr(ports, "EPHEMERAL", str(default))  # Linux's default range
     port = int(rendezvous_env("mpirun")["MASTER_PORT"])
-    assert 10000 <= port < low
+    assert 10000 <= port < 32768
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))  # free
     # a port something listens on is never given
     with socket.socket() as held:
         held.bind(("127.0.0.1", port))
         held.listen()
-        assert all(listen_port() != port for _ in range(200))
-    # no room below the range (a site's wide ephemeral range): the kernel's pick
-    (tmp_path / "wide").write_text("1024 60999\n")
-    assert listen_port(path=str(tmp_path / "wide")) >= 1024
+        assert all(ports.listen_port() != port for _ in range(200))
+    # no room below the range (a site's wide ephemeral range): the kernel's pick, which
+    # is in that range
+    wide = tmp_path / "wide"
+    wide.write_text("10001 60999\n")
+    assert 10001 <= ports.listen_port(path=str(wide)) <= 60999
+    # Slurm: the job's port, the same for every rank, below the range (was 20000 + id %
+    # 20000: a third of the ids in the range)
+    monkeypatch.setenv("SLURM_JOB_ID", "31999")
+    monkeypatch.setattr("scalesweep.run.pointlaunch.first_slurm_host", lambda: "n1")
+    env = rendezvous_env("srun")
+    assert env["MASTER_PORT"] == str(ports.below_ephemeral(31999)) and int(env["MASTER_PORT"]) < 32768
+    assert 10000 <= ports.below_ephemeral(31999, str(wide)) <= 60999

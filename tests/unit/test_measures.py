@@ -114,3 +114,26 @@ def test_names_say_one_thing():
         names = [m.name for m in metrics]
         assert len(names) == len(set(names)), payload
     assert json.dumps(sorted(columns.COLUMNS))  # made without a clash
+
+
+def test_a_kind_is_held_to_its_declarations():
+    """A figure declared neither read nor computed is refused when its kind registers; a
+    row() that makes a figure declared read as it is fails naming it."""
+    from scalesweep.plan.kinds import register, unregister
+    from scalesweep.plan.kinds.base import WorkloadKind
+
+    class Unsourced(WorkloadKind):
+        name, script, record_payload = "unsourced", "x.py", "unsourced"
+        own_metrics = (measures.Metric("floating", "s"),)
+
+    with pytest.raises(TypeError, match="floating are neither read from a field nor computed"):
+        register(Unsourced)
+
+    class Overriding(type(kind_of("cnn"))):
+        def row(self, metrics):
+            return {**super().row(metrics), "train_s": 0.0}
+
+    with pytest.raises(ValueError, match="row\\(\\) makes train_s, declared read as it is"):
+        Overriding().values(cnn_record())
+    assert "unsourced" not in measures.METRICS
+    unregister("unsourced")

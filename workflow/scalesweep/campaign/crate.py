@@ -1,8 +1,12 @@
-"""A campaign archive's RO-Crate metadata (``ro-crate-metadata.json``, RO-Crate 1.1, the
-Workflow Run Crate shape): what a site publishing the archive, or a reader of it years
-later, needs to know without opening a run: the campaign as one CreateAction of the
-scalesweep workflow at its commit(s), on its site and hosts, from its first run to its
-last, with its config and summary tables as files (size and sha256) and its runs counted.
+"""A campaign archive's RO-Crate metadata (``ro-crate-metadata.json``, RO-Crate 1.1): what a
+site publishing the archive, or a reader of it years later, needs to know without opening
+a run: the campaign as one CreateAction (a run, as the Workflow Run Crate profiles model
+it, whose instrument is the scalesweep workflow at its commits; the workflow itself is not
+in the archive, so the crate does not claim those profiles), on its site (a Place) and
+hosts, from its first run to its last, with its config and summary tables as files (size
+and sha256) and its runs counted. Terms beyond RO-Crate 1.1's context are defined in the
+crate's own context (``TERMS``). Archive a finished campaign: a file that changes while
+the archive is written no longer matches its sha256.
 ``scalesweep archive`` writes it at the archive's root; ``scalesweep compare`` and
 ``merge`` read it where a campaign directory has one (an unpacked archive) and say which
 workflow, site and time its runs come from (``describe``).
@@ -19,8 +23,11 @@ from typing import Any
 CRATE = "ro-crate-metadata.json"
 CONTEXT = "https://w3id.org/ro/crate/1.1/context"
 SPEC = "https://w3id.org/ro/crate/1.1"
-# the profiles the crate follows (Workflow Run Crate: a run of a workflow, its instrument)
-PROFILES = ("https://w3id.org/ro/wfrun/process/0.5", "https://w3id.org/ro/wfrun/workflow/0.5")
+# the terms it uses that RO-Crate 1.1's context lacks: the Workflow Run Crate's sha256,
+# and scalesweep's own counts
+TERMS = {"sha256": "https://w3id.org/ro/terms/workflow-run#sha256",
+         "hosts": "https://w3id.org/scalesweep/terms#hosts",
+         "runs": "https://w3id.org/scalesweep/terms#runs"}
 WORKFLOW = "#scalesweep"
 RUN = "#campaign"
 SUMMARY = "results/summary"
@@ -44,18 +51,27 @@ def crate(campaign: Path, members: list[str], runs: int) -> dict[str, Any]:
     import pandas as pd
 
     summary = campaign / SUMMARY
-    facts = json.loads((summary / "campaign.json").read_text()) \
-        if (summary / "campaign.json").is_file() else {}
-    config = facts.get("config") or {}
-    table = pd.read_csv(summary / "runs.csv") if (summary / "runs.csv").is_file() else pd.DataFrame()
+    try:
+        facts = json.loads((summary / "campaign.json").read_text())
+    except (OSError, ValueError):
+        facts = {}
+    config = facts.get("config") or {} if isinstance(facts, dict) else {}
+    try:  # text as written (a commit of digits stays one)
+        table = pd.read_csv(summary / "runs.csv", dtype=str, keep_default_na=False)
+    except (OSError, pd.errors.EmptyDataError, pd.errors.ParserError):
+        table = pd.DataFrame()
 
     def values(column: str) -> list[str]:
-        if column not in table:
-            return []
-        return sorted({str(v) for v in table[column].dropna() if str(v)})
+        return sorted({v for v in table[column] if v}) if column in table else []
+
+    def when(column: str, last: bool) -> str | None:
+        times = pd.to_datetime(pd.Series(values(column), dtype=str), utc=True,
+                               errors="coerce").dropna()
+        if times.empty:
+            return None
+        return (times.max() if last else times.min()).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     hosts = sorted({h for v in values("hosts") for h in v.split(";") if h})
-    start, end = values("start"), values("end")
     files = [_file(campaign, f"{SUMMARY}/{name}", f"the campaign's {name}")
              for name in LISTED if (summary / name).is_file()]
     if (campaign / "config" / "config.yaml").is_file():
@@ -64,6 +80,8 @@ def crate(campaign: Path, members: list[str], runs: int) -> dict[str, Any]:
              if (campaign / m).is_dir()]
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     commits = values("git_commit")
+    site = config.get("site")
+    place = {"@id": f"#site-{site}", "@type": "Place", "name": site} if site else None
     graph: list[dict[str, Any]] = [
         {"@id": CRATE, "@type": "CreativeWork", "conformsTo": [{"@id": SPEC}],
          "about": {"@id": "./"}},
@@ -72,24 +90,26 @@ def crate(campaign: Path, members: list[str], runs: int) -> dict[str, Any]:
          "description": "Container overhead and scaling measurements made by scalesweep: "
                         f"{runs} finished runs, their summaries and the config they were "
                         "measured under",
-         "datePublished": now, "conformsTo": [{"@id": p} for p in PROFILES],
+         "datePublished": now,
          "hasPart": [{"@id": x["@id"]} for x in files + parts],
-         "mentions": [{"@id": RUN}], "mainEntity": {"@id": WORKFLOW}},
-        {"@id": WORKFLOW, "@type": ["SoftwareSourceCode", "ComputationalWorkflow"],
-         "name": "scalesweep", "programmingLanguage": {"@id": "https://snakemake.github.io"},
+         "mentions": [{"@id": RUN}]},
+        {"@id": WORKFLOW, "@type": "SoftwareApplication", "name": "scalesweep",
+         "description": "the Snakemake workflow that measured the runs (not in the archive)",
+         "programmingLanguage": {"@id": "https://snakemake.github.io"},
          "version": ", ".join(commits) or "unknown"},
         {"@id": "https://snakemake.github.io", "@type": "ComputerLanguage",
          "name": "Snakemake"},
         {"@id": RUN, "@type": "CreateAction", "name": "the campaign's runs",
          "instrument": {"@id": WORKFLOW},
-         "startTime": start[0] if start else None, "endTime": end[-1] if end else None,
+         "startTime": when("start", last=False), "endTime": when("end", last=True),
          "result": [{"@id": x["@id"]} for x in files if x["@id"].startswith(SUMMARY)],
          "object": [{"@id": "config/config.yaml"}] if files and
          files[0]["@id"] == "config/config.yaml" else [],
-         "location": config.get("site") or None, "hosts": hosts, "runs": runs},
-        *files, *parts,
+         "location": {"@id": place["@id"]} if place else None, "hosts": hosts,
+         "runs": runs},
+        *([place] if place else []), *files, *parts,
     ]
-    return {"@context": CONTEXT, "@graph": graph}
+    return {"@context": [CONTEXT, TERMS], "@graph": graph}
 
 
 def describe(directory: Path) -> str | None:
@@ -98,8 +118,9 @@ def describe(directory: Path) -> str | None:
     try:
         graph = {e["@id"]: e for e in json.loads((directory / CRATE).read_text())["@graph"]}
         run, workflow = graph[RUN], graph[WORKFLOW]
-    except (OSError, ValueError, KeyError, TypeError):
+        place = graph.get((run.get("location") or {}).get("@id"), {})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return (f"{directory}: RO-Crate: scalesweep {workflow.get('version')}, site "
-            f"{run.get('location')}, {run.get('runs')} runs, {run.get('startTime')} .. "
+            f"{place.get('name')}, {run.get('runs')} runs, {run.get('startTime')} .. "
             f"{run.get('endTime')}")

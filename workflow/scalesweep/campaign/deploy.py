@@ -1,13 +1,17 @@
 """``scalesweep init DIR`` and ``scalesweep run [SNAKEMAKE ARGS]``: a campaign from an
 installed package (a wheel, not a clone) the way a clone's README runs one.
 
-- ``init`` makes DIR a campaign directory: ``DIR/config/config.yaml``, a copy of the
-  embedded default to edit (never over an existing one), and says how to run it.
+- ``init`` makes DIR a campaign directory: ``DIR/config/``, a copy of the package's
+  config folder (the embedded default ``config.yaml`` to edit, and the site and study
+  configs the profiles and ``--configfile`` name: ``config/frontier.yaml``, ...), never
+  over an existing ``config.yaml``, and says how to run it.
 - ``run`` is ``snakemake`` with the package's Snakefile (``scalesweep.platform.code``:
   the wheel's copy of the tree, or the clone), in the current directory; a ``--profile``
   given by name (``local``, ``frontier``) that is no directory here is the package's own
-  (``profiles/<name>``). It replaces this process with Snakemake's, so Ctrl-C, the exit
-  status and the terminal are Snakemake's own.
+  (``profiles/<name>``) where the package has one, else Snakemake looks it up as it does
+  (~/.config/snakemake, /etc/xdg/snakemake). It replaces this process with Snakemake's
+  (``os.execv``: a caller of ``scalesweep.cli.main(["run", ...])`` is replaced too), so
+  Ctrl-C, the exit status and the terminal are Snakemake's own.
 """
 
 from __future__ import annotations
@@ -24,37 +28,50 @@ CONFIG = Path("config") / "config.yaml"
 
 
 def init(directory: Path) -> Path:
-    """DIR/config/config.yaml from the embedded default; refused where one exists."""
+    """DIR/config/ from the package's config folder; refused where DIR/config/config.yaml
+    exists (nothing is written then). Files already in DIR/config/ are kept."""
     target = directory / CONFIG
     if target.exists():
         raise UsageError(f"{target} exists: nothing was changed (edit it, or init another "
                          "directory)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(CODE_ROOT / CONFIG, target)
+    source = CODE_ROOT / CONFIG.parent
+    for path in sorted(source.rglob("*")):
+        copy = directory / CONFIG.parent / path.relative_to(source)
+        if path.is_dir():
+            copy.mkdir(parents=True, exist_ok=True)
+        elif not copy.exists():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, copy)
     return target
+
+
+def _is(arg: str, option: str, short: str = "") -> bool:
+    """Whether ``arg`` is Snakemake's ``option`` (or an abbreviation argparse takes for
+    it, 5 characters or more), with or without "=value", or its ``short`` form (also
+    glued to its value: -sFILE)."""
+    name = arg.split("=", 1)[0]
+    return (len(name) >= 5 and option.startswith(name)) or bool(
+        short and arg.startswith(short) and not arg.startswith("--"))
 
 
 def snakemake_argv(args: list[str], here: Path | None = None) -> list[str]:
     """Snakemake's command line for ``scalesweep run ARGS``: this package's Snakefile, and
     a profile named without a path that is no directory ``here`` taken from its
-    profiles/."""
+    profiles/ where it has one."""
     here = Path.cwd() if here is None else here
-    if any(a in ("-s", "--snakefile") or a.startswith("--snakefile=") for a in args):
+    if any(_is(a, "--snakefile", "-s") for a in args):
         raise UsageError("scalesweep run gives Snakemake its own Snakefile "
                          f"({CODE_ROOT / 'Snakefile'}); run snakemake itself for another")
     out = []
     i = 0
     while i < len(args):
         arg = args[i]
-        name, value = (arg.split("=", 1) + [None])[:2] if arg.startswith("--profile=") \
-            else (arg, None)
-        if name == "--profile":
-            if value is None and i + 1 < len(args):
+        if _is(arg, "--profile"):
+            name, _, value = arg.partition("=")
+            if not _ and i + 1 < len(args):
                 i += 1
                 value = args[i]
-            if value is not None:
-                value = _profile(value, here)
-            out += [name] + ([value] if value is not None else [])
+            out += [name, _profile(value, here)] if value else [name]
         else:
             out.append(arg)
         i += 1
@@ -62,22 +79,19 @@ def snakemake_argv(args: list[str], here: Path | None = None) -> list[str]:
 
 
 def _profile(value: str, here: Path) -> str:
-    if "/" in value or (here / value).is_dir():
+    """A profile named without a path: the package's where it has one (and ``here`` has no
+    directory of that name), else as given (Snakemake's own lookup)."""
+    if "/" in value or (here / value).is_dir() or not (PROFILES_DIR / value).is_dir():
         return value
-    packaged = PROFILES_DIR / value
-    if not packaged.is_dir():
-        known = ", ".join(sorted(p.name for p in PROFILES_DIR.iterdir() if p.is_dir()))
-        raise UsageError(f"--profile {value!r}: no directory {here / value} and no profile "
-                         f"of that name in {PROFILES_DIR} ({known})")
-    return str(packaged)
+    return str(PROFILES_DIR / value)
 
 
 def _init(args) -> int:
     directory = Path(args.directory)
     target = init(directory)
-    print(f"{target}: the embedded default (every key: {CODE_ROOT}/workflow/schemas/"
-          "config.schema.yaml; site examples in "
-          f"{CODE_ROOT / 'config'}). Then, in {directory}:\n"
+    print(f"{target}: the embedded default to edit (every key: {CODE_ROOT}/workflow/"
+          "schemas/config.schema.yaml), beside the site and study configs the profiles "
+          f"name. Then, in {directory}:\n"
           "  scalesweep run --profile local       # or any snakemake arguments\n"
           "  scalesweep run --report report.html")
     return 0

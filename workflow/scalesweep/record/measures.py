@@ -13,9 +13,11 @@ it is read from. What the other places say of a figure is derived from here:
 - the docs' list of figures (docs/report.md, "What each run's row holds", checked by the
   same test).
 
-Adding a figure to a kind is one ``Metric`` line in its tuple below (plus, for a
-computed one, its line in the kind's ``row()``). A kind defined outside this package
-declares its own (``WorkloadKind.own_metrics``), registered with it.
+Adding a figure to a built-in kind is one ``Metric`` line in its tuple below (plus, for a
+computed one, its line in the kind's ``row()`` in scalesweep/plan/kinds/); runs.csv
+places it where ``scalesweep.analyse.collect.RUN_COLUMNS`` lists it, at the end where it
+does not. A kind defined outside this package declares its own
+(``WorkloadKind.own_metrics``), registered with it.
 
 Standard library only: payloads import ``scalesweep.record`` inside containers.
 """

@@ -185,6 +185,7 @@ def fields_of(metrics: tuple[Metric, ...], inputs: tuple[Field, ...] = ()) -> tu
 FIELDS: dict[str, tuple[Field, ...]] = {
     payload: fields_of(metrics, INPUTS.get(payload, ())) for payload, metrics in METRICS.items()}
 
+
 def _values(data: Any, steps: tuple[tuple[str, bool], ...]) -> list[tuple[str, Any, bool]]:
     """(shown path, value, present) of every value at a field's path in ``data`` (its
     steps: (name, every item of that list)); nothing below a missing, null or mistyped
@@ -377,12 +378,13 @@ def peak_rss_mb() -> float:
 SOURCE_COMMIT_FILE = "SOURCE_COMMIT"
 
 
-def git_commit(repo: str | os.PathLike | None = None) -> str | None:
-    """The commit of the code being measured: ``repo``'s SOURCE_COMMIT file (an installed
-    wheel), else the commit of the git checkout whose root ``repo`` is; None otherwise
-    (never the commit of another repository that happens to hold ``repo``, such as a
-    project holding a virtual environment)."""
-    if os.environ.get("SCALESWEEP_GIT_COMMIT"):
+def git_commit(repo: str | os.PathLike | None = None, environment: bool = True) -> str | None:
+    """The commit of the code being measured: $SCALESWEEP_GIT_COMMIT (the harness's, for a
+    payload in a container; not with ``environment=False``), else ``repo``'s SOURCE_COMMIT
+    file (an installed wheel), else the commit of the git checkout whose root ``repo`` is;
+    None otherwise (never the commit of another repository that happens to hold
+    ``repo``, such as a project holding a virtual environment)."""
+    if environment and os.environ.get("SCALESWEEP_GIT_COMMIT"):
         return os.environ["SCALESWEEP_GIT_COMMIT"]
     root = Path(repo) if repo else Path(__file__).resolve().parents[3]
     try:

@@ -20,15 +20,27 @@ EPHEMERAL = "/proc/sys/net/ipv4/ip_local_port_range"
 LOWEST = 10000  # below: well-known and registered services
 
 
-def ephemeral_range(path: str = EPHEMERAL) -> tuple[int, int]:
+def ephemeral_range(path: str | None = None) -> tuple[int, int]:
+    """The kernel's ephemeral port range (``path``: the file saying it, EPHEMERAL)."""
     try:
-        low, high = (int(x) for x in open(path).read().split()[:2])
+        with open(path or EPHEMERAL) as fh:
+            low, high = (int(x) for x in fh.read().split()[:2])
         return low, high
     except (OSError, ValueError):
         return 32768, 60999  # Linux's default
 
 
-def listen_port(host: str = "127.0.0.1", tries: int = 64, path: str = EPHEMERAL) -> int:
+def below_ephemeral(key: int, path: str | None = None) -> int:
+    """A port below the ephemeral range chosen by ``key`` (a Slurm job's id: every rank of
+    the job computes the same one, and jobs on one node rarely share it); in the range's
+    place where it has no room below it."""
+    low, high = ephemeral_range(path)
+    if low - 1 > LOWEST:
+        return LOWEST + key % (low - LOWEST)
+    return low + key % (high - low + 1)
+
+
+def listen_port(host: str = "127.0.0.1", tries: int = 64, path: str | None = None) -> int:
     """A port nothing listens on at ``host``, below the ephemeral range where it has room;
     the kernel's pick where it has none (or every try is taken)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -23,7 +23,7 @@ def workflow_commit(code_root) -> str:
     files differ from it; "unknown (not a git checkout)" otherwise."""
     import subprocess
 
-    head = git_commit(code_root)
+    head = git_commit(code_root, environment=False)
     if not head:
         return "unknown (not a git checkout)"
     if (Path(code_root) / SOURCE_COMMIT_FILE).is_file():

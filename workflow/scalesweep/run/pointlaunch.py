@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from scalesweep.measure.slurmjob import first_slurm_host
-from scalesweep.record.ports import listen_port
+from scalesweep.record.ports import below_ephemeral, listen_port
 from scalesweep.plan.kinds import kinds
 from scalesweep.plan.sweep import SweepPoint
 from scalesweep.platform.launch import ContainerSite, Launch, LaunchError
@@ -35,7 +35,7 @@ def choose_launcher(configured: str, world_size: int) -> str:
 def rendezvous_env(launcher: str) -> dict[str, str]:
     if launcher == "srun":
         job = int(os.environ["SLURM_JOB_ID"])
-        return {"MASTER_ADDR": first_slurm_host(), "MASTER_PORT": str(20000 + job % 20000)}
+        return {"MASTER_ADDR": first_slurm_host(), "MASTER_PORT": str(below_ephemeral(job))}
     return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(listen_port()),
             "GLOO_SOCKET_IFNAME": "lo"}
 

@@ -134,6 +134,10 @@ class WorkloadKind:
         computed = self.row(metrics)
         out = {m.name: (computed[m.name] if m.computed else field_value(metrics, m.field))
                for m in self.metrics}
+        read = [m.name for m in self.metrics if not m.computed and m.name in computed]
+        if read:  # a row() (a subclass's) making a figure declared as read as it is
+            raise ValueError(f"workload kind {self.name}: row() makes {', '.join(read)}, "
+                             "declared read as it is (scalesweep.record.measures: computed)")
         out.update((k, v) for k, v in computed.items() if k not in out)
         return out
 
@@ -218,6 +222,10 @@ def register(cls: type[WorkloadKind]) -> type[WorkloadKind]:
         raise ValueError(f"workload kind {cls.name!r} is registered already "
                          f"({type(known).__module__}.{type(known).__qualname__})")
     if cls.own_metrics is not None:
+        unsourced = [m.name for m in cls.own_metrics if not m.field and not m.computed]
+        if unsourced:
+            raise TypeError(f"{cls.__name__}: own_metrics {', '.join(unsourced)} are neither "
+                            "read from a field nor computed by row()")
         _columns.declare(cls.record_payload, cls.own_metrics)
         _metrics.declare_fields(cls.record_payload,
                                 _metrics.fields_of(cls.own_metrics, cls.own_inputs))
