@@ -57,7 +57,8 @@ def crate(campaign: Path, members: list[str], runs: int) -> dict[str, Any]:
         facts = {}
     config = facts.get("config") or {} if isinstance(facts, dict) else {}
     try:  # text as written (a commit of digits stays one)
-        table = pd.read_csv(summary / "runs.csv", dtype=str, keep_default_na=False)
+        table = pd.read_csv(summary / "runs.csv", dtype=str, keep_default_na=False,
+                            usecols=lambda c: c in ("git_commit", "hosts", "start", "end"))
     except (OSError, pd.errors.EmptyDataError, pd.errors.ParserError):
         table = pd.DataFrame()
 

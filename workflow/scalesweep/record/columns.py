@@ -109,12 +109,16 @@ def declare(payload: str, metrics: Iterable[Metric]) -> None:
     metrics = tuple(metrics)
     columns_of(list(COLUMNS.values()), metrics)  # refused before anything changes
     measures.declare(payload, metrics)
-    COLUMNS.clear()
-    COLUMNS.update(columns_of(_GENERIC, [m for ms in METRICS.values() for m in ms]))
+    _remake()
 
 
 def forget(payload: str) -> None:
     measures.forget(payload)
+    _remake()
+
+
+def _remake() -> None:
+    """COLUMNS made again from every kind's figures (in place: importers hold the dict)."""
     COLUMNS.clear()
     COLUMNS.update(columns_of(_GENERIC, [m for ms in METRICS.values() for m in ms]))
 

@@ -28,6 +28,7 @@ model) plus its payload script; ``scalesweep.plan.kinds`` imports the built-in o
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Iterable
@@ -126,17 +127,26 @@ class WorkloadKind:
         """Its figures (scalesweep.record.measures), in runs.csv's order."""
         return _measures.METRICS.get(self.record_payload, ())
 
+    @functools.cached_property
+    def _figures(self) -> tuple[tuple[tuple[str, str | None], ...], frozenset[str]]:
+        """Its figures as ``values`` walks them, once per kind (it runs per run): (name,
+        the field read as it is, None where computed) in order, and the names read as they
+        are. A kind's figures are fixed once it is registered."""
+        order = tuple((m.name, None if m.computed else m.field) for m in self.metrics)
+        return order, frozenset(name for name, field in order if field is not None)
+
     def values(self, metrics: dict) -> dict:
         """Its figures of one run, in their declared order: those read as they are from
         their field (None where absent), the computed ones from ``row``; then any column
         ``row`` makes that is not declared (a kind with ``own_fields`` alone). A computed
         figure ``row`` does not make is an error (KeyError naming it)."""
         computed = self.row(metrics)
-        out = {m.name: (computed[m.name] if m.computed else field_value(metrics, m.field))
-               for m in self.metrics}
-        read = [m.name for m in self.metrics if not m.computed and m.name in computed]
+        order, read_as_is = self._figures
+        out = {name: computed[name] if field is None else field_value(metrics, field)
+               for name, field in order}
+        read = read_as_is & computed.keys()
         if read:  # a row() (a subclass's) making a figure declared as read as it is
-            raise ValueError(f"workload kind {self.name}: row() makes {', '.join(read)}, "
+            raise ValueError(f"workload kind {self.name}: row() makes {', '.join(sorted(read))}, "
                              "declared read as it is (scalesweep.record.measures: computed)")
         out.update((k, v) for k, v in computed.items() if k not in out)
         return out
