@@ -49,7 +49,9 @@ apt_install() {
 
 apt_install "${APT_PACKAGES[@]}"
 if [[ $want_test -eq 1 ]]; then
-  apt_install chromium # the report test renders report.html in a real browser
+  # chromium: the report test renders report.html in a real browser; environment-modules:
+  # a real `module` command for the env-modules test (a site's `modules`)
+  apt_install chromium environment-modules
   tools/slurm-cluster install-deps # the local multi-node Slurm cluster of the Slurm tests
 fi
 

@@ -116,3 +116,63 @@ def test_drain_and_resume_a_node(slurm_cluster):
     finally:
         slurm_cluster.script("resume", "n2")
     assert slurm_cluster.node_states()["n2"] == "idle"
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (pid 1 here reaps late: read the state, not kill -0)."""
+    try:
+        return " Z " not in Path(f"/proc/{pid}/stat").read_text().split(")", 1)[1][:4]
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("end", ["scancel", "node down, requeued"])
+def test_nothing_of_a_job_outlives_it(slurm_cluster, tmp_path, end):
+    """Issue #40: a process whose parent dies first leaves linuxproc's tracking (re-parented
+    to pid 1) and used to outlive its job (the executor plugin's in-job snakemake, 20
+    minutes after a requeue). The node's epilog ends it and says so in its log."""
+    pid_file = tmp_path / "stray.pid"
+    script = tmp_path / "stray.sh"
+    script.write_text(
+        "#!/bin/sh\n"  # sh dies on SIGTERM; its child ignores it, as Snakemake half does
+        f"{sys.executable} -c 'import os, signal, time; signal.signal(signal.SIGTERM, "
+        f"signal.SIG_IGN); open(\"{pid_file}\", \"w\").write(str(os.getpid())); "
+        "time.sleep(300)'\n")
+    job = slurm_cluster.sbatch("--requeue", f"--output={tmp_path}/out", str(script))
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "the job's process never started"
+        time.sleep(0.2)
+    pid = int(pid_file.read_text())
+    node = slurm_cluster.run("squeue", "-h", "-j", job, "-o", "%N").stdout.strip()
+    try:
+        if end == "scancel":
+            slurm_cluster.run("scancel", job)
+        else:
+            slurm_cluster.run("scontrol", "update", f"nodename={node}", "state=down",
+                              "reason=scalesweep-test")
+        deadline = time.monotonic() + 20
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(pid), f"pid {pid} of job {job} outlived it ({end})"
+        log = (slurm_cluster.state_dir / "log" / "epilog.log").read_text()
+        assert f"job {job}: killed pid {pid} left behind" in log, log[-2000:]
+    finally:
+        slurm_cluster.run("scancel", job, check=False)
+        if _alive(pid):
+            os.kill(pid, 9)
+        if end != "scancel":
+            slurm_cluster.script("resume", node, check=False)
+
+
+def test_a_multi_node_jobs_epilogs_leave_every_node_up(slurm_cluster):
+    """The nodes of this cluster share one host: each node's epilog sees the others' (they
+    name the same job) and must leave them be; a killed epilog drains its node."""
+    job = slurm_cluster.sbatch("-N3", "--wrap", "srun true")
+    assert slurm_cluster.wait_for_end(job, timeout=60) == "COMPLETED"
+    deadline = time.monotonic() + 15
+    while set(slurm_cluster.node_states().values()) != {"idle"}:
+        assert time.monotonic() < deadline, slurm_cluster.node_states()
+        time.sleep(0.5)
+    log = slurm_cluster.state_dir / "log" / "epilog.log"
+    assert f"job {job}:" not in (log.read_text() if log.exists() else ""), log.read_text()

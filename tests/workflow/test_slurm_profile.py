@@ -687,6 +687,25 @@ def test_a_dry_run_summary_that_cannot_be_made_is_one_line_naming_why(frontier, 
     assert "each with the plugin's options of this command line: --qos=debug" in out
 
 
+FRONTIER_MODULES = ("cpe/24.11 PrgEnv-gnu cray-python rocm/6.2.4 craype-accel-amd-gfx90a "
+                    "cray-mpich-abi/8.1.31")
+
+
+def test_the_point_rule_loads_the_sites_modules(frontier):
+    """Issue #42: rule run_point's envmodules are the site's modules, then each runtime's
+    own not already named (Frontier's apptainer names cray-mpich-abi and rocm: loaded
+    once, at the site's versions); the docs' module line is the same list."""
+    from scalesweep.platform.site import point_modules
+
+    assert " ".join(point_modules(frontier["_site"])) == FRONTIER_MODULES
+    assert point_modules({"modules": ["a/1"], "runtimes": {"x": {"modules": ["b", "a/2"]},
+                                                           "y": {}}}) == ["a/1", "b"]
+    assert point_modules({"runtimes": {}}) == []
+    assert f"module load {FRONTIER_MODULES}\n" in (REPO / "docs" / "slurm.md").read_text()
+    for name in ("frontier", "odo"):
+        assert profile(name)["software-deployment-method"] == "env-modules"
+
+
 def test_dry_run_prints_each_points_sbatch_and_srun(tmp_path, monkeypatch):
     """`snakemake --profile profiles/frontier --slurm-qos debug -n` from the repository,
     the campaign elsewhere (--directory), the profile bringing its own sweep (its
@@ -734,6 +753,9 @@ def test_dry_run_prints_each_points_sbatch_and_srun(tmp_path, monkeypatch):
         args = f" --epochs {wl['epochs']} --batch-size {wl['batch_size']} --image-size 64 "
         assert f"scripts/train_cnn.py --data " in srun and args in srun, line
         assert " ..." not in srun, line
+        # the site's modules, loaded by Snakemake in the job (the profile's --sdm env-modules)
+        assert srun.startswith(f"module purge && MODULES_VERBOSITY=concise module load "
+                               f"{FRONTIER_MODULES}; "), line
     summary = proc.stdout.split("\nscalesweep, this dry run:\n")
     assert len(summary) == 2 and "This was a dry-run" in summary[0]
     # each series: 1 warm-up block, then 5 same-block pairs at least, max_repeats at most

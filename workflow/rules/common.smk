@@ -61,7 +61,7 @@ from scalesweep.plan.walk import Walk  # noqa: E402
 from scalesweep.plan.fitlaws import figure_keywords  # noqa: E402
 from scalesweep.plan.image_rules import ImageRules  # noqa: E402
 from scalesweep.plan.payloads import point_inputs  # noqa: E402
-from scalesweep.platform.site import site_of  # noqa: E402
+from scalesweep.platform.site import point_modules, site_of  # noqa: E402
 from scalesweep.record.pointdir import METRICS_JSON, RUN_LOG, RUNS_DIR  # noqa: E402
 from scalesweep.report.registry import (  # noqa: E402
     load_targets,
@@ -89,6 +89,8 @@ SITE = site_of(config)
 # Points are Slurm jobs on this site (sites/<name>.yaml: scheduler): run_point then
 # declares its Slurm geometry (run.smk) and its own threads.
 SLURM_SITE = SITE["scheduler"] == "slurm"
+# the site's environment modules, loaded in each point job with --sdm env-modules
+POINT_MODULES = point_modules(SITE)
 # the effective config, as a file the harness and the decisions read (run.smk)
 RUN_CONFIG = write_run_config(config)
 

@@ -12,6 +12,9 @@ rule run_point:
     priority: point_priority
     conda:
         "../../envs/scalesweep.yaml"
+    # the site's modules (sites/<name>.yaml: modules), with --sdm env-modules
+    envmodules:
+        *POINT_MODULES,
     # locally every core Snakemake may use (nothing else of ours runs beside a
     # measurement); on a Slurm site the point's ranks x threads
     threads: MEASUREMENT_THREADS

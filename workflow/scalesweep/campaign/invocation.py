@@ -17,7 +17,9 @@ reads no command line and checks nothing:
 
   the options the Slurm executor plugin submits the job with (``run.slurm.sbatch_options``
   of the job's evaluated resources and the plugin's settings of this command line) and
-  the line the point launches its payload with inside the job (``run.slurm.srun_template``);
+  the line the point launches its payload with inside the job (``run.slurm.srun_template``),
+  after the site's ``module purge && module load ...`` where the command line deploys
+  environment modules (``--sdm env-modules``: Frontier's profile);
 * a dry run on a Slurm site ends with a summary (``campaign.dry_run``), from atexit:
   Snakemake runs no onsuccess or onerror hook in a dry run.
 """
@@ -31,6 +33,7 @@ import os
 from typing import Any, Mapping, Sequence
 
 from scalesweep.platform import snakemake_adapter
+from scalesweep.platform.site import point_modules
 from scalesweep.run.slurm import (POINT_SLOT, account_problem, sbatch_options,
                                   srun_template)
 
@@ -180,6 +183,10 @@ class Invocation:
         # the Slurm plugin's settings of it (--slurm-qos ...), as it submits with them
         self.settings = plugin_settings(submission)
         self.dry_run = bool(getattr(submission, "dryrun", False))
+        # the modules a point job loads (rule run_point's envmodules) where this command
+        # line deploys them (--sdm env-modules, Frontier's profile): shown before its srun
+        self.modules = (point_modules(site) if submission is not None
+                        and snakemake_adapter.env_modules_deployed(submission) else [])
         self.refused: list[str] = []  # what the workflow refused while planning
         # the run_point jobs a dry run lists: point path -> (point, nodes, runtime)
         self.listed: dict[str, tuple] = {}
@@ -229,6 +236,8 @@ class Invocation:
         if self.dry_run:
             self.listed[point.path] = (point, resources.get("nodes"), resources.get("runtime"))
         unknown = "" if self.settings is not None else " [the plugin's --slurm-* options: unknown]"
-        comment = (f"  # sbatch {sbatch_options(resources, settings=self.settings)}{unknown} ; "
-                   f"{srun.replace(POINT_SLOT, point.path)}")
+        srun = srun.replace(POINT_SLOT, point.path)
+        if self.modules:
+            srun = snakemake_adapter.env_modules_shellcmd(self.modules, srun)
+        comment = f"  # sbatch {sbatch_options(resources, settings=self.settings)}{unknown} ; {srun}"
         return comment.replace("\n", " ").replace("\r", " ")

@@ -125,3 +125,17 @@ def site_of(config: dict) -> dict[str, Any]:
     except KeyError:
         raise SiteError("config has no loaded site (check it with "
                         "scalesweep.plan.config.check_config first)") from None
+
+
+def point_modules(site: dict[str, Any]) -> list[str]:
+    """The environment modules a point job loads (rule run_point's ``envmodules``, used
+    where Snakemake deploys env-modules): the site's ``modules``, in order, then each of
+    its runtimes' ``modules`` whose name (before any ``/version``) is not named yet."""
+    out = list(site.get("modules") or ())
+    names = {m.split("/", 1)[0] for m in out}
+    for entry in (site.get("runtimes") or {}).values():
+        for module in (entry or {}).get("modules") or ():
+            if module.split("/", 1)[0] not in names:
+                names.add(module.split("/", 1)[0])
+                out.append(module)
+    return out

@@ -25,6 +25,10 @@ each call a thin wrapper naming the internal it uses:
   limiter re-runs the scheduler through ``threading.Timer`` threads (one started per
   scheduling pass, ``--max-jobs-per-timespan``'s timespan long, not daemons), so the
   interpreter waits for the last one before it exits.
+- ``env_modules_deployed``, ``env_modules_shellcmd``: whether a command line deploys
+  environment modules (``--sdm env-modules`` or ``--use-envmodules``: the method's name,
+  ``snakemake.settings.types.DeploymentMethod``), and the shell line Snakemake then runs
+  a rule with ``envmodules:`` under (``snakemake.deployment.env_modules.EnvModules``).
 - ``read_configfile``: one config file as Snakemake reads it
   (``snakemake.common.configfile.load_configfile``: JSON, else YAML), to name a file that
   Snakemake refuses (its own message names none).
@@ -53,6 +57,8 @@ INTERNALS = {
     "snakemake.cli": ("parse_config", "parse_args"),
     "snakemake.common": ("SNAKEFILE_CHOICES",),
     "snakemake.common.configfile": ("load_configfile",),
+    "snakemake.deployment.env_modules": ("EnvModules",),
+    "snakemake.settings.types": ("DeploymentMethod",),
     "snakemake_executor_plugin_slurm.submit_string": ("get_submit_command",),
     "snakemake_executor_plugin_slurm.utils": ("set_gres_string",),
     "snakemake_executor_plugin_slurm.validation": ("get_forbidden_slurm_options",),
@@ -147,6 +153,23 @@ def parse_args(argv: Sequence[str]) -> Any:
     from snakemake.cli import parse_args as snakemake_parse_args
 
     return snakemake_parse_args(list(argv))[1]
+
+
+def env_modules_deployed(args: Any) -> bool:
+    """Does the command line ``args`` (``parse_args``) deploy environment modules?"""
+    from snakemake.settings.types import DeploymentMethod
+
+    methods = getattr(args, "software_deployment_method", None) or ()
+    return (DeploymentMethod.ENV_MODULES in methods
+            or bool(getattr(args, "use_envmodules", False)))
+
+
+def env_modules_shellcmd(modules: Sequence[str], cmd: str) -> str:
+    """``cmd`` as Snakemake runs it for a rule with ``envmodules: *modules`` (module purge,
+    then module load)."""
+    from snakemake.deployment.env_modules import EnvModules
+
+    return EnvModules(*modules).shellcmd(cmd)
 
 
 def snakefile_choices() -> list[str]:

@@ -58,7 +58,10 @@ BEHAVIOUR_ENV = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "GOTO_", "BLIS_",
                  "NUMEXPR_", "MALLOC_", "GLIBC_TUNABLES", "LD_LIBRARY_PATH", "LD_PRELOAD",
                  "LD_BIND_NOW", "PYTHON", "TORCH_", "PYTORCH_", "GLOO_", "NCCL_", "OMPI_MCA_",
                  "UCX_", "FI_", "MPICH_", "I_MPI_", "CUDA_VISIBLE_DEVICES",
-                 "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "LLAMA_", "GGML_")
+                 "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "LLAMA_", "GGML_",
+                 # the environment modules loaded (Lmod and Environment Modules both
+                 # set it): a site's point jobs load them with --sdm env-modules
+                 "LOADEDMODULES")
 # what a launcher sets for one launch (its job id, rank, addresses, session directory) and
 # PYTHONPATH (the repository's path, different by design in and out of an image): never
 # the same twice, so never compared
