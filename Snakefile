@@ -67,6 +67,7 @@ rule all:
         rules.report_run_tables.output,
         rules.report_tables.output,
         rules.report_decomposition.output,
+        rules.report_attribution.output,
         rules.report_points.output,
         rules.report_startup_table.output,
         expand(rules.report_startup.output, runtime=IMAGE_RULES.container_runtimes()),

@@ -154,7 +154,7 @@ def test_provenance_records_the_mode():
 
 def test_site_offers_modes_and_refuses_others(tmp_path):
     local = load_site("local")
-    assert runtime("charliecloud").offered_modes(local) == ("dir", "squashfs")
+    assert runtime("charliecloud").offered_modes(local) == ("dir", "squashfs", "control")
     offered_runtimes(with_runtimes(["native", "charliecloud", "charliecloud+squashfs", "podman+vfs"]))
     only_dir = write_site(tmp_path, "dironly", runtimes={"charliecloud": {"bin": "ch-run", "modes": []}})
     with pytest.raises(ModeNotOffered, match="runtime 'charliecloud\\+squashfs': mode 'squashfs' is not "

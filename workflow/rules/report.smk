@@ -67,6 +67,23 @@ rule report_decomposition:
         "../scripts/report_decomposition.py"
 
 
+# Why the container differs: isolation vs software stack, where a control image runs
+# (scalesweep.analyse.attribution)
+rule report_attribution:
+    input:
+        overhead=rules.aggregate.output.overhead,
+        decomposition=rules.report_decomposition.output.decomposition,
+    output:
+        attribution=report_table("attribution"),
+    log:
+        "logs/report/attribution.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    script:
+        "../scripts/report_attribution.py"
+
+
 rule report_load:
     input:
         load=rules.aggregate.output.load,

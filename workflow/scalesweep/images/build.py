@@ -86,6 +86,7 @@ from scalesweep.images.rootfs import (
     mirror_release,
     source_date_epoch,
 )
+from scalesweep.images import hoststack
 from scalesweep.images.wheelhouse import Wheelhouse, stage_wheelhouse
 from scalesweep.platform import runtimes
 from scalesweep.record.dataset import sha256_file
@@ -147,6 +148,8 @@ class Build:
     suite: str = ""
     mirror: Mirror | None = None
     sde: int = DEFAULT_SOURCE_DATE_EPOCH
+    # a control image (--host-stack): host path -> bind target for the RUN steps
+    binds: dict[str, str] = field(default_factory=dict)
 
 
 def cold_dockerfile(b: Build, entry_tmp: Path) -> dict:
@@ -161,7 +164,7 @@ def cold_dockerfile(b: Build, entry_tmp: Path) -> dict:
     steps = b.rt.dockerfile_steps(runtimes.DockerfileBuild(
         recipe=str(b.recipe), context=str(b.recipe.parent), tools=b.tools,
         base_tarball=str(tarball), base_name=f"localhost/scalesweep-debian:{b.suite}",
-        binds={str(b.wheelhouse.path): "/wheelhouse"},
+        binds={str(b.wheelhouse.path): "/wheelhouse", **b.binds},
         build_args={**b.build_args, "SOURCE_DATE_EPOCH": str(b.sde)},
         key=b.key, scratch=str(scratch), product=str(product),
     ))
@@ -263,8 +266,13 @@ def build_image(
     find_links: list[str] | None = None,
     no_cache: bool = False,
     tools: dict[str, str] | None = None,
+    host_stack: bool = False,
 ) -> dict:
     """Build (or reuse) an image, place it at ``out``, write ``manifest``; return it.
+
+    ``host_stack``: a control image (:mod:`scalesweep.images.hoststack`): the recipe gets
+    ``python``'s interpreter (its prefix bound at /hostpython, HOST_PYTHON_PREFIX), the
+    wheelhouse is staged for that interpreter, and the host's release must be the base's.
 
     ``build_args`` (the site's, then overrides) win over those of ``build_args_file``;
     ``tools``: what :func:`check_builder` found, when the caller checked already."""
@@ -291,6 +299,10 @@ def build_image(
     args.update(build_args or {})
     wheelhouse = None
     suite, mirror, sde = "", None, DEFAULT_SOURCE_DATE_EPOCH
+    binds: dict[str, str] = {}
+    if host_stack and rt.recipe_kind != "dockerfile":
+        raise BuildError(f"--host-stack: {builder} builds from a definition file; a control "
+                         "image is built from a Dockerfile (charliecloud, podman)")
     if rt.recipe_kind == "dockerfile":
         m = BASE_FROM_RE.search(recipe_text)
         if not m:
@@ -302,9 +314,19 @@ def build_image(
             raise BuildError(f"--requirements is required with --builder {builder}")
         mirror = host_mirror(suite)
         sde = source_date_epoch(mirror)
+        expect = DEBIAN_PYTHON.get(suite)
+        if host_stack:
+            stack = hoststack.interpreter(python)
+            extra["host_stack"] = {"release": hoststack.check_release(suite),
+                                   "python": {k: stack[k] for k in (
+                                       "prefix", "version", "build", "shared",
+                                       "executable_sha256", "libpython_sha256")}}
+            binds[stack["prefix"]] = hoststack.BIND
+            args[hoststack.BUILD_ARG] = stack["prefix"]
+            expect = tuple(stack["major_minor"])
         wheelhouse = stage_wheelhouse(req_path, cache_dir, python=python,
                                       find_links=[Path(p).expanduser() for p in (find_links or [])],
-                                      expect_python=DEBIAN_PYTHON.get(suite))
+                                      expect_python=expect)
         extra["base"] = {"suite": suite, "variant": BASE_VARIANT, "mirror": mirror.uri,
                          "debootstrap": debootstrap_version(tools["debootstrap"]),
                          "source_date_epoch": sde}
@@ -327,7 +349,7 @@ def build_image(
     logdir.mkdir(parents=True, exist_ok=True)
     logfile = logdir / f"{key[:16]}-{_dt.datetime.now().strftime('%Y%m%dT%H%M%S')}.log"
     build = Build(rt, recipe, tools, cache_dir, logfile, key, args, fakeroot,
-                  wheelhouse, suite, mirror, sde)
+                  wheelhouse, suite, mirror, sde, binds)
     cold = COLD_BUILDS[rt.recipe_kind]
 
     with file_lock(cache_dir / "images" / f"{key}.lock"):
@@ -383,6 +405,8 @@ def build_image(
         "labels": facts.get("labels"),
         "source": "built",
         "build_args": facts.get("build_args"),
+        # a control image's host stack (--host-stack): the host's release and interpreter
+        "host_stack": extra.get("host_stack"),
         "packages": facts.get("packages"),
         "wheels": ([{"file": n, "sha256": h} for n, h in wheelhouse.wheels.items()] if wheelhouse else None),
         "wheelhouse": ({"path": str(wheelhouse.path), "key": wheelhouse.key, "cached": wheelhouse.cached,

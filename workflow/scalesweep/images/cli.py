@@ -64,6 +64,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--python", default=sys.executable, help="interpreter whose pip stages the wheelhouse")
     p.add_argument("--find-links", action="append", default=[], help="extra local wheel directory")
     p.add_argument("--no-cache", action="store_true", help="rebuild even if the cache has the key")
+    p.add_argument("--host-stack", action="store_true",
+                   help="a control image: the recipe gets --python's interpreter build (bound at "
+                   "/hostpython, build arg HOST_PYTHON_PREFIX) and its wheels (issue #43)")
 
 def add_parser(sub) -> None:
     """``scalesweep build-image`` (scalesweep.cli)."""
@@ -104,6 +107,7 @@ def run(a: argparse.Namespace) -> int:
             cache_dir=a.cache_dir, fmt=a.format, build_args_file=a.build_args_file,
             build_args=args, fakeroot=a.fakeroot, link=a.link, python=a.python,
             find_links=a.find_links, no_cache=a.no_cache, tools=tools,
+            host_stack=a.host_stack,
         )
     except BuildError as e:
         log(f"error: {e}")

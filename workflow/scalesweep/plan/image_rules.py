@@ -11,6 +11,7 @@ The methods that take ``wildcards`` are the rules' input and params functions as
 from __future__ import annotations
 
 import re
+import sys
 import shlex
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -63,9 +64,16 @@ class ImageRules:
                 "requirements": self.in_repo(spec.requirements)}
 
     def build_args(self, wildcards: Any) -> str:
-        """--builder, --format and --fakeroot of `scalesweep build-image`."""
+        """--builder, --format and --fakeroot of `scalesweep build-image`; for a control
+        image --host-stack, with the native runs' interpreter (the site's launch.python,
+        else the workflow's own, as the point's launch takes it)."""
         spec = self.image(wildcards)
         args = ["--builder", spec.builder, "--format", spec.format]
+        if spec.control:
+            from scalesweep.platform.site import site_of
+
+            args += ["--host-stack", "--python",
+                     site_of(self.config)["launch"]["python"] or sys.executable]
         return shlex.join(args + (["--fakeroot"] if spec.fakeroot else []))
 
     def source_args(self, wildcards: Any) -> str:

@@ -48,6 +48,7 @@ class ImageSpec:
     prebuilt: str
     format: str  # resolved: never "" (the builder's default)
     fakeroot: bool
+    control: bool = False  # the host's own stack (--host-stack), run by mode control only
     base: str = ""  # a copy of this image with the host's MPI libraries injected
     inject_libs: tuple[str, ...] = ()  # those libraries (host paths)
 
@@ -92,7 +93,7 @@ def image_spec(config: dict, name: str) -> ImageSpec:
         except (runtimes.LaunchError, IndexError):
             fmt = "dir"  # refused by check_images, which names the builder
     return ImageSpec(name, e["builder"], e["recipe"], e["requirements"], e["prebuilt"], fmt,
-                     bool(e["fakeroot"]))
+                     bool(e["fakeroot"]), bool(e.get("control")))
 
 
 def workload_image_names(config: dict, workload: str) -> list[str]:
@@ -110,12 +111,20 @@ def workload_image(config: dict, workload: str, runtime: str) -> ImageSpec:
     formats = rt.mode_formats()
     specs = [image_spec(config, n) for n in workload_image_names(config, workload)]
     for spec in specs:
-        if spec.format in formats:
+        # a control image is run by a control mode only, and a control mode runs nothing else
+        if spec.format in formats and spec.control == rt.runs_control:
             return host_mpi_image(config, spec, rt)
-    have = ", ".join(f"{s.name!r} ({s.format})" for s in specs)
+    have = ", ".join(f"{s.name!r} ({s.format}{', control' if s.control else ''})" for s in specs)
+    if rt.runs_control:
+        raise ImageConfigError(
+            f"{_image_key(config, workload)}: runtime {runtime} runs a control image "
+            f"(containers.images.<name>.control: true) of format {'/'.join(formats)}, and the "
+            f"workload's images are {have}: name one for it")
     raise ImageConfigError(
         f"{_image_key(config, workload)}: runtime {runtime} runs {'/'.join(formats)} "
-        f"images, and the workload's images are {have}: name one of that format for it")
+        f"images, and the workload's images are {have}: name one of that format for it"
+        + (" (a control image is run by <runtime>+control only)"
+           if any(s.control for s in specs) else ""))
 
 
 def host_mpi_image(config: dict, spec: ImageSpec, rt) -> ImageSpec:

@@ -169,6 +169,25 @@ def _verdict_table(overhead: pd.DataFrame | None) -> str:
         f'<thead>{head}</thead><tbody>{"".join(body)}</tbody></table>')
 
 
+def _why(attribution: pd.DataFrame | None) -> str:
+    """Why the container differs, one sentence per comparison and phase whose isolation and
+    stack a control image measured (attribution.csv: the steady state first, then the
+    start-up); nothing where the campaign ran no control image."""
+    if attribution is None or attribution.empty:
+        return ""
+    shown = attribution[column(attribution, "phase").isin(["steady state", "startup"])]
+    if shown.empty:
+        return ""
+    items = "".join(
+        f"<li>{esc(_workload(row))} {esc(_geometry(row))} {esc(as_text(row.get('runtime')))}"
+        f" ({esc(as_text(row.get('phase')))}): {esc(as_text(row.get('explanation')))}</li>"
+        for _, row in shown.iterrows())
+    return ("<h2>Why: isolation vs software stack</h2><p>Against a control image (the "
+            "host's own stack in the same container), from attribution.csv; the stack's "
+            "verdicts over the campaign's stack components. Which item of the stack "
+            "carries it is not named here.</p><ul>" + items + "</ul>")
+
+
 # --- the verdicts as a picture ----------------------------------------------------------------
 
 FOREST_CLASS = "ss-forest"
@@ -420,6 +439,7 @@ def front_page(tables: dict[str, pd.DataFrame | None]) -> str:
         "<h2>What the containers cost: the verdicts</h2>"
         + _forest(tables.get("overhead"))
         + _verdict_table(tables.get("overhead"))
+        + _why(tables.get("attribution"))
         + load_section(tables.get("llm_load_overhead"), tables.get("llm_load"))
         + "<h2>Caveats</h2>" + _caveats(caveats(tables))
         + "<h2>How it scales</h2>" + _scaling_table(tables.get("scaling"))

@@ -39,6 +39,8 @@ TABLES: dict[str, tuple[str, str, str | None, dict[str, str]]] = {
                       {"table": "where the container's cost goes"}),
     "differences": ("differences.rst", T, None,
                     {"table": "what differs between native and container"}),
+    "attribution": ("attribution.rst", T, None,
+                    {"table": "why: isolation vs software stack"}),
     "llm_concurrency": ("llm_concurrency.rst", T, None, {"table": "LLM concurrency levels"}),
     "llm_load": ("llm_load.rst", LOAD, "tables", {
         "item": "table: latency percentiles, throughput and goodput per load level"}),

@@ -72,6 +72,9 @@ class ModeNotOffered(RuntimeNotOffered):
 # A runtime token: "<runtime>" (its default mode) or "<runtime>+<mode>". Not ":" (the
 # token is a path segment of a point, and point directories are bound SRC:DST).
 MODE_SEP = "+"
+# the mode that runs a campaign's control image (the host's own stack, issue #43) in place
+# of the workload's: charliecloud+control
+CONTROL_MODE = "control"
 
 
 def split_token(token: str) -> tuple[str, str]:
@@ -246,6 +249,12 @@ class Runtime:
         moded = type(self)()
         moded.mode = mode
         return moded
+
+    @property
+    def runs_control(self) -> bool:
+        """Does this token run a control image (the host's own stack, issue #43: mode
+        ``control``) rather than the workload's image?"""
+        return self.run_mode == CONTROL_MODE
 
     def image_mode(self, image: str) -> str:
         """The mode a run of ``image`` is in (its token's; a runtime whose plain name runs

@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 from typing import Mapping, Sequence
 
-from scalesweep.platform.runtimes.base import BuildSteps, DockerfileBuild, Preflight, Runtime
+from scalesweep.platform.runtimes.base import (CONTROL_MODE, BuildSteps, DockerfileBuild,
+                                                Preflight, Runtime)
 from scalesweep.platform.runtimes.registry import register
 
 # Paths ch-run needs in an image (ch-convert's mount_points_ensure): a SquashFS lacking
@@ -48,12 +49,17 @@ class Charliecloud(Runtime):
     modes = {
         "dir": "directory image: the unpacked tree, ch-run pivots into it",
         "squashfs": "SquashFS file mounted by ch-run with squashfuse (FUSE), per container",
+        CONTROL_MODE: "the control image (the host's own stack, issue #43) as a directory: "
+                      "native vs it is what isolation costs",
     }
 
     def mode_formats(self):
-        """charliecloud+squashfs runs SquashFS files; the plain name (the default) runs
-        either format, as before modes existed (a workload whose only image is a
-        SquashFS file), its mode then the image's (:meth:`image_mode`)."""
+        """charliecloud+squashfs runs SquashFS files, charliecloud+control a directory (the
+        control image); the plain name (the default) runs either format, as before modes
+        existed (a workload whose only image is a SquashFS file), its mode then the
+        image's (:meth:`image_mode`)."""
+        if self.mode == CONTROL_MODE:
+            return ("dir",)
         return (self.mode,) if self.mode else self.image_formats
 
     def image_mode(self, image):

@@ -1,0 +1,158 @@
+"""Why the container differs (issue #43): the attribution arithmetic on constructed
+campaigns (total = isolation + stack on the log scale, the CI of a difference of
+independent estimates, the verdicts over the campaign), the control image's selection,
+the host stack's checks, and the first screen's sentence."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from conftest import tiny_config
+from scalesweep.analyse.attribution import COLUMNS, attribution_table, stack_component
+from scalesweep.images import hoststack
+from scalesweep.images.process import BuildError
+from scalesweep.plan.imageset import ImageConfigError, workload_image
+from scalesweep.report.pages import front_page
+
+GEOM = dict(workload="cnn_ddp", model=np.nan, nodes=1, gpus=0, ranks=2, threads=1)
+
+
+def overhead_rows(values: dict, margin=5.0, **geom) -> pd.DataFrame:
+    """overhead.csv rows: runtime -> (overhead %, CI low, CI high, verdict)."""
+    return pd.DataFrame([dict(GEOM, **geom, runtime=rt, arm=rt, overhead_pct=o,
+                              overhead_ci95_low_pct=lo, overhead_ci95_high_pct=hi,
+                              verdict=v, margin_pct=margin)
+                         for rt, (o, lo, hi, v) in values.items()])
+
+
+def test_stack_is_total_less_isolation_with_the_ci_of_a_difference():
+    t, i = (-16.0, -20.0, -12.0), (1.0, -2.0, 4.0)
+    got = stack_component(t, i, margin_pct=5.0)
+    z = stats.norm.ppf(0.975)
+    se_t = (math.log(0.88) - math.log(0.80)) / (2 * z)
+    se_i = (math.log(1.04) - math.log(0.98)) / (2 * z)
+    d = math.log(0.84) - math.log(1.01)
+    se = math.sqrt(se_t ** 2 + se_i ** 2)
+    assert got["stack_pct"] == pytest.approx((0.84 / 1.01 - 1) * 100)
+    assert got["stack_ci95_low_pct"] == pytest.approx(math.expm1(d - z * se) * 100)
+    assert got["stack_ci95_high_pct"] == pytest.approx(math.expm1(d + z * se) * 100)
+    assert got["p_value"] == pytest.approx(2 * stats.norm.sf(abs(d) / se))
+    assert got["stack_ci95_low_pct"] < got["stack_pct"] < got["stack_ci95_high_pct"]
+    # total = isolation x stack, exactly, on the ratio scale
+    assert (1 + got["stack_pct"] / 100) * 1.01 == pytest.approx(0.84)
+    # no CI on a side: no stack, never a number made up
+    assert math.isnan(stack_component((-16.0, np.nan, -12.0), i, 5.0)["stack_pct"])
+
+
+def test_a_faster_image_with_equivalent_isolation_is_a_faster_stack():
+    table = attribution_table(overhead_rows({
+        "native-aa": (0.5, -1.0, 2.0, "equivalent"),
+        "charliecloud": (-16.0, -20.0, -12.0, "faster"),
+        "charliecloud+squashfs": (3.0, -30.0, 40.0, "inconclusive"),
+        "charliecloud+control": (1.0, -2.0, 4.0, "equivalent")}))
+    assert list(table.columns) == COLUMNS
+    by = table.set_index("runtime")
+    assert set(by.index) == {"charliecloud", "charliecloud+squashfs"}  # native-aa: no control
+    cc = by.loc["charliecloud"]
+    assert cc["control_runtime"] == "charliecloud+control" and cc["phase"] == "steady state"
+    assert cc["verdict"] == "faster" and cc["verdict_text"].startswith("faster by 16.8%")
+    assert cc["explanation"] == ("faster by 16.0%: isolation equivalent within +-5%; "
+                                 "stack faster by 16.8%")
+    assert by.loc["charliecloud+squashfs", "verdict"] == "inconclusive"
+    assert (table["comparisons"] == 2).all()
+
+
+def test_equivalent_stack_and_the_campaign_level_adjustment():
+    # two stack components: one tight around 0 (equivalent), one with p < 0.05 alone whose
+    # q over the two is not
+    rows = pd.concat([
+        overhead_rows({"charliecloud": (0.2, -1.0, 1.4, "equivalent"),
+                       "charliecloud+control": (0.0, -1.0, 1.0, "equivalent")}, ranks=1),
+        overhead_rows({"charliecloud": (12.0, 4.0, 20.6, "slower"),
+                       "charliecloud+control": (0.0, -1.0, 1.0, "equivalent")}, ranks=2)])
+    table = attribution_table(rows).set_index("ranks")
+    assert table.loc[1, "verdict"] == "equivalent"
+    p2 = table.loc[2, "p_value"]
+    assert p2 < 0.05 and table.loc[2, "verdict_unadjusted"] == "slower"
+    q = stats.false_discovery_control(table["p_value"].to_numpy(), method="bh")
+    assert table["q_value"].to_numpy() == pytest.approx(q)
+    assert table.loc[2, "verdict"] == ("slower" if q[1] < 0.05 else "inconclusive")
+
+
+def test_each_measured_phase_of_the_decomposition_is_attributed():
+    overhead = overhead_rows({"charliecloud": (-16.0, -20.0, -12.0, "faster"),
+                              "charliecloud+control": (1.0, -2.0, 4.0, "equivalent")})
+    decomposition = pd.DataFrame([
+        dict(GEOM, runtime=rt, component=c, component_label=c, measured=m, overhead_pct=o,
+             overhead_ci95_low_pct=o - 5, overhead_ci95_high_pct=o + 5, verdict="x")
+        for rt, o in (("charliecloud", 30.0), ("charliecloud+control", 10.0))
+        for c, m in (("startup", True), ("mpi", False))])
+    table = attribution_table(overhead, decomposition)
+    assert list(table["phase"]) == ["steady state", "startup"]  # mpi: not measured
+    startup = table.iloc[1]
+    assert startup["stack_pct"] == pytest.approx((1.3 / 1.1 - 1) * 100)
+    assert startup["margin_pct"] == 5.0  # the comparison's own margin, from overhead.csv
+
+
+def test_no_control_no_rows():
+    table = attribution_table(overhead_rows({"charliecloud": (1.0, 0.0, 2.0, "slower")}))
+    assert table.empty and list(table.columns) == COLUMNS
+    assert attribution_table(pd.DataFrame(), None).empty
+
+
+def test_the_first_screen_says_why():
+    table = attribution_table(overhead_rows({
+        "charliecloud": (-16.0, -20.0, -12.0, "faster"),
+        "charliecloud+control": (1.0, -2.0, 4.0, "equivalent")}))
+    html = front_page({"attribution": table})
+    assert "Why: isolation vs software stack" in html
+    assert ("faster by 16.0%: isolation equivalent within +-5%; stack faster by 16.8%"
+            in html)
+    assert "Why:" not in front_page({"attribution": table.iloc[0:0]})
+
+
+def _images_config():
+    config = tiny_config()
+    config["sweep"]["runtimes"] = ["native", "charliecloud", "charliecloud+control"]
+    config["containers"] = {"image": ["default", "control"], "images": {
+        "default": {"builder": "charliecloud", "recipe": "containers/charliecloud/Dockerfile",
+                    "requirements": "envs/payload-requirements.txt", "prebuilt": "",
+                    "format": "dir", "fakeroot": False, "control": False},
+        "control": {"builder": "charliecloud",
+                    "recipe": "containers/charliecloud/Dockerfile.control",
+                    "requirements": "envs/payload-requirements.txt", "prebuilt": "",
+                    "format": "dir", "fakeroot": False, "control": True}}}
+    return config
+
+
+def test_the_control_token_runs_the_control_image_and_no_other():
+    config = _images_config()
+    assert workload_image(config, "cnn_ddp", "charliecloud").name == "default"
+    assert workload_image(config, "cnn_ddp", "charliecloud+control").name == "control"
+    config["containers"]["image"] = ["default"]
+    with pytest.raises(ImageConfigError, match="charliecloud\\+control runs a control image"):
+        workload_image(config, "cnn_ddp", "charliecloud+control")
+    config["containers"]["image"] = ["control"]
+    with pytest.raises(ImageConfigError, match="run by <runtime>\\+control only"):
+        workload_image(config, "cnn_ddp", "charliecloud")
+
+
+def test_the_host_stack_is_the_interpreters_own_and_the_release_must_be_the_bases():
+    import sys
+    import sysconfig
+
+    facts = hoststack.interpreter(sys.executable)
+    assert facts["prefix"] == sys.base_prefix and facts["version"] == sys.version.split()[0]
+    assert facts["shared"] == bool(sysconfig.get_config_var("Py_ENABLE_SHARED"))
+    assert len(facts["executable_sha256"]) == 64
+    release = {"ID": "debian", "VERSION_ID": "12", "VERSION_CODENAME": "bookworm"}
+    assert hoststack.check_release("bookworm", release)["VERSION_CODENAME"] == "bookworm"
+    with pytest.raises(BuildError, match="Debian trixie and this host runs debian bookworm"):
+        hoststack.check_release("trixie", release)
+    with pytest.raises(BuildError, match="this host runs ubuntu noble"):
+        hoststack.check_release("bookworm", {"ID": "ubuntu", "VERSION_CODENAME": "noble"})
