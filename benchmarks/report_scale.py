@@ -1,10 +1,13 @@
 """Reports at scale: the report of an N-run synthetic campaign, made as a user makes it.
 
     python benchmarks/report_scale.py [--full|--smoke] [--runs N] [--keep DIR]
-                                      [--code CHECKOUT ...] [--rounds R]
+                                      [--code CHECKOUT ...] [--rounds R] [--steps S,...]
 
---full: 100,000 runs (benchmarks/aggregation.py's sweep and generator: 5 workloads x 3
-runtimes x 10 node counts x 5 GPU counts x 4 thread counts x 25 blocks); --smoke: 1,000.
+--full: 100,000 runs (benchmarks/aggregation.py's sweep and generator: 5 workloads x 4
+runs per block set x 10 node counts x 5 GPU counts x 4 thread counts x 25 blocks);
+--runs 1000: its small sweep (5 node counts x 5 GPU counts x 2 blocks); --smoke: 160 runs
+(2 node counts x 2 GPU counts x 2 blocks; CI runs only its summary step, --steps summary:
+the report's ~45 jobs take 2 minutes even there).
 
 The campaign: aggregation.py's realistic metrics.json files (copies of a real CNN and a
 real LLM run with the point and the measured values varied), its config with fixed
@@ -70,6 +73,8 @@ runtimes:
 def campaign_config(runs: int, site: Path) -> dict:
     """aggregation.py's sweep of ``runs`` points, on ``site``, with fixed repeats."""
     config = sweep_config(runs)
+    if runs < 1000:  # the smoke's: 5 workloads x 4 runs x 2 node counts x 2 GPU counts x 2 blocks
+        config["sweep"].update(nodes=[1, 2], gpus_per_node=[1, 2])
     config["site"] = str(site)
     config["measurement"] = {"adaptive": False}
     return config
@@ -171,13 +176,25 @@ def wrap(argv: list[str]) -> None:
     print(json.dumps({"rc": rc, "s": round(s, 2), "peak_rss_mib": round(rss, 1)}))
 
 
-def measure(base: Path, code: Path, work: Path) -> dict:
+def zip_largest(path: Path, n: int = 6) -> list[list]:
+    """The ``n`` largest members of report.zip: [name, MiB, MiB compressed]."""
+    import zipfile
+
+    if not path.is_file():
+        return []
+    with zipfile.ZipFile(path) as z:
+        infos = sorted(z.infolist(), key=lambda i: i.file_size, reverse=True)[:n]
+    return [[i.filename, round(i.file_size / 2**20, 2), round(i.compress_size / 2**20, 2)]
+            for i in infos]
+
+
+def measure(base: Path, code: Path, work: Path, names: list[str]) -> dict:
     """Every step of one tree on a hard-linked copy of the campaign."""
     shutil.rmtree(work, ignore_errors=True)
     subprocess.run(["cp", "-al", str(base), str(work)], check=True)
     metrics_before = sum(1 for _ in (work / "results/runs").rglob("metrics.json"))
     load = loadavg()
-    steps = {name: step(code, work, name) for name in STEPS}
+    steps = {name: step(code, work, name) for name in names}
     metrics_after = sum(1 for _ in (work / "results/runs").rglob("metrics.json"))
     if metrics_after != metrics_before:
         raise SystemExit(f"{code}: {metrics_before} metrics files before, {metrics_after} after")
@@ -189,7 +206,8 @@ def measure(base: Path, code: Path, work: Path) -> dict:
            "report_zip_mib": size(work / "report.zip"),
            "runs_html_mib": size(work / "results/summary/runs.html"),
            "runs_csv_mib": size(work / "results/summary/runs.csv"),
-           "total_s": round(sum(s["s"] for s in steps.values()), 2)}
+           "total_s": round(sum(s["s"] for s in steps.values()), 2),
+           "zip_largest": zip_largest(work / "report.zip")}
     shutil.rmtree(work, ignore_errors=True)
     return out
 
@@ -197,7 +215,10 @@ def measure(base: Path, code: Path, work: Path) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     mode, rest = mode_of(argv)
     ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=100_000 if mode == "full" else 1_000)
+    ap.add_argument("--runs", type=int, default=100_000 if mode == "full" else 160,
+                    help="100000, 1000 (aggregation.py's sweeps) or 160 (the smoke's)")
+    ap.add_argument("--steps", default=",".join(STEPS), help="which steps, in order (html "
+                    "and zip need all's outputs)")
     ap.add_argument("--keep", help="generate into (and keep) DIR/base; an existing one is "
                     "reused (no new files)")
     ap.add_argument("--code", action="append", help="a checkout whose Snakefile makes the "
@@ -213,16 +234,17 @@ def main(argv: list[str] | None = None) -> dict:
     load0 = loadavg()
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="scalesweep-rep-"))
     base = root / "base"
-    if (base / "paths.txt").is_file():
-        gen_s, runs = None, len((base / "paths.txt").read_text().split())
-    else:
+    gen_s = None
+    if not (base / "paths.txt").is_file():
         shutil.rmtree(base, ignore_errors=True)
-        gen_s, runs = make_campaign(base, args.runs), args.runs
+        gen_s = make_campaign(base, args.runs)
+    runs = len((base / "paths.txt").read_text().split())
     disk_mb = sum(f.stat().st_size for f in (base / "results/runs").rglob("metrics.json")) / 2**20
     rounds = []
     for r in range(args.rounds):
         for i, code in enumerate(codes):
-            rounds.append({"round": r + 1, **measure(base, code, root / f"work-{i}")})
+            rounds.append({"round": r + 1, **measure(base, code, root / f"work-{i}",
+                                                     args.steps.split(","))})
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     figures = {"runs": runs, "metrics_mib": round(disk_mb, 1),
@@ -231,7 +253,7 @@ def main(argv: list[str] | None = None) -> dict:
     last = {m["code"]: m for m in rounds}
     human = "; ".join(
         f"{m['commit'] or Path(m['code']).name}: "
-        + ", ".join(f"{k} {m['steps'][k]['s']:.1f} s" for k in STEPS)
+        + ", ".join(f"{k} {v['s']:.1f} s" for k, v in m["steps"].items())
         + f", report.html {m['report_html_mib']} MiB, report.zip {m['report_zip_mib']} MiB, "
           f"largest process {max(s['peak_rss_mib'] for s in m['steps'].values()):.0f} MiB"
         for m in last.values())

@@ -39,8 +39,14 @@ def campaign_dir(tmp_path_factory):
     # server (load.client: host)
     cfg["workloads"]["llm_host"] = {
         **cfg["workloads"]["llm"], "load": {"rates": [4], "requests": 8, "client": "host"}}
+    # the control image (issue #43: the host's own stack in the container), 1 rank, 1 epoch
+    cfg["workloads"]["cnn_ctl"] = dict(
+        cfg["workloads"]["cnn_ddp"], epochs=1,
+        sweep={"runtimes": ["native", "charliecloud+control"], "ranks_per_node": [1]})
     cfg["models"] = {"tiny_llama": {"source": "synthetic", "seed": 1}}
-    cfg["containers"] = {"startup_repeats": 3}
+    cfg["containers"] = {"startup_repeats": 3, "image": ["default", "control"], "images": {
+        "default": {}, "control": {"recipe": "containers/charliecloud/Dockerfile.control",
+                                   "control": True}}}
     wd = tmp_path_factory.mktemp("containers")
     (wd / "config").mkdir()
     import yaml
@@ -282,7 +288,7 @@ def test_decomposition_and_differences_tables(campaign_dir):
     assert (campaign_dir / "results/plots/decomposition.png").stat().st_size > 10_000
 
     diff = pd.read_csv(summary / "differences.csv", dtype={"native": str, "container": str})
-    assert set(diff["runtime"]) == {"charliecloud", "charliecloud-hostmpi"}
+    assert set(diff["runtime"]) == {"charliecloud", "charliecloud-hostmpi", "charliecloud+control"}
     assert (diff["n_identical"] > 0).all()
 
     def python(runtime):
@@ -297,3 +303,28 @@ def test_decomposition_and_differences_tables(campaign_dir):
         assert "python version" not in ddp.index
     hostmpi = diff[(diff["runtime"] == "charliecloud-hostmpi")].set_index("item")
     assert "/opt/host-mpi/lib" in hostmpi.loc["env LD_LIBRARY_PATH", "container"]
+
+
+def test_the_control_images_stack_is_the_hosts(campaign_dir):
+    """Issue #43: the control image carries the host's own stack: from the runs' own
+    records, its interpreter (version, build, compiler) and the payload's packages (torch's
+    version and build, numpy) are the native run's, and differences.csv finds none of them
+    different; its manifest names the host's release and interpreter; the workload image
+    (Debian's python3) differs where it does."""
+    point = "results/runs/cnn_ctl/charliecloud+control/n1-g0-r1-t1/rep1"
+    native = read_metrics(campaign_dir / point / "native/metrics.json")["per_rank"][0]["stack"]
+    control = read_metrics(campaign_dir / point / "charliecloud+control/metrics.json")
+    assert "ch-run" in control["command"] and control["image"]["content_digest"]
+    stack = control["per_rank"][0]["stack"]
+    for key in ("version", "build", "compiler", "implementation"):
+        assert stack["interpreter"][key] == native["interpreter"][key], key
+    assert stack["builds"] == native["builds"]
+    diff = pd.read_csv(campaign_dir / "results/summary/differences.csv",
+                       dtype={"native": str, "container": str})
+    ctl = diff[diff["runtime"] == "charliecloud+control"]
+    assert not ctl["item"].fillna("").str.startswith(("python", "torch", "numpy")).any(), \
+        ctl[["item", "native", "container"]].to_string()
+    manifest = json.loads((campaign_dir / "resources/images/control.manifest.json").read_text())
+    host = manifest["host_stack"]
+    assert host["release"]["VERSION_CODENAME"] == "bookworm"
+    assert host["python"]["version"] == native["interpreter"]["version"]

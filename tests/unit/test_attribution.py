@@ -156,3 +156,34 @@ def test_the_host_stack_is_the_interpreters_own_and_the_release_must_be_the_base
         hoststack.check_release("trixie", release)
     with pytest.raises(BuildError, match="this host runs ubuntu noble"):
         hoststack.check_release("bookworm", {"ID": "ubuntu", "VERSION_CODENAME": "noble"})
+
+
+@pytest.mark.parametrize("entry, said", [
+    ({"builder": "apptainer", "recipe": "containers/apptainer/pytorch-rocm.def", "format": "sif"},
+     "built by apptainer"),
+    ({"prebuilt": "docker://example.org/x:1"}, "pull 'docker://example.org/x:1'"),
+])
+def test_a_control_image_that_cannot_carry_the_hosts_stack_is_refused(entry, said):
+    from scalesweep.plan.imageset import check_image, image_spec
+
+    config = _images_config()
+    config["containers"]["images"]["control"].update(entry)
+    with pytest.raises(ImageConfigError, match=f"containers.images.control.control: .*{said}"):
+        check_image(image_spec(config, "control"), config["_site"])
+
+
+def test_the_control_modes_command_lines():
+    """charliecloud+control: ch-run of a directory, as charliecloud; podman+control: the
+    control image from the default driver's (overlay) storage, as podman."""
+    from scalesweep.platform.runtimes import runtime
+    from scalesweep.platform.site import load_site
+
+    local = load_site("local")
+    image = "/c/resources/images/control"
+    for token, plain in (("charliecloud+control", "charliecloud"), ("podman+control", "podman")):
+        rt, base = runtime(token), runtime(plain)
+        assert rt.runs_control and not base.runs_control
+        site, plain_site = rt.site_facts(local, image), base.site_facts(local, image)
+        assert site.mode == "control"
+        assert rt.exec_prefix(site, [], "/mnt/code") == base.exec_prefix(plain_site, [], "/mnt/code")
+    assert runtime("charliecloud+control").mode_formats() == ("dir",)

@@ -166,7 +166,7 @@ def test_site_offers_modes_and_refuses_others(tmp_path):
         runtime("apptainer+userns").check_offered(frontier)
     bad = write_site(tmp_path, "badmode", runtimes={"podman": {"bin": "podman", "modes": ["btrfs"]}})
     with pytest.raises(SiteError, match="runtimes.podman.modes: 'btrfs' is not a mode of runtime podman "
-                                        "\\(its modes: overlay, vfs\\)"):
+                                        "\\(its modes: overlay, vfs, control\\)"):
         load_site(bad)
     with pytest.raises(UnknownMode, match="runtimes.podman.modes: 'btrfs' is not a mode of runtime podman"):
         runtime("podman").check_offered({"name": "raw", "runtimes": {"podman": {"modes": ["btrfs"]}}})

@@ -234,6 +234,14 @@ def check_image(spec: ImageSpec, site: dict) -> None:
     if spec.format not in rt.image_formats:
         raise ImageConfigError(f"{key}.format: {spec.builder} makes {', '.join(rt.image_formats)} "
                                f"images, not {spec.format!r}")
+    if spec.control and (spec.how != "build" or rt.recipe_kind != "dockerfile"):
+        raise ImageConfigError(
+            f"{key}.control: a control image is built here from the host's own stack, from a "
+            f"Dockerfile (builder charliecloud or podman: scalesweep build-image --host-stack); "
+            f"this one is {'built by ' + spec.builder if spec.how == 'build' else spec.how + ' ' + repr(spec.prebuilt)}. "
+            "A site whose images come from a registry base (Frontier's Apptainer) has no "
+            "control image: leave it out, and the campaign attributes nothing (attribution.csv "
+            "empty, the report says so)")
     if spec.how == "local":
         if spec.prebuilt.startswith("~"):
             raise ImageConfigError(f"{key}.prebuilt: {spec.prebuilt!r}: '~' is not expanded here; "

@@ -7,7 +7,8 @@ import hashlib
 import re
 from typing import Mapping
 
-from scalesweep.platform.runtimes.base import BuildSteps, DockerfileBuild, Runtime, StorageLoad
+from scalesweep.platform.runtimes.base import (CONTROL_MODE, BuildSteps, DockerfileBuild, Runtime,
+                                                StorageLoad)
 from scalesweep.platform.runtimes.registry import register
 
 
@@ -76,6 +77,8 @@ class Podman(Runtime):
     modes = {
         "overlay": "storage driver overlay: image layers mounted with overlayfs",
         "vfs": "storage driver vfs: every layer a full copy, nothing mounted",
+        CONTROL_MODE: "the control image (the host's own stack, issue #43) in storage driver "
+                      "overlay: native vs it is what isolation costs",
     }
     loads_images = True
     # the label an imported image carries: the content digest of what was imported
@@ -90,6 +93,8 @@ class Podman(Runtime):
         """``--storage-driver`` (the mode), and ``--root``/``--runroot`` under the site's
         ``storage_root`` (one per driver)."""
         mode = site.mode or self.run_mode
+        if mode == CONTROL_MODE:  # the control image, in the default driver's storage
+            mode = self.default_mode
         opts = [f"--storage-driver={mode}"]
         if site.storage_root:
             root = site.storage_root.rstrip("/")
