@@ -153,9 +153,11 @@ def test_llm_client_on_the_host_against_the_server_in_the_container(campaign_dir
 
 def test_overhead_and_startup_tables(campaign_dir):
     overhead = pd.read_csv(campaign_dir / "results/summary/overhead.csv")
-    assert set(overhead["runtime"]) == {"charliecloud", "charliecloud-hostmpi"}
-    # cnn_ddp 1 and 2 ranks, llm, llm_host; cnn_mpi 2 ranks in each container runtime
-    assert len(overhead) == 6
+    assert set(overhead["runtime"]) == {"charliecloud", "charliecloud-hostmpi",
+                                        "charliecloud+control"}
+    # cnn_ddp 1 and 2 ranks, llm, llm_host; cnn_mpi 2 ranks in each container runtime;
+    # cnn_ctl 1 rank in the control image
+    assert len(overhead) == 7
     row = overhead[overhead["workload"] == "cnn_ddp"].iloc[0]
     assert row["overhead_pct"] == pytest.approx((row["time_s"] - row["native_s"]) / row["native_s"] * 100)
     startup = read_metrics(campaign_dir / "results/startup/charliecloud.json")
