@@ -5,7 +5,8 @@
 
 --full: 100,000 runs (benchmarks/aggregation.py's sweep and generator: 5 workloads x 4
 runs per block set x 10 node counts x 5 GPU counts x 4 thread counts x 25 blocks);
---runs 1000: its small sweep (5 node counts x 5 GPU counts x 2 blocks); --smoke: 160 runs
+--runs 1000: its small sweep (5 node counts x 5 GPU counts x 2 blocks); --runs 20000 (any
+multiple of 4,000): the full sweep's axes, that many runs' worth of blocks; --smoke: 160 runs
 (2 node counts x 2 GPU counts x 2 blocks; CI runs only its summary step, --steps summary:
 the report's ~45 jobs take 2 minutes even there).
 
@@ -27,6 +28,17 @@ a snakemake command of that checkout's Snakefile in the campaign (``--directory`
 - all: ``snakemake`` (the default target: figures, fits, report tables and pages);
 - html: ``snakemake --report report.html`` (one self-contained file);
 - zip: ``snakemake --report report.zip`` (the report as an archive of files).
+
+--tables-apart (what a 100,000-run campaign needs with Snakemake 9.27.1): no job that has
+every run as its input is started. Snakemake prepares a job (snakemake/jobs.py, Job.prepare:
+``is_pipe_or_service_input`` of each input, a loop over the job's dependencies) in
+O(inputs x dependencies): for the aggregate rule, and the summary and all targets, that is
+100,000 x 100,000 (a 100,000-run `snakemake summary` was still preparing the aggregate job
+after 6 min 46 s, 2026-11-29). Then the summary step is the aggregate rule's own code in a
+process of its own (aggregation.py's cold stage: write_summary of the checkout, as the
+rule's script calls it), and the all step asks Snakemake for the report's files by name
+(rule all's inputs but the runs' metrics files, from a dry run of the default target,
+not timed: DIR/targets.txt); the report steps are as above.
 
 Each step is planned by Snakemake over every point (its metrics.json an input of the
 summary): nothing is measured again (checked: Snakemake's job counts name no run_point,
@@ -72,9 +84,11 @@ runtimes:
 
 def campaign_config(runs: int, site: Path) -> dict:
     """aggregation.py's sweep of ``runs`` points, on ``site``, with fixed repeats."""
-    config = sweep_config(runs)
+    config = sweep_config(max(runs, 1000) if runs % 4000 else 100_000)
     if runs < 1000:  # the smoke's: 5 workloads x 4 runs x 2 node counts x 2 GPU counts x 2 blocks
         config["sweep"].update(nodes=[1, 2], gpus_per_node=[1, 2])
+    elif runs < 100_000 and runs % 4000 == 0:  # the full sweep's axes, fewer blocks (4,000 runs each)
+        config["sweep"]["repeats"] = runs // 4000 - 1  # after the warm-up block
     config["site"] = str(site)
     config["measurement"] = {"adaptive": False}
     return config
@@ -141,12 +155,54 @@ def job_counts(output: str) -> dict[str, int]:
     return counts
 
 
-def step(code: Path, work: Path, name: str) -> dict:
+def snakemake_argv(code: Path, work: Path) -> list[str]:
+    return [SNAKEMAKE, "-s", str(code / "Snakefile"), "--directory", str(work),
+            "--configfile", str(work / "config.yaml"), "--cores", "2"]
+
+
+def report_targets(code: Path, base: Path) -> list[str]:
+    """Rule all's inputs but the runs' metrics files (DIR/targets.txt, from a dry run of
+    checkout ``code`` on a hard-linked copy of the campaign, once)."""
+    saved = base.parent / "targets.txt"
+    if not saved.is_file():
+        work = base.parent / "work-dry"
+        shutil.rmtree(work, ignore_errors=True)
+        subprocess.run(["cp", "-al", str(base), str(work)], check=True)
+        proc = subprocess.run(snakemake_argv(code, work) + ["-n"], capture_output=True,
+                              text=True, env=snakemake_env())
+        shutil.rmtree(work, ignore_errors=True)
+        block = proc.stdout.split("\nrule all:\n", 1)[1]
+        line = next(x for x in block.splitlines() if x.strip().startswith("input:"))
+        files = [f.strip() for f in line.split("input:", 1)[1].split(",")]
+        saved.write_text("\n".join(f for f in files
+                                   if f and not f.startswith("results/runs/")) + "\n")
+    return saved.read_text().split()
+
+
+def tables_apart(code: Path, work: Path) -> dict:
+    """The summary step without Snakemake: the aggregate rule's code (aggregation.py's cold
+    stage, in a process of its own, with checkout ``code``'s workflow/)."""
+    argv = [sys.executable, str(Path(__file__).with_name("aggregation.py")), "--measure",
+            str(work), "--stage", "cold", "--code", str(code)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    s = time.perf_counter() - t0
+    (work / "summary.log").write_text(proc.stderr)
+    if proc.returncode != 0:
+        raise SystemExit(f"summary ({code}) failed:\n{proc.stderr[-4000:]}")
+    cold = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"s": round(s, 2), "rule_code_s": cold["s"], "imports_s": cold["imports_s"],
+            "peak_rss_mib": max(cold["peak_rss_mib"], cold["children_peak_rss_mib"]),
+            "jobs": {}, "argv": " ".join(argv)}
+
+
+def step(code: Path, work: Path, name: str, targets: list[str] | None = None) -> dict:
     """One snakemake command of checkout ``code`` in campaign ``work``, through a wrapper
     process whose children's peak RSS is that of the largest process of the step."""
-    argv = [SNAKEMAKE, "-s", str(code / "Snakefile"), "--directory", str(work),
-            "--configfile", str(work / "config.yaml"), "--cores", "2"]
-    argv += {"summary": ["summary"], "all": [],
+    if name == "summary" and targets is not None:
+        return tables_apart(code, work)
+    argv = snakemake_argv(code, work)
+    argv += {"summary": ["summary"], "all": targets or [],
              "html": ["--report", str(work / "report.html")],
              "zip": ["--report", str(work / "report.zip")]}[name]
     wrapper = [sys.executable, __file__, "--wrap", json.dumps(argv)]
@@ -161,8 +217,10 @@ def step(code: Path, work: Path, name: str) -> dict:
     jobs = job_counts(proc.stderr)
     if jobs.get("run_point") or jobs.get("container_startup"):
         raise SystemExit(f"{name} ({code}) measured again: {jobs}")
+    shown = argv if targets is None or name != "all" else argv[:-len(targets)] + [
+        f"<the {len(targets)} files of targets.txt>"]
     return {"s": result["s"], "peak_rss_mib": result["peak_rss_mib"], "jobs": jobs,
-            "argv": " ".join(argv)}
+            "argv": " ".join(shown)}
 
 
 def wrap(argv: list[str]) -> None:
@@ -188,13 +246,14 @@ def zip_largest(path: Path, n: int = 6) -> list[list]:
             for i in infos]
 
 
-def measure(base: Path, code: Path, work: Path, names: list[str]) -> dict:
+def measure(base: Path, code: Path, work: Path, names: list[str],
+            targets: list[str] | None = None) -> dict:
     """Every step of one tree on a hard-linked copy of the campaign."""
     shutil.rmtree(work, ignore_errors=True)
     subprocess.run(["cp", "-al", str(base), str(work)], check=True)
     metrics_before = sum(1 for _ in (work / "results/runs").rglob("metrics.json"))
     load = loadavg()
-    steps = {name: step(code, work, name) for name in names}
+    steps = {name: step(code, work, name, targets) for name in names}
     metrics_after = sum(1 for _ in (work / "results/runs").rglob("metrics.json"))
     if metrics_after != metrics_before:
         raise SystemExit(f"{code}: {metrics_before} metrics files before, {metrics_after} after")
@@ -224,6 +283,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--code", action="append", help="a checkout whose Snakefile makes the "
                     "report (repeatable: measured alternately; default: this one)")
     ap.add_argument("--rounds", type=int, default=1, help="rounds over the checkouts")
+    ap.add_argument("--tables-apart", action="store_true", help="the summary by the "
+                    "aggregate rule's code, the report's jobs by their files (see above)")
     ap.add_argument("--wrap", help=argparse.SUPPRESS)  # internal: the measured process
     args = ap.parse_args(rest)
     if args.wrap:
@@ -239,17 +300,24 @@ def main(argv: list[str] | None = None) -> dict:
         shutil.rmtree(base, ignore_errors=True)
         gen_s = make_campaign(base, args.runs)
     runs = len((base / "paths.txt").read_text().split())
+    if not (base / "config.json").is_file():  # the checked config, as aggregation.py reads it
+        from scalesweep.plan.config import check_config
+
+        config = yaml.safe_load((base / "config.yaml").read_text())
+        check_config(config)
+        (base / "config.json").write_text(json.dumps(config))
+    targets = report_targets(codes[0], base) if args.tables_apart else None
     disk_mb = sum(f.stat().st_size for f in (base / "results/runs").rglob("metrics.json")) / 2**20
     rounds = []
     for r in range(args.rounds):
         for i, code in enumerate(codes):
             rounds.append({"round": r + 1, **measure(base, code, root / f"work-{i}",
-                                                     args.steps.split(","))})
+                                                     args.steps.split(","), targets)})
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     figures = {"runs": runs, "metrics_mib": round(disk_mb, 1),
                "generate_s": round(gen_s, 1) if gen_s is not None else None,
-               "measured": rounds}
+               "tables_apart": args.tables_apart, "measured": rounds}
     last = {m["code"]: m for m in rounds}
     human = "; ".join(
         f"{m['commit'] or Path(m['code']).name}: "

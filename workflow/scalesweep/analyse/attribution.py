@@ -38,9 +38,10 @@ from scipy import stats
 
 from scalesweep.analyse.multiplicity import adjust_verdicts
 from scalesweep.analyse.stats import CONFIDENCE
+from scalesweep.record.geometry import AXES as GEOMETRY
 
 CONTROL_SUFFIX = "+control"  # the control token of a runtime: platform.runtimes.CONTROL_MODE
-KEYS = ["workload", "model", "nodes", "gpus", "ranks", "threads"]
+KEYS = ["workload", "model", *GEOMETRY]
 STEADY = "steady state"
 METHOD = ("difference of independent estimates on the log scale (normal; each "
           "component's standard error from its 95% CI)")
