@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import base64
 import functools
 import json
@@ -315,20 +316,33 @@ def _replacement_advice(config: dict, directory: Path, disturbed, command,
     return lines
 
 
-def run(args) -> int:
+def survey(args, problems: list | None = None) -> tuple:
+    """The campaign ``args`` names, as `snakemake` reads it with the same arguments: its
+    config sources, config, selection, and the status table split into the points inside
+    the selection and those outside it. ``problems`` collects decision files that cannot
+    be read."""
     directory = Path(args.directory)
     try:  # the config as `snakemake` reads it with the same arguments
         sources = config_sources(directory, args.configfile or [], args.config or [],
                                  args.profile or None)
         config = sources.load()
         selection = check_selection(sweep_points(config), config)
-        problems: list[tuple[str, str]] = []  # decision files that cannot be read
-        table = status_table(config, directory, problems)
+        table = status_table(config, directory, [] if problems is None else problems)
     except (ConfigError, SweepError) as exc:
         raise UsageError(str(exc)) from None
     # `--config only=...`: the selected points; the others are counted, not listed
     inside = table["path"].map(lambda p: SweepPoint.from_path(p) in selection).astype(bool)
-    table, outside = table[inside], table[~inside]
+    return sources, config, selection, table[inside], table[~inside]
+
+
+def run(args) -> int:
+    if getattr(args, "watch", None) is not None:
+        from scalesweep.campaign.watch import watch
+
+        return watch(args, survey)
+    directory = Path(args.directory)
+    problems: list[tuple[str, str]] = []  # decision files that cannot be read
+    sources, config, selection, table, outside = survey(args, problems)
     counts = table["state"].value_counts().reindex(STATES, fill_value=0)
     failed = table[table["state"] == "failed"]
     warmup = table["warmup"].astype(bool)  # a disturbed warm-up run needs no replacement
@@ -460,4 +474,10 @@ def add_parser(sub) -> None:
                         "snakemake, and the re-run command names it")
     p.add_argument("--all", action="store_true", help="list done points too")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--watch", nargs="?", type=float, const=10.0, metavar="SECONDS",
+                   help="follow the campaign: the counts, the progress against the plan and "
+                        "the block being measured, again every SECONDS (default 10) until "
+                        "nothing is left to measure; in a log (not a terminal) a line only "
+                        "when something changed")
+    p.add_argument("--watch-count", type=int, help=argparse.SUPPRESS)  # tests: at most N looks
     p.set_defaults(func=run)
