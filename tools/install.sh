@@ -22,6 +22,7 @@ APT_PACKAGES=(
   squashfs-tools squashfuse # SquashFS images: mode charliecloud+squashfs (ch-run mounts them)
   podman                # the podman runtime (config/modes.yaml, the Podman integration tests)
   openmpi-bin           # mpirun: one process per rank outside Slurm
+  strace                # file-system operations per container start (rule container_startup)
   dataset-fashion-mnist # the embedded default's real images, offline
   git
 )

@@ -206,7 +206,12 @@ def test_scale_labels_keep_geometries_apart():
 STARTUP = {"runtime": "charliecloud", "image_digest": "sha256:abc", "start": "t0", "probes": {
     "import_torch": {"native": {"n": 3, "median_s": 1.0, "min_s": 0.9, "samples_s": [0.9, 1.0, 1.1]},
                      "container": {"n": 3, "median_s": 1.2, "min_s": 1.1, "samples_s": [1.1, 1.2, 1.3]},
-                     "startup_overhead_s": 0.2},
+                     "startup_overhead_s": 0.2,
+                     "fs_ops": {"native": {"open": 1447, "open_failed": 147, "stat": 18354,
+                                           "read": 2303, "bytes_read": 23986628, "mmap": 263,
+                                           "files": 1279, "open_root": 1441},
+                                "container": {"open": 2177, "open_failed": 86, "open_root": 2161,
+                                              "open_image": 0, "open_bound": 4}}},
     "noop": {"native": {"n": 3, "median_s": 0.001, "min_s": 0.001, "samples_s": [0.001] * 3},
              "container": {"n": 3, "median_s": 0.005, "min_s": 0.004, "samples_s": [0.004, 0.005, 0.006]},
              "startup_overhead_s": 0.004},
@@ -218,6 +223,12 @@ def test_startup_table_and_figure():
     assert list(table["probe"]) == ["noop", "import_torch"]  # probe order, not alphabetical
     assert table.loc[1, "startup_overhead_s"] == pytest.approx(0.2)
     assert list(table.columns) == rtab.STARTUP_COLUMNS
+    # one traced start per side (issue #44); a probe recorded before it was traced: empty
+    torch = table.set_index("probe").loc["import_torch"]
+    assert (torch["native_open"], torch["container_open"], torch["native_bytes_read"],
+            torch["container_open_root"], torch["container_open_bound"]) == (
+        1447, 2177, 23986628, 2161, 4)
+    assert table.set_index("probe").loc["noop", ["native_open", "container_open"]].isna().all()
     samples = rtab.startup_samples([STARTUP])
     assert len(samples) == 12 and set(samples["side"]) == {"native", "container"}
     fig = rrf.startup_figure(samples)

@@ -23,9 +23,14 @@ MISSING_COLUMNS = [*POINT_COLUMNS, "state", "reason", "log", "path"]
 EPOCH_COLUMNS = [*POINT_COLUMNS, "count", "epoch", "epoch_s", "first_epoch", "warmup",
                  "disturbed", "shared_cores"]
 STARTUP_PROBES = ("noop", "python", "import_torch")
+# the file-system operations of one start per side (probes.<name>.fs_ops, measure/fsops.py)
+FS_OPS = ("open", "open_failed", "stat", "read", "bytes_read", "mmap", "files")
 STARTUP_COLUMNS = [
     "runtime", "probe", "n", "native_median_s", "container_median_s", "startup_overhead_s",
-    "native_min_s", "container_min_s", "image_digest", "start",
+    "native_min_s", "container_min_s",
+    *(f"{side}_{op}" for op in FS_OPS for side in ("native", "container")),
+    "container_open_root", "container_open_image", "container_open_bound",
+    "image_digest", "start",
 ]
 PROVENANCE_COLUMNS = [
     *POINT_COLUMNS, "mode", "hosts", "host_platform", "launcher", "slurm_job_id", "image_digest",
@@ -186,6 +191,10 @@ def startup_table(records: Iterable[dict]) -> pd.DataFrame:
                 "startup_overhead_s": sides.get("startup_overhead_s"),
                 "native_min_s": native.get("min_s"),
                 "container_min_s": container.get("min_s"),
+                **{f"{side}_{op}": ((sides.get("fs_ops") or {}).get(side) or {}).get(op)
+                   for op in (*FS_OPS, "open_root", "open_image", "open_bound")
+                   for side in ("native", "container")
+                   if f"{side}_{op}" in STARTUP_COLUMNS},
                 "image_digest": r.get("image_digest"),
                 "start": r.get("start"),
             })

@@ -1,6 +1,13 @@
 """Container start-up cost, measured apart from the workloads: the same no-op, python
 start and torch import, N times natively and N times through the container runtime.
 
+Then, after the timings (a traced start is slower, and never timed), each probe once more
+on each side under strace (``scalesweep.measure.fsops``): its file-system operations per
+start (opens, stats, reads and bytes, mmaps, distinct files; on the image's root, the
+image's host path, the bound host directories, /proc-/sys-/dev), ``probes.<name>.fs_ops``
+(issue #44): what a start asks of the file system, whatever the machine's speed. Where
+strace is missing, ``fs_ops`` says so.
+
 Both sides run in the environment a point's launch gets from the host (``launch_env``:
 the variables the runtime needs, e.g. Apptainer's ``APPTAINERENV_*``), with ``$USER``.
 """
@@ -15,7 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+from scalesweep.measure import fsops
 from scalesweep.platform.launch import Launch, container_prefix, launch_env
+from scalesweep.platform.runtimes.base import MOUNT_CODE, MOUNT_DATA, MOUNT_OUT
 from scalesweep.platform.site import site_of
 from scalesweep.record.hostenv import with_user
 from scalesweep.record.metrics import now_iso
@@ -64,6 +73,18 @@ def measure_startup(runtime: str, image: str, config: dict, repeats: int = 10,
             "startup_overhead_s": statistics.median(con) - statistics.median(nat),
             "command": inside,
         }
+    for name, argv in PROBES.items():  # after every timing: nothing traced beside one
+        native = [a.replace("{python}", native_python) for a in argv]
+        inside = prefix + [a.replace("{python}", site.python) for a in argv]
+        try:
+            result["probes"][name]["fs_ops"] = {
+                "native": fsops.trace(native, env),
+                "container": fsops.trace(inside, env, bound=(MOUNT_CODE, MOUNT_DATA, MOUNT_OUT),
+                                         image=image),
+                "tracer": "strace -f (every thread and child)",
+            }
+        except fsops.TraceError as exc:
+            result["probes"][name]["fs_ops"] = {"not_traced": str(exc)}
     if manifest and Path(manifest).is_file():
         result["image_digest"] = json.loads(Path(manifest).read_text()).get("content_digest")
     result["end"] = now_iso()
