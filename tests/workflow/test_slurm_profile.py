@@ -767,6 +767,8 @@ def test_dry_run_prints_each_points_sbatch_and_srun(tmp_path, monkeypatch):
            "plugin's options of this command line: --qos=debug" in summary[1]
     assert "images, on this host first: build: resources/images/pytorch.sif (apptainer, " \
            "containers/apptainer/pytorch-rocm.def)" in summary[1]
+    assert ("why (isolation vs software stack, issue #43): not measured, no control image "
+            "in this campaign" in summary[1] and "this campaign's images: apptainer)" in summary[1])
     assert "[--qos=Q" not in proc.stdout
     app = commands["results/runs/cnn_ddp/apptainer/n2-g8-r8-t7/rep1/apptainer"]
     assert f"# sbatch {FRONTIER_2_NODES.replace('--nodes=2', '--nodes=2 --qos=debug')} " in app

@@ -21,6 +21,7 @@ def dry_run_summary(listed: dict, config: dict, options: str | None) -> list[str
     the command line as each point's ``# sbatch`` line shows them (``slurm.sbatch_options``
     of no resources), None where they could not be read."""
     from scalesweep.plan.imageset import used_images
+    from scalesweep.platform import runtimes
     from scalesweep.plan.payloads import point_inputs
 
     points = [v[0] for v in listed.values()]
@@ -56,6 +57,14 @@ def dry_run_summary(listed: dict, config: dict, options: str | None) -> list[str
                                                if spec.how == "build" else ""))
     images = "; ".join(f"{how}: {', '.join(paths)}" for how, paths in todo.items() if paths)
     lines.append(f"images, on this host first: {images or 'none to build or pull'}")
+    containers = {p.runtime for p in points if not runtimes.is_native(p.runtime)}
+    if containers and not any(runtimes.runtime(rt).runs_control for rt in containers):
+        builders = sorted({s.builder for s in used_images(config, points).values()})
+        lines.append(
+            "why (isolation vs software stack, issue #43): not measured, no control image in "
+            "this campaign (one carries the host's own stack, built here from a Dockerfile by "
+            f"charliecloud or podman; this campaign's images: {', '.join(builders) or 'none'}); "
+            "attribution.csv stays empty")
     lines.append("runs and node-hours of the whole selection at the minimum, expected and "
                  "maximum of repeats: scalesweep plan, with the same --directory, "
                  "--configfile, --config and --profile")
