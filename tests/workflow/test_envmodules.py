@@ -25,7 +25,14 @@ def test_a_point_job_loads_the_sites_modules(tmp_path):
         pytest.skip("mpirun not installed (apt-get install openmpi-bin)")
     modulefiles = tmp_path / "modulefiles" / "scalesweep-test"
     modulefiles.mkdir(parents=True)
-    (modulefiles / "1.0").write_text("#%Module1.0\nsetenv OMP_DISPLAY_AFFINITY FALSE\n")
+    # as cray-python does on Frontier, the module puts another python first on PATH: one
+    # that fails, so a job that ran `python` from PATH instead of the workflow's own fails
+    fakebin = tmp_path / "fakebin"
+    fakebin.mkdir()
+    (fakebin / "python").write_text("#!/bin/sh\necho 'not the workflow python' >&2; exit 3\n")
+    (fakebin / "python").chmod(0o755)
+    (modulefiles / "1.0").write_text("#%Module1.0\nsetenv OMP_DISPLAY_AFFINITY FALSE\n"
+                                     f"prepend-path PATH {fakebin}\n")
     site = write_site(tmp_path, modules=["scalesweep-test/1.0"])
     config = tiny_config(site=site)
     config["sweep"]["ranks_per_node"] = [1]

@@ -221,11 +221,17 @@ def launch_comment(wildcards, resources):
     return INVOCATION.launch_comment(point, workload, resources)
 
 
+# The harness's interpreter: `python` (a conda environment's, with --sdm conda), but this
+# workflow's own by its path where the site loads modules in the jobs: `module purge &&
+# module load cray-python ...` puts another python ahead of the venv's on PATH.
+HARNESS_PYTHON = shlex.quote(sys.executable) if POINT_MODULES else "python"
+
+
 def harness(script):
     """`python <script> --config <the effective config> `, braces escaped for shell:
     (the harness and config file written in, not params: Snakemake formats every param
     of every job, ~1.5% of planning 10,000 points)."""
-    line = f"python {shlex.quote(in_repo(script))} --config {shlex.quote(RUN_CONFIG)} "
+    line = f"{HARNESS_PYTHON} {shlex.quote(in_repo(script))} --config {shlex.quote(RUN_CONFIG)} "
     return line.replace("{", "{{").replace("}", "}}")
 
 
