@@ -187,3 +187,18 @@ def test_the_control_modes_command_lines():
         assert site.mode == "control"
         assert rt.exec_prefix(site, [], "/mnt/code") == base.exec_prefix(plain_site, [], "/mnt/code")
     assert runtime("charliecloud+control").mode_formats() == ("dir",)
+
+
+def test_a_release_interpreter_is_installed_not_copied():
+    """The host's interpreter at prefix /usr (a venv of Debian's python3, as tools/install.sh
+    makes on a plain Debian host) is never bound and copied (that is the host's whole
+    /usr): the recipe installs the release's python3 and checks its version."""
+    facts = {"prefix": "/usr", "version": "3.11.2", "system": True}
+    assert hoststack.build_binds_and_args(facts) == (
+        {}, {"HOST_PYTHON_PREFIX": "", "HOST_PYTHON_VERSION": "3.11.2"})
+    pyenv = {"prefix": "/root/.pyenv/versions/3.11.7", "version": "3.11.7", "system": False}
+    assert hoststack.build_binds_and_args(pyenv) == (
+        {"/root/.pyenv/versions/3.11.7": "/hostpython"},
+        {"HOST_PYTHON_PREFIX": "/root/.pyenv/versions/3.11.7", "HOST_PYTHON_VERSION": "3.11.7"})
+    if __import__("sys").base_prefix == "/usr":
+        assert hoststack.interpreter(__import__("sys").executable)["system"]

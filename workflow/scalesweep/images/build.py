@@ -319,10 +319,11 @@ def build_image(
             stack = hoststack.interpreter(python)
             extra["host_stack"] = {"release": hoststack.check_release(suite),
                                    "python": {k: stack[k] for k in (
-                                       "prefix", "version", "build", "shared",
+                                       "prefix", "version", "build", "shared", "system",
                                        "executable_sha256", "libpython_sha256")}}
-            binds[stack["prefix"]] = hoststack.BIND
-            args[hoststack.BUILD_ARG] = stack["prefix"]
+            stack_binds, stack_args = hoststack.build_binds_and_args(stack)
+            binds.update(stack_binds)
+            args.update(stack_args)
             expect = tuple(stack["major_minor"])
         wheelhouse = stage_wheelhouse(req_path, cache_dir, python=python,
                                       find_links=[Path(p).expanduser() for p in (find_links or [])],

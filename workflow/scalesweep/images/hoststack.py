@@ -20,7 +20,11 @@ from pathlib import Path
 from scalesweep.images.process import BuildError
 
 BIND = "/hostpython"  # where the recipe's RUN steps find the interpreter's prefix
-BUILD_ARG = "HOST_PYTHON_PREFIX"
+BUILD_ARG = "HOST_PYTHON_PREFIX"  # empty: the release's own interpreter (prefix /usr)
+VERSION_ARG = "HOST_PYTHON_VERSION"  # checked in the image against the host's
+# prefixes of the distribution's own interpreter: never copied (the host's whole /usr);
+# the release's python3 packages are it
+SYSTEM_PREFIXES = ("/usr", "")  # without a trailing slash
 
 _PROBE = ("import json, sys, sysconfig; print(json.dumps({'prefix': sys.base_prefix, "
           "'executable': sys.executable, 'version': sys.version.split()[0], "
@@ -51,6 +55,7 @@ def interpreter(python: str) -> dict:
     facts["executable_sha256"] = _sha256(exe)
     lib = Path(facts["libdir"] or "") / (facts["ldlibrary"] or "")
     facts["libpython_sha256"] = _sha256(lib.resolve()) if facts["shared"] and lib.is_file() else None
+    facts["system"] = facts["prefix"].rstrip("/") in SYSTEM_PREFIXES
     if not Path(facts["prefix"], "bin").is_dir():
         raise BuildError(f"--host-stack: the interpreter {python} has no prefix to copy "
                          f"({facts['prefix']}/bin is missing)")
@@ -80,3 +85,14 @@ def check_release(suite: str, release: dict[str, str] | None = None) -> dict[str
             f"the recipe's base is Debian {suite} and this host runs {have}: build it on a "
             f"Debian {suite} host, or leave the control image out")
     return {k: release[k] for k in ("ID", "VERSION_ID", "VERSION_CODENAME") if k in release}
+
+
+def build_binds_and_args(facts: dict) -> tuple[dict[str, str], dict[str, str]]:
+    """The binds and build args a control image's recipe gets for the interpreter ``facts``
+    (``interpreter``): its prefix bound at BIND and named in BUILD_ARG, or, for the
+    release's own interpreter (prefix /usr), no bind, BUILD_ARG empty (the recipe installs
+    the release's python3); VERSION_ARG either way."""
+    args = {VERSION_ARG: facts["version"]}
+    if facts["system"]:
+        return {}, {BUILD_ARG: "", **args}
+    return {facts["prefix"]: BIND}, {BUILD_ARG: facts["prefix"], **args}
