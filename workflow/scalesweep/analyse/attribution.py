@@ -14,14 +14,18 @@ component is a same-block comparison or a stated combination of them:
 - **stack** = total less isolation, on the log scale: ln(1 + stack) = ln(1 + total) -
   ln(1 + isolation), the ratio of the workload image to the control. The two arms'
   blocks are measured separately (each with its own native runs), so the two estimates
-  are independent and the variances add: each one's standard error is taken from its 95%
-  CI (its half-width on the log scale / z 0.975), the stack's CI is the normal interval
-  of the difference, its p value the z test of no difference, its equivalence p the two
-  one-sided z tests against the margin. The estimate is the interval's centre.
+  are independent and the variances add: each one's standard error is its 95% CI's
+  half-width on the log scale over t(n - 1), n its same-block pairs (an approximation
+  for a rank interval, which need not be symmetric); the stack's CI is the t interval of
+  the difference with Welch-Satterthwaite's degrees of freedom (``stack_df``), its p value
+  the t test of no difference, its equivalence p the two one-sided t tests against the
+  margin. The estimate is the interval's centre.
 
-Rows: one per comparison (workload, model, geometry, the workload image's runtime) and
-phase: ``steady state`` (overhead.csv: the figure of merit) and each component of
-decomposition.csv (start-up, imports, compute, data, MPI, memory ...). Total and
+Rows: one per comparison (workload, model, geometry, the workload image's runtime in the
+control's mode: charliecloud, podman; charliecloud+squashfs or podman+vfs would put their
+mode's own cost into "stack", and are left out) and phase: ``steady state`` (overhead.csv:
+the figure of merit) and each measured component of decomposition.csv but ``compute``
+(the steady state's own comparison): start-up, imports, data, MPI, memory. Total and
 isolation keep their own tables' verdicts (campaign-adjusted there); the stack verdicts
 are decided over the campaign's stack components (Benjamini-Hochberg,
 ``scalesweep.analyse.multiplicity``), in the same words as overhead.csv's. ``explanation``
@@ -43,13 +47,13 @@ from scalesweep.record.geometry import AXES as GEOMETRY
 CONTROL_SUFFIX = "+control"  # the control token of a runtime: platform.runtimes.CONTROL_MODE
 KEYS = ["workload", "model", *GEOMETRY]
 STEADY = "steady state"
-METHOD = ("difference of independent estimates on the log scale (normal; each "
-          "component's standard error from its 95% CI)")
+METHOD = ("difference of independent estimates on the log scale (t, Welch-Satterthwaite "
+          "degrees of freedom; each component's standard error from its 95% CI and pairs)")
 COLUMNS = [*KEYS, "runtime", "control_runtime", "phase", "phase_label",
            "total_pct", "total_ci95_low_pct", "total_ci95_high_pct", "total_verdict",
            "isolation_pct", "isolation_ci95_low_pct", "isolation_ci95_high_pct",
            "isolation_verdict",
-           "stack_pct", "stack_ci95_low_pct", "stack_ci95_high_pct", "stack_ci_method",
+           "stack_pct", "stack_ci95_low_pct", "stack_ci95_high_pct", "stack_df", "stack_ci_method",
            "p_value", "q_value", "equivalence_p_value", "equivalence_q_value", "comparisons",
            "margin_pct", "verdict", "verdict_unadjusted", "verdict_text", "explanation"]
 
@@ -67,33 +71,53 @@ def _log_ci(low_pct: float, high_pct: float) -> tuple[float, float]:
     return math.log1p(low_pct / 100), math.log1p(high_pct / 100)
 
 
+def _t(confidence: float, df: float) -> float:
+    return float(stats.t.ppf(0.5 + confidence / 2, df)) if np.isfinite(df) else \
+        float(stats.norm.ppf(0.5 + confidence / 2))
+
+
 def stack_component(total: tuple[float, float, float], isolation: tuple[float, float, float],
-                    margin_pct: float, confidence: float = CONFIDENCE) -> dict:
+                    margin_pct: float, confidence: float = CONFIDENCE,
+                    n_total: float | None = None, n_isolation: float | None = None) -> dict:
     """The stack's part of ``total`` given ``isolation``, each (estimate, CI low, CI high) in
-    percent (module docstring): its estimate, CI, p value and equivalence p value;
-    NaN where a component has no estimate or no finite CI."""
+    percent, from ``n_total`` and ``n_isolation`` same-block pairs (module docstring): its
+    estimate, CI, p value and equivalence p value, and the degrees of freedom; NaN where a
+    component has no estimate or no finite CI. Each standard error is its CI's half-width
+    on the log scale over t(n - 1) (the normal quantile where n is not known); the
+    difference has Welch-Satterthwaite's degrees of freedom."""
     nan = dict(stack_pct=np.nan, stack_ci95_low_pct=np.nan, stack_ci95_high_pct=np.nan,
-               p_value=np.nan, equivalence_p_value=np.nan)
+               p_value=np.nan, equivalence_p_value=np.nan, stack_df=np.nan)
     values = [*total, *isolation]
     if not all(np.isfinite(v) and v > -100 for v in values):
         return nan
-    z = stats.norm.ppf(0.5 + confidence / 2)
+    df_t = float(n_total) - 1 if n_total is not None and np.isfinite(n_total) and n_total > 1 \
+        else np.inf
+    df_i = float(n_isolation) - 1 if n_isolation is not None and np.isfinite(n_isolation) \
+        and n_isolation > 1 else np.inf
     (t, *t_ci), (i, *i_ci) = total, isolation
-    se_t = (lambda lo, hi: (hi - lo) / (2 * z))(*_log_ci(*t_ci))
-    se_i = (lambda lo, hi: (hi - lo) / (2 * z))(*_log_ci(*i_ci))
+    lo_t, hi_t = _log_ci(*t_ci)
+    lo_i, hi_i = _log_ci(*i_ci)
+    se_t = (hi_t - lo_t) / (2 * _t(confidence, df_t))
+    se_i = (hi_i - lo_i) / (2 * _t(confidence, df_i))
     d = math.log1p(t / 100) - math.log1p(i / 100)
     se = math.hypot(se_t, se_i)
     if not se > 0:
         return nan
-    lower, upper = math.log1p(-margin_pct / 100), math.log1p(margin_pct / 100)
+    # Welch-Satterthwaite (infinite where neither n is known)
+    denom = sum(v ** 4 / k for v, k in ((se_t, df_t), (se_i, df_i)) if np.isfinite(k))
+    df = se ** 4 / denom if denom > 0 else np.inf
+    q = _t(confidence, df)
+    dist = stats.t(df) if np.isfinite(df) else stats.norm()
+    lower = math.log1p(-margin_pct / 100) if margin_pct < 100 else -math.inf
+    upper = math.log1p(margin_pct / 100)
     return dict(
         stack_pct=math.expm1(d) * 100,
-        stack_ci95_low_pct=math.expm1(d - z * se) * 100,
-        stack_ci95_high_pct=math.expm1(d + z * se) * 100,
-        p_value=float(2 * stats.norm.sf(abs(d) / se)),
+        stack_ci95_low_pct=math.expm1(d - q * se) * 100,
+        stack_ci95_high_pct=math.expm1(d + q * se) * 100,
+        p_value=float(2 * dist.sf(abs(d) / se)),
         # two one-sided tests: above the lower bound, below the upper one
-        equivalence_p_value=float(max(stats.norm.sf((d - lower) / se),
-                                      stats.norm.cdf((d - upper) / se))),
+        equivalence_p_value=float(max(dist.sf((d - lower) / se), dist.cdf((d - upper) / se))),
+        stack_df=float(df),
     )
 
 
@@ -136,20 +160,26 @@ def explanation(row: dict) -> str:
 
 def _components(overhead: pd.DataFrame, decomposition: pd.DataFrame | None) -> pd.DataFrame:
     """One frame of (keys, runtime, phase, estimate, CI, verdict, margin) from both tables."""
-    cols = ["overhead_pct", "overhead_ci95_low_pct", "overhead_ci95_high_pct", "verdict"]
+    cols = ["overhead_pct", "overhead_ci95_low_pct", "overhead_ci95_high_pct", "verdict", "n"]
     names = [*KEYS, "runtime", "phase", "phase_label", *cols, "margin_pct"]
     parts = []
     margins = None
     if overhead is not None and len(overhead):
         o = overhead.assign(phase=STEADY, phase_label="steady state (the figure of merit)",
                             model=overhead["model"].fillna("").astype(str))
+        if "n" not in o.columns:
+            o["n"] = np.nan
         parts.append(o[names])
         margins = o.drop_duplicates([*KEYS, "runtime"]).set_index([*KEYS, "runtime"])["margin_pct"]
     if decomposition is not None and len(decomposition):
         d = decomposition
         if "measured" in d.columns:
             d = d[d["measured"].astype(str).str.lower() == "true"]
+        # its compute row is the overhead table's own comparison: the steady state already
+        d = d[d["component"] != "compute"]
         d = d.rename(columns={"component": "phase", "component_label": "phase_label"})
+        if "n" not in d.columns:
+            d = d.assign(n=np.nan)
         d = d.assign(model=d["model"].fillna("").astype(str))[[*KEYS, "runtime", "phase",
                                                                "phase_label", *cols]]
         if margins is not None and len(d):
@@ -173,7 +203,9 @@ def attribution_table(overhead: pd.DataFrame, decomposition: pd.DataFrame | None
     by = {(tuple(r[k] for k in KEYS), r["runtime"], r["phase"]): r
           for r in comp.to_dict("records")}
     for (key, runtime, phase), total in by.items():
-        if is_control(runtime) or runtime in ("native", "native-aa"):
+        if is_control(runtime) or runtime in ("native", "native-aa") or "+" in runtime:
+            # a mode other than the control's (charliecloud+squashfs, podman+vfs): its own
+            # cost would land in "stack"; attributed where the mode is the control's
             continue
         iso = by.get((key, control_of(runtime), phase))
         if iso is None:
@@ -194,7 +226,8 @@ def attribution_table(overhead: pd.DataFrame, decomposition: pd.DataFrame | None
         row.update(stack_component(
             (row["total_pct"], row["total_ci95_low_pct"], row["total_ci95_high_pct"]),
             (row["isolation_pct"], row["isolation_ci95_low_pct"],
-             row["isolation_ci95_high_pct"]), margin, confidence))
+             row["isolation_ci95_high_pct"]), margin, confidence,
+            total.get("n"), iso.get("n")))
         row["verdict"], row["verdict_text"] = _unadjusted(row, margin, alpha)
         rows.append(row)
     if not rows:

@@ -51,10 +51,10 @@ LOCATIONS = ("root", "image", "bound", "kernel", "unnamed")
 # `PID SECONDS.USEC name(args) = result` (possibly resumed: `<... name resumed>args) = r`)
 _LINE = re.compile(r"^(?:\[pid\s+)?(?P<pid>\d+)\]?\s+(?P<t>\d+\.\d+)\s+(?P<rest>.*)$")
 _CALL = re.compile(r"^(?P<name>[a-z0-9_]+)\((?P<args>.*)\)\s+=\s+(?P<ret>-?\d+|\?|0x[0-9a-f]+)"
-                   r"(?:\s+(?P<err>E[A-Z]+))?")
+                   r"(?:<[^>]*>)?(?:\s+(?P<err>E[A-Z]+))?")
 _UNFINISHED = re.compile(r"^(?P<name>[a-z0-9_]+)\((?P<args>.*)\s+<unfinished \.\.\.>$")
 _RESUMED = re.compile(r"^<\.\.\. (?P<name>[a-z0-9_]+) resumed>(?P<args>.*)\)\s+=\s+"
-                      r"(?P<ret>-?\d+|\?|0x[0-9a-f]+)(?:\s+(?P<err>E[A-Z]+))?")
+                      r"(?P<ret>-?\d+|\?|0x[0-9a-f]+)(?:<[^>]*>)?(?:\s+(?P<err>E[A-Z]+))?")
 _PATH = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 
@@ -63,13 +63,15 @@ class TraceError(RuntimeError):
 
 
 def strace_argv(argv: list[str], out: str | Path, strace: str | None = None) -> list[str]:
-    """``argv`` under strace: every thread and child, wall-clock timestamps, the traced
-    calls only, paths in full (strace never shortens them), to ``out``."""
+    """``argv`` under strace: every thread and child, wall-clock timestamps, each
+    descriptor with the path it is open on (``-y``: shared by threads, inherited by
+    children), the traced calls only, paths in full (strace never shortens them), to
+    ``out``."""
     exe = strace or shutil.which("strace")
     if not exe:
         raise TraceError("strace not found (apt-get install strace): the file-system "
                          "operations of a start are counted with it")
-    return [exe, "-f", "-qq", "-ttt", "-s", "0", "-e", f"trace={','.join(SYSCALLS)}",
+    return [exe, "-f", "-qq", "-y", "-ttt", "-s", "0", "-e", f"trace={','.join(SYSCALLS)}",
             "-o", str(out), "--", *argv]
 
 
@@ -124,14 +126,26 @@ def _first_path(args: str) -> str | None:
     return m.group(1).encode().decode("unicode_escape") if m else None
 
 
+# calls on a descriptor (its first argument; mmap's fifth): placed where the descriptor's
+# file lies, as strace -y prints it (`read(3</usr/lib/x.so>, ...)`); a pipe, socket or
+# other anonymous descriptor is no file-system operation and is not counted
+FD_CALLS = {"read", "pread64", "readv", "preadv", "preadv2", "fstat", "getdents64", "mmap"}
+_FD = re.compile(r"^\s*-?\d+<(?P<path>(?:[^>\\]|\\.)*)>")
+NOT_FILES = ("pipe:", "socket:", "anon_inode:", "/memfd:")
+
+
+def _fd_path(arg: str) -> str | None:
+    """The path strace -y printed for a descriptor argument (``3</x/y>``); None without one."""
+    m = _FD.match(arg)
+    return m["path"] if m else None
+
+
 def count(lines: Iterable[str], bound: Iterable[str] = (), until: float | None = None,
-          fds: dict | None = None, image: str | None = None) -> Counts:
+          image: str | None = None) -> Counts:
     """The operations of an strace log (``strace_argv``'s format) up to wall-clock time
-    ``until`` (all of it where None). A call on a descriptor (read, fstat, mmap) is placed
-    where the file its descriptor was opened from lies, where the trace saw the open."""
+    ``until`` (all of it where None)."""
     bound = tuple(bound)
     c = Counts()
-    fds = {} if fds is None else fds  # (pid, fd) -> location
     pending: dict[tuple[int, str], str] = {}  # (pid, name) -> args of an unfinished call
     for raw in lines:
         m = _LINE.match(raw.rstrip("\n"))
@@ -157,29 +171,33 @@ def count(lines: Iterable[str], bound: Iterable[str] = (), until: float | None =
         cls = CLASS_OF.get(name)
         if cls is None:
             continue
+        parts = args.split(", ")
+        if name in FD_CALLS:
+            if name == "mmap":  # mmap(addr, length, prot, flags, fd, offset)
+                if len(parts) < 5 or parts[4].strip() == "-1":
+                    continue  # anonymous memory, not a file
+                path = _fd_path(parts[4])
+            else:
+                path = _fd_path(parts[0])
+            if path is None or path.startswith(NOT_FILES):
+                continue
+        else:
+            path = _first_path(args)
+            if path == "" or (path and not path.startswith("/")):
+                # fstatat(fd, "", AT_EMPTY_PATH) or a path relative to a directory descriptor
+                # (AT_FDCWD</cwd> included): where that directory lies
+                base = _fd_path(parts[0].replace("AT_FDCWD", "-100"))
+                if base is not None:
+                    path = f"{base.rstrip('/')}/{path}" if path else base
         c.processes.add(pid)
         c.first_t = t if c.first_t is None else c.first_t
         c.last_t = t
-        path = None if name.startswith(("read", "pread", "fstat", "mmap")) or name == "getdents64" \
-            else _first_path(args)
-        if path == "":  # newfstatat(fd, "", ..., AT_EMPTY_PATH): the descriptor's file
-            path = None
-        if path is None:  # a descriptor's call: where its file lies
-            fd = args.split(",", 1)[0].strip()
-            if name == "mmap":  # mmap(addr, length, prot, flags, fd, offset)
-                parts = [p.strip() for p in args.split(",")]
-                fd = parts[4] if len(parts) > 4 else ""
-                if fd == "-1":
-                    continue  # anonymous memory, not a file
-            where = fds.get((pid, fd), "unnamed")
-        else:
-            where = location(path, bound, image)
+        where = location(path, bound, image)
         c.ops[(cls, where)] += 1
         if err:
             c.failed[cls] += 1
             continue
-        if cls == "open" and ret.isdigit():
-            fds[(pid, ret)] = where
+        if cls == "open":
             c.files.add(path)
         elif cls == "read" and ret.isdigit():
             c.bytes_read += int(ret)
@@ -207,7 +225,9 @@ def trace(argv: list[str], env: dict | None = None, bound: Iterable[str] = (),
     with tempfile.TemporaryDirectory(prefix="scalesweep-fsops-", dir=workdir) as tmp:
         out = Path(tmp) / "strace.log"
         proc = subprocess.run(strace_argv(argv, out), env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-        counts = count_file(out, bound, image=image).as_dict()
-    counts["exit_code"] = proc.returncode
-    return counts
+                              stderr=subprocess.PIPE, text=True, errors="replace")
+        counts = count_file(out, bound, image=image)
+    if not counts.processes:  # strace could not trace it (ptrace refused, a call unknown)
+        raise TraceError(f"strace recorded no call of {argv[0]} (exit {proc.returncode}): "
+                         f"{proc.stderr.strip()[-300:] or 'no message'}")
+    return {**counts.as_dict(), "exit_code": proc.returncode}
