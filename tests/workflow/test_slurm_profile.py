@@ -706,6 +706,18 @@ def test_the_point_rule_loads_the_sites_modules(frontier):
         assert profile(name)["software-deployment-method"] == "env-modules"
 
 
+@pytest.mark.parametrize("module", ["-rf", "a b", "x;touch pwned", "$(id)", ""])
+def test_a_module_name_that_is_no_module_is_refused(tmp_path, module):
+    """Snakemake writes the module names into the job's shell line unquoted: a name that
+    could be an option, split or run something is refused by the site schema, named."""
+    site = write_site(tmp_path, modules=[module])
+    with pytest.raises(SiteError, match="site key modules.0"):
+        load_site(site)
+    site = write_site(tmp_path, "rt", runtimes={"charliecloud": {"bin": "ch-run", "modules": [module]}})
+    with pytest.raises(SiteError, match="runtimes.charliecloud.modules.0"):
+        load_site(site)
+
+
 def test_dry_run_prints_each_points_sbatch_and_srun(tmp_path, monkeypatch):
     """`snakemake --profile profiles/frontier --slurm-qos debug -n` from the repository,
     the campaign elsewhere (--directory), the profile bringing its own sweep (its

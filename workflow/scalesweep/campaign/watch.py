@@ -10,6 +10,7 @@ so a long campaign's log holds one line per change, not one per tick.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import sys
 import time
 from pathlib import Path
@@ -40,6 +41,14 @@ def look(config: dict, directory: Path, profile: str | None, table: pd.DataFrame
     return lines
 
 
+def _news(lines: list[str] | None) -> list[str] | None:
+    """A look without its expected finish, which moves with the clock while a queue waits:
+    what decides whether a log gets a line."""
+    if lines is None:
+        return None
+    return [re.sub(r"; expected to finish ~\S+ UTC", "", line) for line in lines]
+
+
 def finished(table: pd.DataFrame) -> bool:
     return not table["state"].isin(OPEN).any()
 
@@ -60,7 +69,7 @@ def watch(args, survey: Callable, out: TextIO | None = None,
             done = finished(table)
             if tty:
                 out.write("\x1b[H\x1b[2J")  # redraw in place
-            if tty or lines != last:
+            if tty or _news(lines) != _news(last):
                 stamp = dt.datetime.now(dt.timezone.utc).strftime("%H:%M:%S UTC")
                 out.write(f"[{stamp}] " + "\n  ".join(lines) + "\n")
                 out.flush()

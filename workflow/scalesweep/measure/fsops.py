@@ -1,7 +1,8 @@
 """What a process's start does to the file system (issue #44): its file-system operations
 counted with a real tracer (strace(1): every thread and child, ``-f``, wall-clock
-timestamps ``-ttt``), outside any measured run, up to a moment (the payload's first step,
-from its own record) or to its end.
+timestamps ``-ttt``, each descriptor's path ``-y``), outside any measured run, to its end
+or up to a moment the caller gives (``until``: e.g. a payload's own first-step time; the
+container start-up probes are traced whole, they end at their start).
 
 The counts do not depend on the machine's speed: they are the portable part of a start-up
 result (how many metadata operations a thousand ranks starting at once ask of a shared
@@ -22,9 +23,10 @@ one of the bind targets the caller names: a container's /mnt/code, /mnt/data ...
 host's file system seen from inside), ``image`` (under the image's own host path: the
 runtime reading the image before it enters it, a SquashFS image's FUSE daemon), and
 otherwise ``root`` (the process's root file system: the image's inside a container, the
-host's natively and for the runtime's own files); ``unnamed``: a call on a descriptor whose
-open the trace did not see. ``files``: the distinct paths opened successfully. Standard
-library only.
+host's natively and for the runtime's own files); ``unnamed``: a call whose path strace
+could not read. A descriptor's call is placed by the path strace prints with
+the descriptor; a pipe, socket or anonymous descriptor is no file-system operation and is
+not counted. ``files``: the distinct paths opened successfully. Standard library only.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ class Counts:
 
 
 def location(path: str | None, bound: Iterable[str] = (), image: str | None = None) -> str:
-    """Where ``path`` lies (module docstring); ``unnamed`` for a call on a descriptor."""
+    """Where ``path`` lies (module docstring); ``unnamed`` where the trace has none."""
     if not path:
         return "unnamed"
     if image and (path == image.rstrip("/") or path.startswith(image.rstrip("/") + "/")):

@@ -241,7 +241,7 @@ def check_image(spec: ImageSpec, site: dict) -> None:
             f"this one is {'built by ' + spec.builder if spec.how == 'build' else spec.how + ' ' + repr(spec.prebuilt)}. "
             "A site whose images come from a registry base (Frontier's Apptainer) has no "
             "control image: leave it out, and the campaign attributes nothing (attribution.csv "
-            "empty, the report says so)")
+            "empty, no \"why\" on the report's first screen, a Slurm dry run says so)")
     if spec.how == "local":
         if spec.prebuilt.startswith("~"):
             raise ImageConfigError(f"{key}.prebuilt: {spec.prebuilt!r}: '~' is not expanded here; "
