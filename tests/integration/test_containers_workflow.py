@@ -164,6 +164,11 @@ def test_overhead_and_startup_tables(campaign_dir):
     noop = startup["probes"]["noop"]
     assert noop["container"]["n"] == 3 and noop["container"]["median_s"] > 0
     assert "ch-run" in noop["command"][0]
+    # issue #44: one traced start per probe and side, after the timings: import torch opens
+    # hundreds of files, in the image's root file system for the container
+    ops = startup["probes"]["import_torch"]["fs_ops"]
+    assert ops["native"]["open"] > 300 and ops["container"]["open_root"] > 300, ops
+    assert ops["container"]["bytes_read"] > 1_000_000 and ops["native"]["exit_code"] == 0
 
 
 def test_payload_failing_inside_the_container_fails_only_that_point(campaign, tmp_path):

@@ -311,7 +311,7 @@ def partial_campaign(tmp_path_factory):
     cfg = tiny_config()
     cfg["sweep"].update(repeats=2, ranks_per_node=[1, 2],
                         runtimes=["native", "charliecloud"] if container else ["native"])
-    cfg["containers"] = {"startup_repeats": 3}
+    cfg["containers"] = {"startup_repeats": 3, "startup_trace": False}
     wd = tmp_path_factory.mktemp("report")
     (wd / "config").mkdir()
     (wd / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))

@@ -74,6 +74,7 @@ def standin_site(directory: Path) -> Path:
         "extends": "frontier",
         "description": "Frontier's facts on the project's local Slurm cluster",
         "source": "tests/slurm/test_frontier_standin.py",
+        "modules": [],  # no environment modules on the local cluster
         "shared_cores": True,  # the cluster's nodes share this host's 2 cores
         "node": {"cores": 2, "core_spec": None, "payload_device": "cpu"},
         "storage": {"node_local_path": str(directory / "bb")},

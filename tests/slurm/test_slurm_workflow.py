@@ -160,7 +160,7 @@ def slurm_run(slurm_cluster, tmp_path_factory):  # noqa: F811
             sweep={"runtimes": ["native", "charliecloud", "charliecloud-hostmpi"], "nodes": [2],
                    "ranks_per_node": [1], "baseline": 2})
         # the start-up probes once (no test here reads results/startup/): a short job
-        config["containers"] = {"startup_repeats": 1}
+        config["containers"] = {"startup_repeats": 1, "startup_trace": False}
     proc, wall = run_through_slurm(slurm_cluster, workdir, config)
     return workdir, config, proc, wall
 

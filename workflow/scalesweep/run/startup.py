@@ -73,7 +73,8 @@ def measure_startup(runtime: str, image: str, config: dict, repeats: int = 10,
             "startup_overhead_s": statistics.median(con) - statistics.median(nat),
             "command": inside,
         }
-    for name, argv in PROBES.items():  # after every timing: nothing traced beside one
+    traced = PROBES if config["containers"].get("startup_trace", True) else {}
+    for name, argv in traced.items():  # after every timing: nothing traced beside one
         native = [a.replace("{python}", native_python) for a in argv]
         inside = prefix + [a.replace("{python}", site.python) for a in argv]
         try:
