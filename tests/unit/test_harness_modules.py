@@ -135,12 +135,23 @@ def test_startup_is_timed_in_the_launchs_environment(monkeypatch):
     start-up probes get them, as a point's launch does."""
     import scalesweep.run.startup as startup
 
-    seen = []
+    seen, traced = [], []
     monkeypatch.setattr(startup, "_time", lambda argv, env: seen.append(env) or 0.01)
+    monkeypatch.setattr(startup, "_trace", lambda argv, env, **where: traced.append(
+        (argv, env, where)) or {"open": 1})
     monkeypatch.delenv("USER", raising=False)
     config = {"_site": load_site("frontier"), "_code_root": str(REPO)}
     record = startup.measure_startup("apptainer-hostmpi", "/img.sif", config, repeats=1)
     assert seen and all(e["APPTAINERENV_LD_LIBRARY_PATH"] for e in seen)
+    # each probe traced once per side after the timings, in the same environment, the
+    # container's with its image and binds (issue #44); none where the config says so
+    assert len(traced) == 2 * len(startup.PROBES) and all(e == seen[0] for _, e, _ in traced)
+    assert traced[1][2] == {"bound": ("/mnt/code", "/mnt/data", "/mnt/out"), "image": "/img.sif"}
+    assert record["probes"]["noop"]["fs_ops"]["container"] == {"open": 1}
+    traced.clear()
+    config["containers"] = {"startup_trace": False}
+    startup.measure_startup("apptainer-hostmpi", "/img.sif", config, repeats=1)
+    assert traced == []
     assert all(e["OMP_NUM_THREADS"] == "1" and e["USER"] for e in seen)
     assert record["runtime_provenance"]["runtime"] == "apptainer-hostmpi"
 

@@ -43,6 +43,11 @@ def _time(argv: list[str], env: dict) -> float:
     return time.perf_counter() - t0
 
 
+def _trace(argv: list[str], env: dict, **where) -> dict:
+    """One start of ``argv`` traced (``measure.fsops.trace``), in the same environment."""
+    return fsops.trace(argv, env, **where)
+
+
 def _summary(xs: list[float]) -> dict:
     return {"n": len(xs), "median_s": statistics.median(xs), "mean_s": statistics.fmean(xs),
             "min_s": min(xs), "max_s": max(xs), "samples_s": xs}
@@ -73,15 +78,15 @@ def measure_startup(runtime: str, image: str, config: dict, repeats: int = 10,
             "startup_overhead_s": statistics.median(con) - statistics.median(nat),
             "command": inside,
         }
-    traced = PROBES if config["containers"].get("startup_trace", True) else {}
+    traced = PROBES if (config.get("containers") or {}).get("startup_trace", True) else {}
     for name, argv in traced.items():  # after every timing: nothing traced beside one
         native = [a.replace("{python}", native_python) for a in argv]
         inside = prefix + [a.replace("{python}", site.python) for a in argv]
         try:
             result["probes"][name]["fs_ops"] = {
-                "native": fsops.trace(native, env),
-                "container": fsops.trace(inside, env, bound=(MOUNT_CODE, MOUNT_DATA, MOUNT_OUT),
-                                         image=image),
+                "native": _trace(native, env),
+                "container": _trace(inside, env, bound=(MOUNT_CODE, MOUNT_DATA, MOUNT_OUT),
+                                    image=image),
                 "tracer": "strace -f (every thread and child)",
             }
         except fsops.TraceError as exc:
