@@ -42,9 +42,10 @@ from scipy import stats
 
 from scalesweep.analyse.multiplicity import adjust_verdicts
 from scalesweep.analyse.stats import CONFIDENCE
+from scalesweep.platform.runtimes.base import CONTROL_MODE, MODE_SEP
 from scalesweep.record.geometry import AXES as GEOMETRY
 
-CONTROL_SUFFIX = "+control"  # the control token of a runtime: platform.runtimes.CONTROL_MODE
+CONTROL_SUFFIX = MODE_SEP + CONTROL_MODE  # a runtime's control token: charliecloud+control
 KEYS = ["workload", "model", *GEOMETRY]
 STEADY = "steady state"
 METHOD = ("difference of independent estimates on the log scale (t, Welch-Satterthwaite "
@@ -60,7 +61,7 @@ COLUMNS = [*KEYS, "runtime", "control_runtime", "phase", "phase_label",
 
 def control_of(runtime: str) -> str:
     """The control token of a runtime token (charliecloud+squashfs -> charliecloud+control)."""
-    return runtime.split("+", 1)[0] + CONTROL_SUFFIX
+    return runtime.split(MODE_SEP, 1)[0] + CONTROL_SUFFIX
 
 
 def is_control(runtime: str) -> bool:
@@ -203,7 +204,7 @@ def attribution_table(overhead: pd.DataFrame, decomposition: pd.DataFrame | None
     by = {(tuple(r[k] for k in KEYS), r["runtime"], r["phase"]): r
           for r in comp.to_dict("records")}
     for (key, runtime, phase), total in by.items():
-        if is_control(runtime) or runtime in ("native", "native-aa") or "+" in runtime:
+        if is_control(runtime) or runtime in ("native", "native-aa") or MODE_SEP in runtime:
             # a mode other than the control's (charliecloud+squashfs, podman+vfs): its own
             # cost would land in "stack"; attributed where the mode is the control's
             continue
