@@ -70,6 +70,8 @@ rule all:
         rules.report_attribution.output,
         rules.report_points.output,
         rules.report_startup_table.output,
+        rules.report_startup_scale.output,
+        rules.report_startup_scale_figure.output if IMAGE_RULES.scale_runtimes() else [],
         expand(rules.report_startup.output, runtime=IMAGE_RULES.container_runtimes()),
         expand(rules.report_efficiency.output, workload=report_workloads("cnn")),
         expand(rules.report_overhead.output, workload=report_workloads()),

@@ -69,7 +69,7 @@ from scalesweep.report.registry import (  # noqa: E402
     workload_labels,
 )
 from scalesweep.report import registry  # noqa: E402
-from scalesweep.run.slurm import point_resources  # noqa: E402
+from scalesweep.run.slurm import point_resources, scale_resources  # noqa: E402
 
 
 envvars:

@@ -177,3 +177,31 @@ rule container_startup:
         image=IMAGE_RULES.startup_path,
     script:
         "../scripts/measure_startup.py"
+
+
+# Start-up at scale (issue #44): K ranks at once, on the node's disk and on a file system
+# serving metadata at a bounded rate (scalesweep.run.startscale); startup_scale.enabled
+rule startup_scale:
+    input:
+        unpack(IMAGE_RULES.scale_inputs),
+    output:
+        "results/startup_scale/{runtime}.json",
+    log:
+        "logs/startup_scale/{runtime}.log",
+    conda:
+        "../../envs/scalesweep.yaml"
+    # a measurement: every local core, so nothing else of ours runs beside it
+    threads: MEASUREMENT_THREADS
+    resources:
+        # whole nodes under Slurm, each (nodes, ranks) an srun step: scalesweep.run.slurm
+        **(
+            scale_resources(config, IMAGE_RULES.scale_nodes())
+            if SLURM_SITE and IMAGE_RULES.scale_runtimes()
+            else {}
+        ),
+        measure=1,
+    params:
+        image=IMAGE_RULES.scale_image,
+        nodes=IMAGE_RULES.scale_nodes(),
+    script:
+        "../scripts/measure_startup_scale.py"

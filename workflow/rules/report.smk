@@ -299,6 +299,43 @@ rule report_startup_table:
         "../scripts/report_startup.py"
 
 
+# Start-up at scale (issue #44): the measured curves, the model and its prediction
+# (scalesweep.analyse.startmodel); tables without rows where startup_scale is off
+rule report_startup_scale:
+    input:
+        expand(rules.startup_scale.output[0], runtime=IMAGE_RULES.scale_runtimes()),
+    output:
+        curves=report_table("startup_scale"),
+        model=report_table("startup_model"),
+    log:
+        "logs/report/startup_scale.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    script:
+        "../scripts/report_startup_scale.py"
+
+
+rule report_startup_scale_figure:
+    input:
+        **rules.report_startup_scale.output,
+    output:
+        report(
+            "results/plots/startup_scale.png",
+            caption="../report/startup_scale_figure.rst",
+            category="Container start-up",
+            subcategory="at scale",
+            labels={"runtime": "all", "item": "figure: measured, model, prediction"},
+        ),
+    log:
+        "logs/report/startup_scale_figure.log",
+    localrule: True
+    conda:
+        "../../envs/scalesweep.yaml"
+    script:
+        "../scripts/report_startup_scale.py"
+
+
 rule report_summary:
     input:
         runs=rules.aggregate.output.runs,

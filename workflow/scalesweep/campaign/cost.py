@@ -30,6 +30,7 @@ from scalesweep.campaign.estimate import (
 )
 from scalesweep.campaign.history import campaign_history, history_dirs
 from scalesweep.campaign.profile import read_profile
+from scalesweep.campaign.startplan import format_prediction, startup_prediction
 from scalesweep.campaign.usage import UsageError
 from scalesweep.plan.adaptive import MIN_COMPARED
 from scalesweep.plan.config import ConfigError, validated
@@ -109,15 +110,20 @@ def run(args: argparse.Namespace) -> int:
     warnings = plan_warnings(scenarios["minimum"], totals, args.allocation_node_hours)
     warnings += site_warnings(scenarios["minimum"], support, profile, site, qos)
     summary = summary_table(scenarios, series)
+    startup = startup_prediction([directory, *args.from_campaign],
+                                 site, [int(n) for n in points["nodes"].unique()]
+                                 if len(points) else [])
     if args.json:
         json.dump({"configs": configs, "profile": args.profile, "site": site["name"],
                    "measured_before": [str(d) for d in measured], "repeats_rule": rule,
                    "totals": totals, "cost": cost, "workloads": summary.to_dict(orient="records"),
-                   "warnings": warnings}, sys.stdout, indent=2, default=_json_default)
+                   "startup_prediction": startup, "warnings": warnings}, sys.stdout,
+                  indent=2, default=_json_default)
         print()
     else:
         _print_text(configs, args, site, totals, cost, summary, support, warnings, rule,
                     measured, series)
+        print("\n" + "\n".join(format_prediction(startup)))
     return 1 if warnings and args.strict else 0
 
 

@@ -117,6 +117,49 @@ class ImageRules:
         loaded = load_record(image, wildcards.runtime)
         return {"manifest": image.manifest, **({"load": loaded} if loaded else {})}
 
+    def scale_runtimes(self) -> list[str]:
+        """The runtime tokens rule startup_scale measures (issue #44): none unless
+        ``startup_scale.enabled``; those named, or the sweep's runtimes whose image runs
+        from its path (native: its virtual environment). A runtime that keeps its images in
+        its own storage (Podman) cannot be put on the file system: named, it is refused."""
+        from scalesweep.platform.runtimes import runtime
+
+        opts = self.config.get("startup_scale") or {}
+        if not opts.get("enabled"):
+            return []
+        swept = sorted({p.runtime for p in self.points}, key=lambda rt: runtime(rt).order)
+        named = list(opts.get("runtimes") or [])
+        for rt in named:
+            if runtime(rt).loads_images:
+                raise ValueError(f"startup_scale.runtimes: {rt!r} keeps its images in its own "
+                                 "storage: they cannot be served from the bounded-rate file "
+                                 "system (a runtime that runs an image from its path can)")
+            if rt not in swept:
+                raise ValueError(f"startup_scale.runtimes: {rt!r} is not one of the sweep's "
+                                 f"runtimes {swept}")
+        if named:
+            return named
+        natives = [rt for rt in swept if runtime(rt).native][:1]  # native-aa: the same start
+        return natives + [rt for rt in swept if not runtime(rt).native
+                          and not runtime(rt).loads_images]
+
+    def scale_nodes(self) -> list[int]:
+        """The sweep's node counts (every workload's): under Slurm rule startup_scale
+        starts at each of them."""
+        return sorted({int(p.nodes) for p in self.points})
+
+    def scale_image(self, wildcards: Any) -> str:
+        """The image rule startup_scale starts (the start-up image), "" natively."""
+        if wildcards.runtime in NATIVE_RUNTIMES:
+            return ""
+        return self.startup_path(wildcards)
+
+    def scale_inputs(self, wildcards: Any) -> dict[str, str]:
+        """The start-up image's manifest (none natively)."""
+        if wildcards.runtime in NATIVE_RUNTIMES:
+            return {}
+        return {"manifest": self.startup_image(wildcards).manifest}
+
     def manifests(self) -> list[str]:
         """The manifest of every image the selected points run (the default target):
         images used in place are described too."""

@@ -210,6 +210,26 @@ def point_resources(config: dict, refuse: Callable[[str], Exception] = SlurmConf
     return {name: resource(name) for name in POINT_RESOURCES}
 
 
+SCALE_RUNTIME_MIN = 30  # rule startup_scale's allocation: its starts take minutes
+
+
+def scale_resources(config: dict, nodes: list[int]) -> dict[str, Any]:
+    """Rule startup_scale's Slurm resources (issue #44): whole nodes, as many as the
+    sweep's largest node count (``nodes``: the sweep's, every workload's), each able to hold the largest ``startup_scale.ranks``
+    tasks of one core; the job's batch step starts each (nodes, ranks) as its own srun
+    step (scalesweep.run.startscale.measure_slurm)."""
+    site = site_of(config)
+    nodes = max(nodes)
+    ranks = max(int(k) for k in config["startup_scale"]["ranks"])
+    probe = SweepPoint("startup_scale", "native", nodes, 0, ranks, 1, 0)
+    tokens = extra_tokens(probe, site)
+    return SlurmRequest(
+        nodes=nodes, tasks=None, tasks_per_node=ranks, mpi=None, cpus_per_task=1, gpu=None,
+        slurm_extra=shlex.join(tokens) if tokens else None,
+        runtime=min(SCALE_RUNTIME_MIN, site["slurm"]["max_runtime_min"] or SCALE_RUNTIME_MIN),
+        mem_mb=site["node"]["mem_mb"], constraint=None).resources()
+
+
 # The characters of a Slurm account here: the executor plugin splits the value at commas
 # and whitespace (several accounts) and passes each with -A; scalesweep holds it to these.
 ACCOUNT_CHARS = re.compile(r"[A-Za-z0-9_.+@-]")

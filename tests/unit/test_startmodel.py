@@ -1,0 +1,102 @@
+"""The start-up-at-scale model (issue #44, scalesweep.analyse.startmodel) on constructed
+starts: it recovers the parameters it was made with, its held-out check measures an
+extrapolation, its prediction is the stated formula, and it refuses what it cannot fit."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from scalesweep.analyse import startmodel
+
+CORES = 2
+
+
+def _record(runtime, a, b, ops, busy_per_op, noise=0.0, seed=0, ranks=(1, 2, 4, 8),
+            services=(0, 100, 400), repeats=3):
+    """Starts made by T = a max(1, K/P) + b K W (W = ops x busy_per_op(service)), each rank
+    a little faster than the slowest; ``noise``: relative sd of the slowest."""
+    rng = np.random.default_rng(seed)
+    starts = []
+    for rep in range(repeats):
+        for place, service in [("local", 0.0)] + [("metafs", float(s)) for s in services]:
+            for k in ranks:
+                w = 0.0 if place == "local" else ops * (busy_per_op + service * 1e-6)
+                t = (a * max(1, k / CORES) + b * k * w) * (1 + noise * rng.standard_normal())
+                row = {"runtime": runtime, "place": place, "service_us": service, "ranks": k,
+                       "ranks_per_core": k / CORES, "repeat": rep,
+                       "rank_s": list(np.linspace(t, 0.8 * t, k))}
+                if place == "metafs":
+                    row.update(metadata_ops_per_start=ops, server_busy_s_per_start=w)
+                starts.append(row)
+    return {"runtime": runtime, "probe": "import_torch", "cores": CORES, "starts": starts}
+
+
+def test_the_fit_recovers_the_parameters_it_was_made_with():
+    starts = startmodel.starts_frame([_record("charliecloud", a=1.5, b=0.8, ops=2000,
+                                              busy_per_op=30e-6, noise=0.02)])
+    fit = startmodel.fit(starts)
+    assert fit["a_s"] == pytest.approx(1.5, rel=0.05)
+    assert fit["b"] == pytest.approx(0.8, rel=0.1)
+    assert fit["a_low_s"] <= fit["a_s"] <= fit["a_high_s"]
+    assert fit["b_low"] <= fit["b"] <= fit["b_high"]
+    assert fit["lack_of_fit_log"] < 0.05
+
+
+def test_the_held_out_check_is_an_extrapolation_to_the_largest_k():
+    exact = startmodel.starts_frame([_record("native", a=1.0, b=1.0, ops=1000,
+                                             busy_per_op=50e-6)])
+    held = startmodel.held_out(exact)
+    assert held["held_out_ranks"] == 8 and held["held_out_settings"] == 4
+    assert held["held_out_max_err_pct"] < 1  # the model's own form: predicted exactly
+    # a queue that grows as K^2 (a server slowing as it fills) is not the model's form:
+    # fitted on K <= 4 it misses K = 8, and the held-out error says so
+    curved = exact.copy()
+    curved["t_max_s"] = curved["t_max_s"] * (1 + 0.05 * curved["ranks"] ** 2 *
+                                             (curved["place"] == "metafs"))
+    assert startmodel.held_out(curved)["held_out_max_err_pct"] > 20
+
+
+def test_the_prediction_is_a_plus_b_times_nodes_times_m_over_the_rate():
+    starts = startmodel.starts_frame([_record("charliecloud", a=2.0, b=1.0, ops=5000,
+                                              busy_per_op=20e-6)])
+    pred = startmodel.predict(starts, [1, 1000], ops_per_s=100000.0, n_boot=50)
+    fit = startmodel.fit(starts, n_boot=50)
+    for _, row in pred.iterrows():
+        expected = fit["a_s"] + fit["b"] * row["nodes"] * 5000 / 100000.0
+        assert row["predicted_s"] == pytest.approx(expected)
+        assert row["low_s"] <= row["predicted_s"] <= row["high_s"]
+        assert row["label"] == "prediction"
+    assert pred.set_index("nodes").loc[1000, "predicted_s"] == pytest.approx(2.0 + 50.0, rel=0.01)
+
+
+def test_a_runtime_without_starts_on_the_file_system_is_not_fitted_and_says_so():
+    record = _record("native", a=1.0, b=1.0, ops=1000, busy_per_op=50e-6, services=())
+    table = startmodel.model_table([record], "frontier", {"metadata_ops_per_s": 1e5,
+                                                          "source": "x"}, [1, 10])
+    assert table["predicted_s"].isna().all()
+    assert "nothing to fit" in table["not_fitted"].iloc[0]
+
+
+def test_a_site_without_a_metadata_rate_predicts_nothing_and_says_so():
+    record = _record("native", a=1.0, b=1.0, ops=1000, busy_per_op=50e-6)
+    table = startmodel.model_table([record], "local", {}, [1, 10])
+    assert table["predicted_s"].isna().all()
+    assert "states no storage.shared_fs.metadata_ops_per_s" in table["not_fitted"].iloc[0]
+    with pytest.raises(startmodel.StartModelError, match="states none"):
+        startmodel.predict(startmodel.starts_frame([record]), [1], ops_per_s=0)
+
+
+def test_the_tables_columns_and_the_curves_medians():
+    record = _record("charliecloud", a=1.0, b=1.0, ops=1000, busy_per_op=50e-6)
+    curves = startmodel.curve_table([record])
+    assert list(curves.columns) == startmodel.CURVE_COLUMNS
+    one = curves[(curves["place"] == "local") & (curves["ranks"] == 8)].iloc[0]
+    assert one["t_max_s"] == pytest.approx(4.0) and one["repeats"] == 3
+    assert one["t_median_s"] < one["t_p95_s"] < one["t_max_s"]
+    table = startmodel.model_table([record], "frontier", {"name": "Orion",
+                                                          "metadata_ops_per_s": 4e5,
+                                                          "source": "stand-in"}, [1, 16])
+    assert list(table.columns) == startmodel.MODEL_COLUMNS
+    assert list(table["nodes"]) == [1, 16] and set(table["site"]) == {"frontier"}
+    assert list(startmodel.curve_table([]).columns) == startmodel.CURVE_COLUMNS
+    assert startmodel.model_table([], "frontier", {}, [1]).empty

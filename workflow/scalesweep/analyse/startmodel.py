@@ -1,0 +1,239 @@
+"""Start-up at scale (issue #44): the measured curves of concurrent starts, a model of the
+slowest rank fitted to them and checked on starts held out of the fit, and its prediction
+at a site's scale. Pure functions of rule startup_scale's rows
+(``scalesweep.run.startscale``: one row per concurrent start, each rank's seconds and the
+file-system server's counters).
+
+The model, for K ranks starting together on P cores, each start asking ``W`` seconds of
+the file system's one metadata server::
+
+    T_max(K) = a * max(1, K / P)  +  b * K * W
+
+- ``a``: one start's own time (interpreter, libraries, imports), shared out when there
+  are more ranks than cores;
+- ``K * W``: the work the server must finish before the last rank can: a single-server
+  queue drained at its own rate, the form of the bound of operational analysis; ``b``
+  (about 1 where the server is the bottleneck, less where ranks overlap their waits with
+  their own CPU) is fitted, not assumed;
+- ``W`` is measured: the server's busy time per start (``server_busy_s_per_start``; 0 on
+  the node's own disk, whose cache the kernel keeps).
+
+Fitted by least squares on log(time) (each start weighs by its relative error), a and b
+kept >= 0; intervals from a seeded bootstrap of the repeats within each (place, K). The
+held-out check fits without the largest K and predicts it: its error is the error of an
+extrapolation in K, the kind the site prediction makes.
+
+The prediction at a site: ``nodes`` nodes start together, each a cold client of the
+site's metadata service (the ranks of a node share its client cache; each has cores of its
+own, so the CPU factor is 1): ``T = a + b * nodes * M / R`` with ``M`` the metadata
+operations of one start, counted here by the server (each rank a client with its own
+caches, asking once for each name and attribute, as a Lustre client does) and
+``R`` the site's metadata rate (operations per second, from its site file, with its
+source). ``a`` is this machine's: a site's own start is not measured here. It is a
+prediction, labelled so wherever it shows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import optimize
+
+from scalesweep.analyse.stats import CONFIDENCE
+
+N_BOOT = 400
+CURVE_KEYS = ["runtime", "place", "service_us", "nodes", "ranks"]
+FITTED_PLACES = ("local", "metafs")  # a site's own file system (Slurm) has no server counters
+
+
+class StartModelError(ValueError):
+    """Too few starts to fit, or a site that states no metadata rate."""
+
+
+def starts_frame(records: list[dict]) -> pd.DataFrame:
+    """One row per concurrent start of every record: its slowest, median and p95 rank."""
+    rows = []
+    for rec in records:
+        for start in rec["starts"]:
+            ranks = np.asarray(start["rank_s"], dtype=float)
+            rows.append({"nodes": 1, **{k: v for k, v in start.items() if k != "rank_s"},
+                         "cores": rec["cores"], "probe": rec["probe"],
+                         "t_max_s": float(ranks.max()), "t_median_s": float(np.median(ranks)),
+                         "t_p95_s": float(np.quantile(ranks, 0.95)),
+                         "server_busy_s_per_start": start.get("server_busy_s_per_start", 0.0),
+                         "metadata_ops_per_start": start.get("metadata_ops_per_start", np.nan)})
+    return pd.DataFrame(rows)
+
+
+def curves(starts: pd.DataFrame) -> pd.DataFrame:
+    """The measured curves: per runtime, place, service time and K, the median over
+    repeats of each start's slowest, median and p95 rank (with the slowest's range), and
+    what one start asked of the server."""
+    g = starts.groupby(CURVE_KEYS, sort=True, dropna=False)
+    out = g.agg(repeats=("t_max_s", "size"), t_max_s=("t_max_s", "median"),
+                t_max_low_s=("t_max_s", "min"), t_max_high_s=("t_max_s", "max"),
+                t_median_s=("t_median_s", "median"), t_p95_s=("t_p95_s", "median"),
+                ranks_per_core=("ranks_per_core", "first"),
+                metadata_ops_per_start=("metadata_ops_per_start", "median"),
+                server_busy_s_per_start=("server_busy_s_per_start", "median"))
+    return out.reset_index()
+
+
+def _fitted(starts: pd.DataFrame) -> pd.DataFrame:
+    """The starts the model is fitted to: one node's, on its disk or the file system of ours."""
+    return starts[starts["place"].isin(FITTED_PLACES) & (starts["nodes"] == 1)]
+
+
+def _design(frame: pd.DataFrame) -> np.ndarray:
+    k = frame["ranks"].to_numpy(float)
+    cores = frame["cores"].to_numpy(float)
+    return np.column_stack([np.maximum(1.0, k / cores),
+                            k * frame["server_busy_s_per_start"].to_numpy(float)])
+
+
+def _fit(x: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """a, b >= 0 minimising the squared log residuals of a*x1 + b*x2 against t."""
+    a0 = float(np.median(t / x[:, 0]))
+    res = optimize.least_squares(
+        lambda p: np.log(np.maximum(x @ p, 1e-12)) - np.log(t), x0=[a0, 1.0],
+        bounds=([1e-9, 0.0], [np.inf, np.inf]))
+    return res.x
+
+
+def model_time(params, frame: pd.DataFrame) -> np.ndarray:
+    return _design(frame) @ np.asarray(params, dtype=float)
+
+
+def fit(starts: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -> dict:
+    """The model of one runtime's starts: a and b with their bootstrap intervals, and
+    the lack of fit (root mean square of log(measured / modelled) over the curve's cells)."""
+    cells = starts.groupby(CURVE_KEYS[1:], sort=True)
+    if cells.ngroups < 3 or starts["server_busy_s_per_start"].max() <= 0:
+        raise StartModelError(f"{starts['runtime'].iloc[0] if len(starts) else '?'}: "
+                              f"{cells.ngroups} settings measured, none or too few on the "
+                              "bounded-rate file system: nothing to fit")
+    x, t = _design(starts), starts["t_max_s"].to_numpy(float)
+    params = _fit(x, t)
+    rng = np.random.default_rng(seed)
+    groups = [idx.to_numpy() for _, idx in cells.groups.items()]
+    boots = np.array([_fit(x[idx], t[idx]) for idx in (
+        np.concatenate([rng.choice(g, len(g)) for g in groups]) for _ in range(n_boot))])
+    lo, hi = np.quantile(boots, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2], axis=0)
+    cell = starts.assign(model_s=x @ params).groupby(CURVE_KEYS[1:])
+    lack = float(np.sqrt(np.mean(np.log(cell["t_max_s"].mean() / cell["model_s"].mean()) ** 2)))
+    return {"a_s": params[0], "a_low_s": lo[0], "a_high_s": hi[0],
+            "b": params[1], "b_low": lo[1], "b_high": hi[1], "lack_of_fit_log": lack,
+            "boot": boots, "starts": len(starts)}
+
+
+def held_out(starts: pd.DataFrame) -> dict:
+    """Fit without the largest K, predict its starts: the median and largest relative
+    error of the predicted slowest rank (per setting, median over repeats)."""
+    top = int(starts["ranks"].max())
+    train, test = starts[starts["ranks"] < top], starts[starts["ranks"] == top]
+    if train["ranks"].nunique() < 2 or test.empty:
+        raise StartModelError("held-out check needs at least three values of K")
+    params = _fit(_design(train), train["t_max_s"].to_numpy(float))
+    test = test.assign(model_s=model_time(params, test))
+    per = test.groupby(CURVE_KEYS[1:]).agg(t=("t_max_s", "median"), m=("model_s", "median"))
+    err = (per["m"] - per["t"]) / per["t"] * 100
+    return {"held_out_ranks": top, "held_out_settings": len(per),
+            "held_out_median_err_pct": float(np.median(np.abs(err))),
+            "held_out_max_err_pct": float(np.max(np.abs(err)))}
+
+
+def models(starts: pd.DataFrame) -> pd.DataFrame:
+    """One row per runtime: the fitted model, its intervals, its held-out error and the
+    metadata operations of one start (median over its starts on the file system)."""
+    rows = []
+    for runtime, frame in _fitted(starts).groupby("runtime", sort=True):
+        frame = frame.reset_index(drop=True)
+        row = {"runtime": runtime, "probe": frame["probe"].iloc[0],
+               "cores": int(frame["cores"].iloc[0]),
+               "metadata_ops_per_start": float(frame["metadata_ops_per_start"].median())}
+        try:
+            f = fit(frame)
+            row.update({k: v for k, v in f.items() if k != "boot"})
+            row.update(held_out(frame))
+        except StartModelError as exc:
+            row["not_fitted"] = str(exc)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def predict(starts: pd.DataFrame, nodes: list[int], ops_per_s: float,
+            n_boot: int = N_BOOT, seed: int = 0) -> pd.DataFrame:
+    """The slowest rank's start at each count of ``nodes`` on a site whose metadata
+    service serves ``ops_per_s`` operations a second, per runtime, with the bootstrap's
+    95% interval widened by the held-out error (both ways)."""
+    if not ops_per_s or ops_per_s <= 0:
+        raise StartModelError(f"metadata rate {ops_per_s!r}: the site states none")
+    rows = []
+    for runtime, frame in _fitted(starts).groupby("runtime", sort=True):
+        frame = frame.reset_index(drop=True)
+        try:
+            f, h = fit(frame, n_boot, seed), held_out(frame)
+        except StartModelError as exc:
+            rows.append({"runtime": runtime, "not_predicted": str(exc)})
+            continue
+        m = float(frame["metadata_ops_per_start"].median())
+        widen = h["held_out_max_err_pct"] / 100
+        for n in nodes:
+            w = n * m / ops_per_s
+            est = f["a_s"] + f["b"] * w
+            boot = f["boot"][:, 0] + f["boot"][:, 1] * w
+            lo, hi = np.quantile(boot, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
+            rows.append({"runtime": runtime, "nodes": n, "metadata_ops_per_start": m,
+                         "metadata_ops_per_s": ops_per_s, "predicted_s": est,
+                         "low_s": min(lo, est) * (1 - widen), "high_s": max(hi, est) * (1 + widen),
+                         "queue_s": f["b"] * w, "label": "prediction"})
+    return pd.DataFrame(rows)
+
+
+CURVE_COLUMNS = ["runtime", "place", "service_us", "nodes", "ranks", "repeats", "t_max_s",
+                 "t_max_low_s", "t_max_high_s", "t_median_s", "t_p95_s", "ranks_per_core",
+                 "metadata_ops_per_start", "server_busy_s_per_start"]
+MODEL_COLUMNS = ["runtime", "probe", "cores", "metadata_ops_per_start", "a_s", "a_low_s",
+                 "a_high_s", "b", "b_low", "b_high", "lack_of_fit_log", "starts",
+                 "held_out_ranks", "held_out_settings", "held_out_median_err_pct",
+                 "held_out_max_err_pct", "site", "file_system", "metadata_ops_per_s",
+                 "metadata_source", "nodes", "predicted_s", "low_s", "high_s", "queue_s",
+                 "label", "not_fitted"]
+
+
+def curve_table(records: list[dict]) -> pd.DataFrame:
+    """startup_scale.csv: the measured curves (header only where nothing was measured)."""
+    if not records:
+        return pd.DataFrame(columns=CURVE_COLUMNS)
+    return curves(starts_frame(records)).reindex(columns=CURVE_COLUMNS)
+
+
+def model_table(records: list[dict], site: str, shared_fs: dict,
+                nodes: list[int]) -> pd.DataFrame:
+    """startup_model.csv: per runtime its model (fit, intervals, held-out error) and, on
+    the rows of each of ``nodes``, the prediction at ``site`` (labelled "prediction"),
+    with the site's metadata rate and its source; a model that cannot be fitted or a site
+    without a rate says so in ``not_fitted``."""
+    if not records:
+        return pd.DataFrame(columns=MODEL_COLUMNS)
+    starts = starts_frame(records)
+    fitted = models(starts)
+    rate = shared_fs.get("metadata_ops_per_s")
+    where = {"site": site, "file_system": shared_fs.get("name", ""),
+             "metadata_ops_per_s": rate, "metadata_source": shared_fs.get("source", "")}
+    if not rate:
+        fitted = fitted.assign(**where)
+        note = f"site {site} states no storage.shared_fs.metadata_ops_per_s: nothing predicted"
+        if "not_fitted" in fitted:
+            fitted["not_fitted"] = fitted["not_fitted"].fillna(note)
+        else:
+            fitted["not_fitted"] = note
+        return fitted.reindex(columns=MODEL_COLUMNS)
+    preds = predict(starts, nodes, rate)
+    if "nodes" not in preds:  # no runtime could be fitted
+        return fitted.assign(**where).reindex(columns=MODEL_COLUMNS)
+    preds = preds.dropna(subset=["nodes"]).drop(columns=["metadata_ops_per_start",
+                                                         "metadata_ops_per_s"])
+    rows = fitted.merge(preds, on="runtime", how="left").assign(**where)
+    rows["nodes"] = rows["nodes"].astype("Int64")
+    return rows.reindex(columns=MODEL_COLUMNS)
