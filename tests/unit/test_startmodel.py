@@ -12,16 +12,17 @@ CORES = 2
 
 
 def _record(runtime, a, b, ops, busy_per_op, noise=0.0, seed=0, ranks=(1, 2, 4, 8),
-            services=(0, 100, 400), repeats=3):
-    """Starts made by T = a max(1, K/P) + b K W (W = ops x busy_per_op(service)), each rank
-    a little faster than the slowest; ``noise``: relative sd of the slowest."""
+            services=(0, 100, 400), repeats=3, d=1.3):
+    """Starts made by T = a max(1, K/P) + d W + b (K-1) W (W = ops x busy_per_op(service)),
+    each rank a little faster than the slowest; ``noise``: relative sd of the slowest."""
     rng = np.random.default_rng(seed)
     starts = []
     for rep in range(repeats):
         for place, service in [("local", 0.0)] + [("metafs", float(s)) for s in services]:
             for k in ranks:
                 w = 0.0 if place == "local" else ops * (busy_per_op + service * 1e-6)
-                t = (a * max(1, k / CORES) + b * k * w) * (1 + noise * rng.standard_normal())
+                t = (a * max(1, k / CORES) + d * w + b * (k - 1) * w) * (
+                    1 + noise * rng.standard_normal())
                 row = {"runtime": runtime, "place": place, "service_us": service, "ranks": k,
                        "ranks_per_core": k / CORES, "repeat": rep,
                        "rank_s": list(np.linspace(t, 0.8 * t, k))}
@@ -37,7 +38,9 @@ def test_the_fit_recovers_the_parameters_it_was_made_with():
     fit = startmodel.fit(starts)
     assert fit["a_s"] == pytest.approx(1.5, rel=0.05)
     assert fit["b"] == pytest.approx(0.8, rel=0.1)
+    assert fit["d"] == pytest.approx(1.3, rel=0.1)
     assert fit["a_low_s"] <= fit["a_s"] <= fit["a_high_s"]
+    assert fit["d_low"] <= fit["d"] <= fit["d_high"]
     assert fit["b_low"] <= fit["b"] <= fit["b_high"]
     assert fit["lack_of_fit_log"] < 0.05
 
@@ -56,17 +59,18 @@ def test_the_held_out_check_is_an_extrapolation_to_the_largest_k():
     assert startmodel.held_out(curved)["held_out_max_err_pct"] > 20
 
 
-def test_the_prediction_is_a_plus_b_times_nodes_times_m_over_the_rate():
+def test_the_prediction_is_a_plus_d_plus_b_times_the_other_nodes_times_m_over_the_rate():
     starts = startmodel.starts_frame([_record("charliecloud", a=2.0, b=1.0, ops=5000,
                                               busy_per_op=20e-6)])
     pred = startmodel.predict(starts, [1, 1000], ops_per_s=100000.0, n_boot=50)
     fit = startmodel.fit(starts, n_boot=50)
     for _, row in pred.iterrows():
-        expected = fit["a_s"] + fit["b"] * row["nodes"] * 5000 / 100000.0
+        expected = fit["a_s"] + (fit["d"] + fit["b"] * (row["nodes"] - 1)) * 5000 / 100000.0
         assert row["predicted_s"] == pytest.approx(expected)
         assert row["low_s"] <= row["predicted_s"] <= row["high_s"]
         assert row["label"] == "prediction"
-    assert pred.set_index("nodes").loc[1000, "predicted_s"] == pytest.approx(2.0 + 50.0, rel=0.01)
+    assert pred.set_index("nodes").loc[1000, "predicted_s"] == pytest.approx(
+        2.0 + (1.3 + 999) * 0.05, rel=0.01)
 
 
 def test_a_runtime_without_starts_on_the_file_system_is_not_fitted_and_says_so():
@@ -100,3 +104,25 @@ def test_the_tables_columns_and_the_curves_medians():
     assert list(table["nodes"]) == [1, 16] and set(table["site"]) == {"frontier"}
     assert list(startmodel.curve_table([]).columns) == startmodel.CURVE_COLUMNS
     assert startmodel.model_table([], "frontier", {}, [1]).empty
+
+
+def test_the_plan_predicts_from_the_starts_a_campaign_measured(tmp_path):
+    from scalesweep.campaign.startplan import format_prediction, startup_prediction
+    from scalesweep.record.metrics import write_metrics
+
+    site = {"name": "frontier", "storage": {"shared_fs": {
+        "name": "Orion", "metadata_ops_per_s": 1e5, "source": "a stand-in"}}}
+    nothing = startup_prediction([tmp_path], site, [1, 30])
+    assert "no concurrent starts measured" in nothing["note"]
+    assert "config/startup_scale.yaml" in format_prediction(nothing)[0]
+    write_metrics(tmp_path / "results" / "startup_scale" / "native.json",
+                  _record("native", a=1.0, b=1.0, ops=1000, busy_per_op=50e-6))
+    pred = startup_prediction([tmp_path], site, [30, 1, 30])
+    assert [r["nodes"] for r in pred["rows"]] == [1, 30]
+    assert pred["rows"][1]["predicted_s"] == pytest.approx(1.0 + (1.3 + 29) * 1000 / 1e5,
+                                                           rel=0.02)
+    lines = format_prediction(pred)
+    assert "PREDICTION" in lines[0] and "100,000 metadata ops/s (a stand-in)" in lines[0]
+    assert "native" in lines[2] and "30 nodes" in lines[2]
+    bare = startup_prediction([tmp_path], {"name": "local", "storage": {}}, [1])
+    assert "site local states no storage.shared_fs.metadata_ops_per_s" in bare["note"]

@@ -40,7 +40,8 @@ def startup_scale_figure(curves: pd.DataFrame, model: pd.DataFrame) -> plt.Figur
                 f = fits.loc[rt]
                 k = np.linspace(g["ranks"].min(), g["ranks"].max(), 50)
                 w = float(g["server_busy_s_per_start"].fillna(0).median())
-                ax.plot(k, f["a_s"] * np.maximum(1, k / f["cores"]) + f["b"] * k * w,
+                ax.plot(k, f["a_s"] * np.maximum(1, k / f["cores"]) + f["d"] * w
+                        + f["b"] * (k - 1) * w,
                         "--", color=colour, alpha=0.7)
         ax.set(title=rt, xlabel="ranks starting together (K)", ylabel="slowest rank's start (s)")
         ax.legend(fontsize=7, title="measured (dashed: model)", title_fontsize=7)
