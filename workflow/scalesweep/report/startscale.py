@@ -59,8 +59,8 @@ def startup_scale_figure(curves: pd.DataFrame, model: pd.DataFrame) -> plt.Figur
         first = preds.iloc[0]
         ax.set(xscale="log", yscale="log", xlabel="nodes starting together",
                ylabel="predicted slowest start (s)",
-               title=f"PREDICTION at {first['site']}: {first['metadata_ops_per_s']:,.0f} "
-                     "metadata ops/s")
+               title=f"PREDICTION at {first['site']}\n{first['metadata_ops_per_s']:,.0f} "
+                     "metadata ops/s (site file)")
         ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
