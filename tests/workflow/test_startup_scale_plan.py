@@ -88,4 +88,5 @@ def test_frontier_dry_run_plans_one_whole_node_job_per_runtime(tmp_path, monkeyp
         assert (resources["nodes"], resources["tasks_per_node"], resources["cpus_per_task"]) \
             == ("30", "8", "1")
         assert resources["slurm_extra"] == "--core-spec=8 --exclusive"
-        assert resources["slurm_account"] == "abc123" and "mpi" not in resources
+        # the rule runs in the batch step (as a multi-rank point does), its starts are steps
+        assert resources["slurm_account"] == "abc123" and resources["mpi"] == "srun"

@@ -216,15 +216,19 @@ SCALE_RUNTIME_MIN = 30  # rule startup_scale's allocation: its starts take minut
 def scale_resources(config: dict, nodes: list[int]) -> dict[str, Any]:
     """Rule startup_scale's Slurm resources (issue #44): whole nodes, as many as the
     sweep's largest node count (``nodes``: the sweep's, every workload's), each able to hold the largest ``startup_scale.ranks``
-    tasks of one core; the job's batch step starts each (nodes, ranks) as its own srun
-    step (scalesweep.run.startscale.measure_slurm)."""
+    tasks of one core; the job's batch step runs the rule (``mpi``: as a multi-rank
+    point's, not inside a step of its own that would hold a core) and starts each (nodes,
+    ranks) as its own srun step (scalesweep.run.startscale.measure_slurm)."""
     site = site_of(config)
     nodes = max(nodes)
     ranks = max(int(k) for k in config["startup_scale"]["ranks"])
     probe = SweepPoint("startup_scale", "native", nodes, 0, ranks, 1, 0)
     tokens = extra_tokens(probe, site)
+    multi = nodes * ranks > 1  # as a point's: the batch step runs the rule, srun the ranks
     return SlurmRequest(
-        nodes=nodes, tasks=None, tasks_per_node=ranks, mpi=None, cpus_per_task=1, gpu=None,
+        nodes=nodes, tasks=nodes if multi and ranks == 1 else None,
+        tasks_per_node=ranks if ranks > 1 else None, mpi="srun" if multi else None,
+        cpus_per_task=1, gpu=None,
         slurm_extra=shlex.join(tokens) if tokens else None,
         runtime=min(SCALE_RUNTIME_MIN, site["slurm"]["max_runtime_min"] or SCALE_RUNTIME_MIN),
         mem_mb=site["node"]["mem_mb"], constraint=None).resources()
