@@ -126,3 +126,15 @@ def test_the_plan_predicts_from_the_starts_a_campaign_measured(tmp_path):
     assert "native" in lines[2] and "30 nodes" in lines[2]
     bare = startup_prediction([tmp_path], {"name": "local", "storage": {}}, [1])
     assert "site local states no storage.shared_fs.metadata_ops_per_s" in bare["note"]
+
+
+def test_starts_measured_at_a_site_only_are_a_curve_and_say_why_they_have_no_model():
+    record = {"runtime": "apptainer", "probe": "import_torch", "cores": 56, "starts": [
+        {"runtime": "apptainer", "place": "site", "service_us": None, "nodes": n, "ranks": 8,
+         "ranks_per_core": 8 / 56, "repeat": 0, "rank_s": [2.0 + n / 10] * 8}
+        for n in (1, 2, 4)]}
+    curves = startmodel.curve_table([record])
+    assert list(curves["nodes"]) == [1, 2, 4] and curves["service_us"].isna().all()
+    table = startmodel.model_table([record], "frontier", {"metadata_ops_per_s": 4e5,
+                                                          "source": "x"}, [1])
+    assert "site's own file system only" in table["not_fitted"].iloc[0]

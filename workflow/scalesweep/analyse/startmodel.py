@@ -229,6 +229,12 @@ def model_table(records: list[dict], site: str, shared_fs: dict,
         return pd.DataFrame(columns=MODEL_COLUMNS)
     starts = starts_frame(records)
     fitted = models(starts)
+    apart = sorted(set(starts["runtime"]) - set(fitted.get("runtime", [])))
+    if apart:  # measured at a site only (under Slurm): a curve, nothing to fit it to
+        fitted = pd.concat([fitted, pd.DataFrame(
+            {"runtime": apart, "not_fitted": "measured on the site's own file system only "
+             "(no server counters): fit the model on a node of it with config/startup_scale.yaml"})],
+            ignore_index=True)
     rate = shared_fs.get("metadata_ops_per_s")
     where = {"site": site, "file_system": shared_fs.get("name", ""),
              "metadata_ops_per_s": rate, "metadata_source": shared_fs.get("source", "")}

@@ -127,7 +127,7 @@ class ImageRules:
         opts = self.config.get("startup_scale") or {}
         if not opts.get("enabled"):
             return []
-        swept = sorted({p.runtime for p in self.points}, key=lambda rt: runtime(rt).order)
+        swept = list(dict.fromkeys(p.runtime for p in self.points))  # the sweep's order
         named = list(opts.get("runtimes") or [])
         for rt in named:
             if runtime(rt).loads_images:

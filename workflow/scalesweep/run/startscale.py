@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scalesweep.measure.metafs import MetaFS
+from scalesweep.measure.slurmjob import slurm_info
 from scalesweep.platform.launch import (Geometry, Launch, container_prefix, launch_env,
                                         srun_geometry)
 from scalesweep.platform.runtimes import runtime as runtime_of
@@ -218,10 +219,13 @@ def measure_slurm(side: Side, nodes: list[int], ranks: list[int], repeats: int, 
     """Inside a Slurm allocation: every (nodes, ranks per node) that fits it, ``repeats``
     times, shuffled per repeat, the image where it lies (the site's shared file system:
     ``place`` site; no server of ours, so no server counters)."""
-    have = int(os.environ.get("SLURM_JOB_NUM_NODES", "1"))
+    have = (slurm_info() or {}).get("job_num_nodes") or 1  # scontrol: the jobstep drops
+    # SLURM_JOB_NUM_NODES
     rng = random.Random(seed)
     env = side.env()
     rows = []
+    if not any(n <= have for n in nodes):
+        raise StartError(f"the allocation has {have} nodes, fewer than any of {nodes}")
     for rep in range(repeats):
         order = [(n, k) for n in nodes if n <= have for k in ranks]
         rng.shuffle(order)
