@@ -26,8 +26,9 @@ def _record(runtime, a, b, ops, busy_per_op, noise=0.0, seed=0, ranks=(1, 2, 4, 
                 row = {"runtime": runtime, "place": place, "service_us": service, "ranks": k,
                        "ranks_per_core": k / CORES, "repeat": rep,
                        "rank_s": list(np.linspace(t, 0.8 * t, k))}
-                if place == "metafs":
-                    row.update(metadata_ops_per_start=ops, server_busy_s_per_start=w)
+                if place == "metafs":  # reads add to the server's busy time, not to W
+                    row.update(metadata_ops_per_start=ops, metadata_busy_s_per_start=w,
+                               server_busy_s_per_start=w + 0.1, bytes_read_per_start=7e7)
                 starts.append(row)
     return {"runtime": runtime, "probe": "import_torch", "cores": CORES, "starts": starts}
 
@@ -59,18 +60,29 @@ def test_the_held_out_check_is_an_extrapolation_to_the_largest_k():
     assert startmodel.held_out(curved)["held_out_max_err_pct"] > 20
 
 
-def test_the_prediction_is_a_plus_d_plus_b_times_the_other_nodes_times_m_over_the_rate():
-    starts = startmodel.starts_frame([_record("charliecloud", a=2.0, b=1.0, ops=5000,
+def test_the_prediction_own_operations_at_the_latency_then_the_queue_never_below_the_bound():
+    starts = startmodel.starts_frame([_record("charliecloud", a=2.0, b=0.5, ops=5000,
                                               busy_per_op=20e-6)])
-    pred = startmodel.predict(starts, [1, 1000], ops_per_s=100000.0, n_boot=50)
     fit = startmodel.fit(starts, n_boot=50)
-    for _, row in pred.iterrows():
-        expected = fit["a_s"] + (fit["d"] + fit["b"] * (row["nodes"] - 1)) * 5000 / 100000.0
-        assert row["predicted_s"] == pytest.approx(expected)
+    assert fit["b"] == pytest.approx(0.5, rel=0.05)
+    pred = startmodel.predict(starts, [1, 10, 1000], ops_per_s=100000.0, latency_s=500e-6,
+                              n_boot=50).set_index("nodes")
+    for n, row in pred.iterrows():
+        model = fit["d"] * 5000 * 500e-6 + fit["b"] * (n - 1) * 5000 / 1e5
+        bound = n * 5000 / 1e5
+        assert row["predicted_s"] == pytest.approx(fit["a_s"] + max(model, bound))
+        assert row["bound_s"] == pytest.approx(fit["a_s"] + bound)
         assert row["low_s"] <= row["predicted_s"] <= row["high_s"]
         assert row["label"] == "prediction"
-    assert pred.set_index("nodes").loc[1000, "predicted_s"] == pytest.approx(
-        2.0 + (1.3 + 999) * 0.05, rel=0.01)
+    # 1 node: its own operations at the client's latency (1.3 x 5000 x 500 us = 3.25 s)
+    assert pred.loc[1, "predicted_s"] == pytest.approx(2.0 + 3.25, rel=0.02)
+    assert not pred.loc[1, "at_bound"]
+    # 1000 nodes: b = 0.5 would let the last start end before the server served them all
+    assert pred.loc[1000, "at_bound"]
+    assert pred.loc[1000, "predicted_s"] == pytest.approx(2.0 + 1000 * 0.05, rel=0.01)
+    # no latency given: 1 / rate, a lower bound
+    fast = startmodel.predict(starts, [1], ops_per_s=100000.0, n_boot=20)
+    assert fast["predicted_s"].iloc[0] == pytest.approx(2.0 + 1.3 * 0.05, rel=0.02)
 
 
 def test_a_runtime_without_starts_on_the_file_system_is_not_fitted_and_says_so():
@@ -119,6 +131,7 @@ def test_the_plan_predicts_from_the_starts_a_campaign_measured(tmp_path):
                   _record("native", a=1.0, b=1.0, ops=1000, busy_per_op=50e-6))
     pred = startup_prediction([tmp_path], site, [30, 1, 30])
     assert [r["nodes"] for r in pred["rows"]] == [1, 30]
+    # no latency in the site: 1 / rate; b = 1 here, so just above the bound
     assert pred["rows"][1]["predicted_s"] == pytest.approx(1.0 + (1.3 + 29) * 1000 / 1e5,
                                                            rel=0.02)
     lines = format_prediction(pred)

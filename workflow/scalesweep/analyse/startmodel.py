@@ -16,22 +16,29 @@ the file system's one metadata server::
 - ``b * (K - 1) * W``: its wait behind the other ranks' operations in the one server's
   queue (``b`` = 1: all of them come first; less where the ranks' waits overlap their
   own CPU), the queueing term of a single server;
-- ``W`` is measured: the server's busy time per start (``server_busy_s_per_start``; 0 on
-  the node's own disk, whose cache the kernel keeps). a, d and b are fitted, not assumed.
+- ``W`` is measured: the server's busy time on metadata operations per start
+  (``metadata_busy_s_per_start``: the reads it serves are not in it, since a site's
+  metadata server serves none; 0 on the node's own disk, whose cache the kernel keeps).
+  a, d and b are fitted, not assumed. The server shares the node's cores with the ranks:
+  its busy time is wall clock, and at K above the cores it holds waits for a core too
+  (``server_cpu_s_per_start`` beside it says how much).
 
-Fitted by least squares on log(time) (each start weighs by its relative error), a and b
+Fitted by least squares on log(time) (each start weighs by its relative error), a, d and b
 kept >= 0; intervals from a seeded bootstrap of the repeats within each (place, K). The
 held-out check fits without the largest K and predicts it: its error is the error of an
 extrapolation in K, the kind the site prediction makes.
 
-The prediction at a site: ``nodes`` nodes start together, each a cold client of the
-site's metadata service (the ranks of a node share its client cache; each has cores of its
-own, so the CPU factor is 1): ``T = a + (d + b (nodes - 1)) M / R`` with ``M`` the metadata
-operations of one start, counted here by the server (each rank a client with its own
-caches, asking once for each name and attribute, as a Lustre client does) and
-``R`` the site's metadata rate (operations per second, from its site file, with its
-source). ``a`` is this machine's: a site's own start is not measured here. It is a
-prediction, labelled so wherever it shows.
+The prediction at a site (``predict``): ``nodes`` nodes start together, each a cold client
+of the site's metadata service (the ranks of a node share its client cache; each has cores
+of its own, so the CPU factor is 1): ``T = a + max(d M L + b (nodes - 1) M / R, nodes M /
+R)`` with ``M`` the metadata operations of one start, counted here by the server (each
+rank a client with its own caches, asking once for each name and attribute, as a Lustre
+client does), ``R`` the site's metadata rate (operations per second, all clients) and
+``L`` one client's operation (its latency), both from its site file with their source; the
+second term is the server's throughput bound, which a saturated server reaches whatever b.
+``a`` is this machine's: a site's own start is not measured here. What a start reads is
+not modelled (``not_modelled`` on each row). It is a prediction, labelled so wherever it
+shows.
 
 Measured here first (BENCHMARKS.md section 14): ``T = a max(1, K/P) + b K W`` (no term of
 the rank's own operations) missed the held-out K = 8 of the native starts by up to 25%;
@@ -66,6 +73,9 @@ def starts_frame(records: list[dict]) -> pd.DataFrame:
                          "t_max_s": float(ranks.max()), "t_median_s": float(np.median(ranks)),
                          "t_p95_s": float(np.quantile(ranks, 0.95)),
                          "server_busy_s_per_start": start.get("server_busy_s_per_start", 0.0),
+                         "metadata_busy_s_per_start": start.get("metadata_busy_s_per_start",
+                                                                0.0),
+                         "bytes_read_per_start": start.get("bytes_read_per_start", np.nan),
                          "metadata_ops_per_start": start.get("metadata_ops_per_start", np.nan)})
     return pd.DataFrame(rows)
 
@@ -80,7 +90,9 @@ def curves(starts: pd.DataFrame) -> pd.DataFrame:
                 t_median_s=("t_median_s", "median"), t_p95_s=("t_p95_s", "median"),
                 ranks_per_core=("ranks_per_core", "first"),
                 metadata_ops_per_start=("metadata_ops_per_start", "median"),
-                server_busy_s_per_start=("server_busy_s_per_start", "median"))
+                metadata_busy_s_per_start=("metadata_busy_s_per_start", "median"),
+                server_busy_s_per_start=("server_busy_s_per_start", "median"),
+                bytes_read_per_start=("bytes_read_per_start", "median"))
     return out.reset_index()
 
 
@@ -92,7 +104,7 @@ def _fitted(starts: pd.DataFrame) -> pd.DataFrame:
 def _design(frame: pd.DataFrame) -> np.ndarray:
     k = frame["ranks"].to_numpy(float)
     cores = frame["cores"].to_numpy(float)
-    w = frame["server_busy_s_per_start"].to_numpy(float)
+    w = frame["metadata_busy_s_per_start"].to_numpy(float)
     return np.column_stack([np.maximum(1.0, k / cores), w, (k - 1) * w])
 
 
@@ -116,7 +128,7 @@ def fit(starts: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -> dict:
     """The model of one runtime's starts: a, d and b with their bootstrap intervals, and
     the lack of fit (root mean square of log(measured / modelled) over the curve's cells)."""
     cells = starts.groupby(CURVE_KEYS[1:], sort=True)
-    if cells.ngroups < 3 or starts["server_busy_s_per_start"].max() <= 0:
+    if cells.ngroups < 3 or starts["metadata_busy_s_per_start"].max() <= 0:
         raise StartModelError(f"{starts['runtime'].iloc[0] if len(starts) else '?'}: "
                               f"{cells.ngroups} settings measured, none or too few on the "
                               "bounded-rate file system: nothing to fit")
@@ -161,7 +173,8 @@ def models(starts: pd.DataFrame) -> pd.DataFrame:
         frame = frame.reset_index(drop=True)
         row = {"runtime": runtime, "probe": frame["probe"].iloc[0],
                "cores": int(frame["cores"].iloc[0]),
-               "metadata_ops_per_start": float(frame["metadata_ops_per_start"].median())}
+               "metadata_ops_per_start": float(frame["metadata_ops_per_start"].median()),
+               "bytes_read_per_start": float(frame["bytes_read_per_start"].median())}
         try:
             f = fit(frame)
             row.update({k: v for k, v in f.items() if k != "boot"})
@@ -173,12 +186,22 @@ def models(starts: pd.DataFrame) -> pd.DataFrame:
 
 
 def predict(starts: pd.DataFrame, nodes: list[int], ops_per_s: float,
-            n_boot: int = N_BOOT, seed: int = 0) -> pd.DataFrame:
+            latency_s: float | None = None, n_boot: int = N_BOOT, seed: int = 0) -> pd.DataFrame:
     """The slowest rank's start at each count of ``nodes`` on a site whose metadata
-    service serves ``ops_per_s`` operations a second, per runtime, with the bootstrap's
-    95% interval widened by the held-out error (both ways)."""
+    service serves ``ops_per_s`` operations a second, all clients together, and one
+    client's operation in ``latency_s`` (None: 1 / ops_per_s, a lower bound), per runtime::
+
+        T(n) = a + max(d M L + b (n - 1) M / R,  n M / R)
+
+    the rank's own operations at the client's latency and its wait behind the other
+    nodes', never below the server's throughput bound (all n M operations served before
+    the last start ends: b, fitted at K <= 8, does not hold a saturated server). The 95%
+    interval is the bootstrap's of (a, d, b), widened both ways by the largest held-out
+    error; the site's rate and latency are taken as given (their uncertainty is not in
+    it: T's queue scales with 1 / R)."""
     if not ops_per_s or ops_per_s <= 0:
         raise StartModelError(f"metadata rate {ops_per_s!r}: the site states none")
+    latency = latency_s if latency_s else 1.0 / ops_per_s
     rows = []
     for runtime, frame in _fitted(starts).groupby("runtime", sort=True):
         frame = frame.reset_index(drop=True)
@@ -190,26 +213,35 @@ def predict(starts: pd.DataFrame, nodes: list[int], ops_per_s: float,
         m = float(frame["metadata_ops_per_start"].median())
         widen = h["held_out_max_err_pct"] / 100
         for n in nodes:
-            w = m / ops_per_s  # one start's work at the site's server
-            est = f["a_s"] + f["d"] * w + f["b"] * (n - 1) * w
-            boot = f["boot"] @ np.array([1.0, w, (n - 1) * w])
+            bound = n * m / ops_per_s  # the server's throughput bound
+            boot = f["boot"][:, 0] + np.maximum(
+                f["boot"][:, 1] * m * latency + f["boot"][:, 2] * (n - 1) * m / ops_per_s, bound)
+            wait = max(f["d"] * m * latency + f["b"] * (n - 1) * m / ops_per_s, bound)
+            est = f["a_s"] + wait
             lo, hi = np.quantile(boot, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
             rows.append({"runtime": runtime, "nodes": n, "metadata_ops_per_start": m,
                          "metadata_ops_per_s": ops_per_s, "predicted_s": est,
                          "low_s": min(lo, est) * (1 - widen), "high_s": max(hi, est) * (1 + widen),
-                         "queue_s": f["b"] * (n - 1) * w, "label": "prediction"})
+                         "queue_s": wait, "bound_s": f["a_s"] + bound,
+                         "at_bound": bool(bound >= wait), "label": "prediction"})
     return pd.DataFrame(rows)
 
 
 CURVE_COLUMNS = ["runtime", "place", "service_us", "nodes", "ranks", "repeats", "t_max_s",
                  "t_max_low_s", "t_max_high_s", "t_median_s", "t_p95_s", "ranks_per_core",
-                 "metadata_ops_per_start", "server_busy_s_per_start"]
-MODEL_COLUMNS = ["runtime", "probe", "cores", "metadata_ops_per_start", "a_s", "a_low_s",
+                 "metadata_ops_per_start", "metadata_busy_s_per_start",
+                 "server_busy_s_per_start", "bytes_read_per_start"]
+MODEL_COLUMNS = ["runtime", "probe", "cores", "metadata_ops_per_start", "bytes_read_per_start",
+                 "a_s", "a_low_s",
                  "a_high_s", "d", "d_low", "d_high", "b", "b_low", "b_high", "lack_of_fit_log", "starts",
                  "held_out_ranks", "held_out_settings", "held_out_median_err_pct",
                  "held_out_max_err_pct", "site", "file_system", "metadata_ops_per_s",
-                 "metadata_source", "nodes", "predicted_s", "low_s", "high_s", "queue_s",
-                 "label", "not_fitted"]
+                 "metadata_latency_us", "metadata_source", "nodes", "predicted_s", "low_s",
+                 "high_s", "queue_s", "bound_s", "at_bound", "label", "not_modelled",
+                 "not_fitted"]
+# what the prediction leaves out, on each of its rows
+NOT_MODELLED = ("the data a start reads (bytes_read_per_start: object servers' bandwidth, "
+                "not throttled here); the site's own start (a is this machine's)")
 
 
 def curve_table(records: list[dict]) -> pd.DataFrame:
@@ -236,8 +268,10 @@ def model_table(records: list[dict], site: str, shared_fs: dict,
              "(no server counters): fit the model on a node of it with config/startup_scale.yaml"})],
             ignore_index=True)
     rate = shared_fs.get("metadata_ops_per_s")
+    latency_us = shared_fs.get("metadata_latency_us")
     where = {"site": site, "file_system": shared_fs.get("name", ""),
-             "metadata_ops_per_s": rate, "metadata_source": shared_fs.get("source", "")}
+             "metadata_ops_per_s": rate, "metadata_source": shared_fs.get("source", ""),
+             "metadata_latency_us": latency_us if latency_us else (1e6 / rate if rate else None)}
     if not rate:
         fitted = fitted.assign(**where)
         note = f"site {site} states no storage.shared_fs.metadata_ops_per_s: nothing predicted"
@@ -246,11 +280,12 @@ def model_table(records: list[dict], site: str, shared_fs: dict,
         else:
             fitted["not_fitted"] = note
         return fitted.reindex(columns=MODEL_COLUMNS)
-    preds = predict(starts, nodes, rate)
+    preds = predict(starts, nodes, rate, latency_us * 1e-6 if latency_us else None)
     if "nodes" not in preds:  # no runtime could be fitted
         return fitted.assign(**where).reindex(columns=MODEL_COLUMNS)
     preds = preds.dropna(subset=["nodes"]).drop(columns=["metadata_ops_per_start",
                                                          "metadata_ops_per_s"])
     rows = fitted.merge(preds, on="runtime", how="left").assign(**where)
     rows["nodes"] = rows["nodes"].astype("Int64")
+    rows.loc[rows["predicted_s"].notna(), "not_modelled"] = NOT_MODELLED
     return rows.reindex(columns=MODEL_COLUMNS)

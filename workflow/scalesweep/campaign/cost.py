@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     summary = summary_table(scenarios, series)
     startup = startup_prediction([directory, *args.from_campaign],
                                  site, [int(n) for n in points["nodes"].unique()]
-                                 if len(points) else [])
+                                 if len(points) else [], config["startup_scale"]["enabled"])
     if args.json:
         json.dump({"configs": configs, "profile": args.profile, "site": site["name"],
                    "measured_before": [str(d) for d in measured], "repeats_rule": rule,
@@ -123,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_text(configs, args, site, totals, cost, summary, support, warnings, rule,
                     measured, series)
-        print("\n" + "\n".join(format_prediction(startup)))
+        if startup:
+            print("\n" + "\n".join(format_prediction(startup)))
     return 1 if warnings and args.strict else 0
 
 

@@ -10,15 +10,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from scalesweep.analyse.startmodel import StartModelError, predict, starts_frame
-from scalesweep.record.metrics import read_metrics
+from scalesweep.record.metrics import MetricsError, read_metrics
 
 SCALE_DIR = "results/startup_scale"
 
 
-def startup_prediction(dirs: list[Path], site: dict, nodes: list[int]) -> dict:
+def startup_prediction(dirs: list[Path], site: dict, nodes: list[int],
+                       wanted: bool = True) -> dict:
     """{"rows": [...], "site", "file_system", "metadata_ops_per_s", "source", "from"} or
-    {"note": why there is no prediction}."""
+    {"note": why there is no prediction}; {} where nothing was measured and the config
+    does not ask for it (``wanted``: startup_scale.enabled)."""
     files = [p for d in dirs for p in sorted((Path(d) / SCALE_DIR).glob("*.json"))]
+    if not files and not wanted:
+        return {}
     if not files:
         where = ", ".join(str(d) for d in dirs) or "this campaign"
         return {"note": f"no concurrent starts measured in {where} ({SCALE_DIR}/): run "
@@ -29,17 +33,22 @@ def startup_prediction(dirs: list[Path], site: dict, nodes: list[int]) -> dict:
     if not rate:
         return {"note": f"site {site['name']} states no storage.shared_fs.metadata_ops_per_s "
                         "(its shared file system's metadata rate, with its source)"}
+    latency_us = fs.get("metadata_latency_us")
     try:
-        rows = predict(starts_frame([read_metrics(p) for p in files]), sorted(set(nodes)), rate)
-    except StartModelError as exc:
-        return {"note": str(exc)}
+        rows = predict(starts_frame([read_metrics(p) for p in files]), sorted(set(nodes)), rate,
+                       latency_us * 1e-6 if latency_us else None)
+    except (StartModelError, MetricsError, KeyError, ValueError) as exc:  # a bad record
+        return {"note": f"{type(exc).__name__}: {exc}"}
+    rows = rows.astype(object).where(rows.notna(), None)  # JSON: null, never NaN
     return {"rows": rows.to_dict(orient="records"), "site": site["name"],
             "file_system": fs.get("name", ""), "metadata_ops_per_s": rate,
             "source": fs.get("source", ""), "from": [str(p) for p in files]}
 
 
 def format_prediction(pred: dict) -> list[str]:
-    """The plan's lines."""
+    """The plan's lines (none for {})."""
+    if not pred:
+        return []
     if "note" in pred:
         return [f"start-up at this scale (issue #44): not predicted: {pred['note']}"]
     lines = [f"start-up at this scale, a PREDICTION (issue #44): the slowest rank when the "
@@ -51,8 +60,11 @@ def format_prediction(pred: dict) -> list[str]:
         if "not_predicted" in row and isinstance(row["not_predicted"], str):
             lines.append(f"  {row['runtime']:<24} not predicted: {row['not_predicted']}")
             continue
+        bound = ", at the server's throughput bound" if row["at_bound"] else ""
         lines.append(f"  {row['runtime']:<24} {int(row['nodes']):>6} nodes  "
                      f"{row['predicted_s']:8.1f} s  (95% {row['low_s']:.1f} .. "
-                     f"{row['high_s']:.1f} s; queue {row['queue_s']:.1f} s, "
+                     f"{row['high_s']:.1f} s; metadata {row['queue_s']:.1f} s{bound}; "
                      f"{row['metadata_ops_per_start']:,.0f} metadata ops a start)")
+    lines.append("  not modelled: the data a start reads (object servers), the site's own "
+                 "start (this machine's); the site's figures taken as given")
     return lines

@@ -210,7 +210,9 @@ def point_resources(config: dict, refuse: Callable[[str], Exception] = SlurmConf
     return {name: resource(name) for name in POINT_RESOURCES}
 
 
-SCALE_RUNTIME_MIN = 30  # rule startup_scale's allocation: its starts take minutes
+# rule startup_scale's allocation: a minute for each srun step (a start of thousands of
+# ranks queueing on the metadata server takes tens of seconds), and ten more
+SCALE_STEP_MIN, SCALE_BASE_MIN = 1, 10
 
 
 def scale_resources(config: dict, nodes: list[int]) -> dict[str, Any]:
@@ -220,6 +222,8 @@ def scale_resources(config: dict, nodes: list[int]) -> dict[str, Any]:
     point's, not inside a step of its own that would hold a core) and starts each (nodes,
     ranks) as its own srun step (scalesweep.run.startscale.measure_slurm)."""
     site = site_of(config)
+    steps = len(nodes) * len(config["startup_scale"]["ranks"]) * int(
+        config["startup_scale"]["repeats"]) + 1
     nodes = max(nodes)
     ranks = max(int(k) for k in config["startup_scale"]["ranks"])
     probe = SweepPoint("startup_scale", "native", nodes, 0, ranks, 1, 0)
@@ -230,7 +234,8 @@ def scale_resources(config: dict, nodes: list[int]) -> dict[str, Any]:
         tasks_per_node=ranks if ranks > 1 else None, mpi="srun" if multi else None,
         cpus_per_task=1, gpu=None,
         slurm_extra=shlex.join(tokens) if tokens else None,
-        runtime=min(SCALE_RUNTIME_MIN, site["slurm"]["max_runtime_min"] or SCALE_RUNTIME_MIN),
+        runtime=min(SCALE_BASE_MIN + SCALE_STEP_MIN * steps,
+                    site["slurm"]["max_runtime_min"] or SCALE_BASE_MIN + SCALE_STEP_MIN * steps),
         mem_mb=site["node"]["mem_mb"], constraint=None).resources()
 
 

@@ -51,6 +51,7 @@ METAFS = "metafs"
 # how long a rank's client keeps what the server told it: longer than any start, so each
 # name, attribute and page is asked for once per rank, as by a node's Lustre client
 CLIENT_CACHE_S = 3600.0
+START_TIMEOUT_S = 600  # one concurrent start; a rank still running then has hung
 SITE = "site"  # under Slurm: the site's own shared file system, across nodes
 # each rank's end on its own node's clock (one host's clocks agree; a cluster's by NTP,
 # to well under the seconds measured), printed by a shell around the rank
@@ -99,13 +100,19 @@ class Side:
         return env
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: a cgroup's or Slurm's cpuset)."""
+    return len(os.sched_getaffinity(0))
+
+
 def side_of(runtime: str, image: str, config: dict, probe: str = "import_torch") -> Side:
     """The side of ``runtime``: a container's image (a directory image is served whole; a
     SquashFS file from its folder), or the native interpreter's virtual environment (its
     prefix, with ``pyvenv.cfg``; an interpreter that is not in one cannot be moved onto the
     file system and is refused, naming it)."""
-    if probe not in PROBES:
-        raise StartError(f"startup_scale.probe {probe!r} is not one of {sorted(PROBES)}")
+    if probe not in PROBES or not PROBES[probe][0].startswith("{python}"):
+        raise StartError(f"startup_scale.probe {probe!r}: not an interpreter's start (one of "
+                         f"{sorted(p for p, a in PROBES.items() if a[0] == '{python}')})")
     if runtime_of(runtime).native:
         python = Path(site_of(config)["launch"]["python"] or sys.executable)
         prefix = python.parent.parent
@@ -128,13 +135,18 @@ def start_together(argvs: list[list[str]], env: dict[str, str]) -> list[float]:
     error."""
     k = len(argvs)
     t0 = time.perf_counter()
-    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE) for argv in argvs]
+    procs = [subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             for argv in argvs]
     ends: list[float] = [0.0] * k
     errors: list[bytes] = [b""] * k
 
     def wait(i: int) -> None:
-        errors[i] = procs[i].communicate()[1]
+        try:
+            errors[i] = procs[i].communicate(timeout=START_TIMEOUT_S)[1]
+        except subprocess.TimeoutExpired:
+            procs[i].kill()
+            errors[i] = procs[i].communicate()[1] + f"\n(killed after {START_TIMEOUT_S} s)".encode()
         ends[i] = time.perf_counter() - t0
 
     waiters = [threading.Thread(target=wait, args=(i,)) for i in range(k)]
@@ -152,6 +164,8 @@ def start_together(argvs: list[list[str]], env: dict[str, str]) -> list[float]:
 def _per_start(stats: dict, k: int) -> dict:
     """The server's counters of one concurrent start, per rank."""
     return {"metadata_ops_per_start": stats["metadata_ops"] / k,
+            "metadata_busy_s_per_start": stats["metadata_busy_s"] / k,
+            "server_cpu_s_per_start": stats["cpu_s"] / k,
             "requests_per_start": stats["requests"] / k,
             "bytes_read_per_start": stats["bytes_read"] / k,
             "server_busy_s_per_start": stats["busy_s"] / k,
@@ -163,7 +177,7 @@ def measure(side: Side, ranks: list[int], services_us: list[float], repeats: int
             seed: int = 0, mount_root: str | None = None) -> list[dict]:
     """Every (place, K) of ``side``, ``repeats`` times, shuffled per repeat: one row per
     concurrent start, with each rank's time and the server's counters."""
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     rng = random.Random(seed)
     places = [(LOCAL, 0.0)] + [(METAFS, float(s)) for s in services_us]
     env = side.env()
@@ -200,14 +214,21 @@ def srun_argv(side: Side, nodes: int, ranks: int, site: dict) -> list[str]:
             + side.argv(side.backing))
 
 
-def start_step(argv: list[str], env: dict[str, str]) -> list[float]:
+def start_step(argv: list[str], env: dict[str, str], expected: int) -> list[float]:
     """Each rank's seconds from the step's start to its end (its printed epoch time)."""
     t0 = time.time()
-    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    try:
+        done = subprocess.run(argv, env=env, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=START_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise StartError(f"{shlex.join(argv[:6])} ... did not end in {START_TIMEOUT_S} s")
     if done.returncode != 0:
         raise StartError(f"{shlex.join(argv[:6])} ... exited {done.returncode}: "
                          f"{done.stderr[-800:]}")
     ends = [float(line) for line in done.stdout.split() if _EPOCH.fullmatch(line)]
+    if len(ends) != expected:
+        raise StartError(f"{shlex.join(argv[:6])} ...: {len(ends)} ranks said when they "
+                         f"ended, of {expected}: {done.stdout[-400:]}")
     return sorted(end - t0 for end in ends)
 
 
@@ -231,8 +252,9 @@ def measure_slurm(side: Side, nodes: list[int], ranks: list[int], repeats: int, 
         rng.shuffle(order)
         for n, k in order:
             rows.append({"runtime": side.runtime, "place": SITE, "service_us": None,
-                         "nodes": n, "ranks": k, "ranks_per_core": k / (os.cpu_count() or 1),
-                         "repeat": rep, "rank_s": start_step(srun_argv(side, n, k, site), env)})
+                         "nodes": n, "ranks": k, "ranks_per_core": k / usable_cores(),
+                         "repeat": rep,
+                         "rank_s": start_step(srun_argv(side, n, k, site), env, n * k)})
     return rows
 
 
@@ -244,7 +266,8 @@ def measure_startup_scale(runtime: str, image: str, config: dict,
     opts = config["startup_scale"]
     side = side_of(runtime, image, config, opts["probe"])
     record: dict = {"runtime": runtime, "image": image, "probe": opts["probe"],
-                    "command": side.argv(Path("<root>")), "cores": os.cpu_count(),
+                    "command": side.argv(Path("<root>")), "cores": usable_cores(),
+                    "cpus_online": os.cpu_count(),
                     "ranks": opts["ranks"], "service_us": opts["service_us"],
                     "repeats": opts["repeats"], "start": now_iso(),
                     "file_system": "scalesweep.measure.metafs (FUSE passthrough, one server, "
@@ -258,11 +281,16 @@ def measure_startup_scale(runtime: str, image: str, config: dict,
         record["file_system"] = (site["storage"]["shared_fs"].get("name")
                                  or "the site's file system where the image lies")
         record["command"] = srun_argv(side, max(nodes), max(opts["ranks"]), site)
-        start_step(srun_argv(side, 1, 1, site), side.env())  # cold caches: not kept
+        # one start on every node first, not kept: each node's client then answers from
+        # its caches what a start asks twice (the rows are warm clients, said so)
+        start_step(srun_argv(side, max(nodes), 1, site), side.env(), max(nodes))
+        record["clients"] = "warm: a first start on every node of the allocation, not kept"
         record["starts"] = measure_slurm(side, nodes, list(opts["ranks"]),
                                          int(opts["repeats"]), site)
     else:
         start_together([side.argv(side.backing)], side.env())  # cold caches: not kept
+        record["clients"] = ("node's disk: one client, warm; bounded-rate file system: a "
+                             "mount per rank, each a cold client")
         record["starts"] = measure(side, list(opts["ranks"]), list(opts["service_us"]),
                                    int(opts["repeats"]))
     record["end"] = now_iso()
