@@ -6,7 +6,7 @@
 
 --full:  ~10,000 points (10 node counts x 4 GPU counts x 4 runs per block set (native beside charliecloud, beside apptainer) x 4 workloads x 15
          blocks (1 warm-up + 14 repeats) = 9,600 run_point jobs) on a ROCm machine with 8 GPUs per node.
---smoke: 200 points, 1 repeat, no profile (CI).
+--smoke: 120 points, 1 repeat, no profile (CI).
 
 The config is written into a temporary campaign directory and passed with --configfile
 (it validates against workflow/schemas/config.schema.yaml: the workflow refuses it
@@ -71,7 +71,7 @@ SIZES = {
     "full": dict(nodes=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512], gpus=[1, 2, 4, 8],
                  runtimes=["native", "charliecloud", "apptainer"],
                  cnn=2, llm=2, repeats=14),
-    "smoke": dict(nodes=[1, 2, 4, 8, 16], gpus=[1, 2],
+    "smoke": dict(nodes=[1, 4, 16], gpus=[1, 2],
                   runtimes=["native", "apptainer"], cnn=1, llm=1, repeats=4),
 }
 BARE = Path(__file__).resolve().parent / "bare" / "Snakefile"

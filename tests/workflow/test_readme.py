@@ -320,7 +320,9 @@ def test_the_readme_snakemake_commands_plan_the_embedded_default(tmp_path):
             continue
         proc = run_snakemake(tmp_path, "-n", *argv, check=False, timeout=300)
         assert proc.returncode == 0, f"{line!r} as a dry run: {proc.stderr[-3000:]}"
-        planned[tuple(argv)] = proc.stdout.count("rule run_point:")
+        # its measurements: sweep points, or concurrent starts (startup_scale.yaml's target)
+        planned[tuple(argv)] = sum(proc.stdout.count(f"rule {r}:")
+                                   for r in ("run_point", "startup_scale"))
     assert len(planned) >= 3 and all(planned.values()), planned
 
 
