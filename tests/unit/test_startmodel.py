@@ -26,9 +26,9 @@ def _record(runtime, a, b, ops, busy_per_op, noise=0.0, seed=0, ranks=(1, 2, 4, 
                 row = {"runtime": runtime, "place": place, "service_us": service, "ranks": k,
                        "ranks_per_core": k / CORES, "repeat": rep,
                        "rank_s": list(np.linspace(t, 0.8 * t, k))}
-                if place == "metafs":  # reads add to the server's busy time, not to W
-                    row.update(metadata_ops_per_start=ops, metadata_busy_s_per_start=w,
-                               server_busy_s_per_start=w + 0.1, bytes_read_per_start=7e7)
+                if place == "metafs":  # W: all the server's work; its metadata part beside
+                    row.update(metadata_ops_per_start=ops, metadata_busy_s_per_start=0.7 * w,
+                               server_busy_s_per_start=w, bytes_read_per_start=7e7)
                 starts.append(row)
     return {"runtime": runtime, "probe": "import_torch", "cores": CORES, "starts": starts}
 
