@@ -45,9 +45,9 @@ second term is the server's throughput bound, which a saturated server reaches w
 not modelled (``not_modelled`` on each row). It is a prediction, labelled so wherever it
 shows.
 
-Measured here first (BENCHMARKS.md section 14): ``T = a max(1, K/P) + b K W`` (no term of
-the rank's own operations) missed the held-out K = 8 of the native starts by up to 25%;
-this form by 5.3%.
+Measured here (BENCHMARKS.md section 14): ``T = a max(1, K/P) + b K W`` (no term of the
+rank's own operations) missed the held-out K = 8 of the native starts by up to 25%; this
+form by 4-12% (native, directory and SquashFS images).
 """
 
 from __future__ import annotations

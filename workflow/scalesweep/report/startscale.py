@@ -45,7 +45,7 @@ def startup_scale_figure(curves: pd.DataFrame, model: pd.DataFrame) -> plt.Figur
                 k = np.linspace(g["ranks"].min(), g["ranks"].max(), 50)
                 if (g["place"] == "site").any():
                     continue  # no server counters: no model curve
-                w = float(g["metadata_busy_s_per_start"].fillna(0).median())
+                w = float(g["server_busy_s_per_start"].fillna(0).median())
                 ax.plot(k, f["a_s"] * np.maximum(1, k / f["cores"]) + f["d"] * w
                         + f["b"] * (k - 1) * w,
                         "--", color=colour, alpha=0.7)
