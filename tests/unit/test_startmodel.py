@@ -137,6 +137,9 @@ def test_the_plan_predicts_from_the_starts_a_campaign_measured(tmp_path):
     lines = format_prediction(pred)
     assert "PREDICTION" in lines[0] and "100,000 metadata ops/s (a stand-in)" in lines[0]
     assert "native" in lines[2] and "30 nodes" in lines[2]
+    # such a campaign is no history of runs (`plan --from-campaign DIR` takes it all the same)
+    from scalesweep.campaign.history import history_dirs
+    assert history_dirs(tmp_path / "elsewhere", [tmp_path]) == []
     bare = startup_prediction([tmp_path], {"name": "local", "storage": {}}, [1])
     assert "site local states no storage.shared_fs.metadata_ops_per_s" in bare["note"]
 

@@ -37,9 +37,13 @@ def campaign_history(directories) -> pd.DataFrame:
 
 def history_dirs(directory: Path, earlier) -> list[Path]:
     """The campaigns whose runs say what to expect: ``directory`` itself where it has
-    measured runs, then each of ``earlier`` (each once)."""
+    measured runs, then each of ``earlier`` (each once). An earlier campaign that measured
+    only concurrent starts (results/startup_scale/, config/startup_scale.yaml) has no runs
+    to expect from: it serves the plan's start-up prediction alone (campaign.startplan)."""
     out: list[Path] = []
     for d in ([directory] if (Path(directory) / RUNS_DIR).is_dir() else []) + list(earlier):
+        if not (Path(d) / RUNS_DIR).is_dir() and (Path(d) / "results/startup_scale").is_dir():
+            continue
         if Path(d).resolve() not in [o.resolve() for o in out]:
             out.append(Path(d))
     return out
