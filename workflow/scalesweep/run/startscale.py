@@ -76,7 +76,7 @@ class Side:
 
     def argv(self, root: Path) -> list[str]:
         target = str(root / self.inner) if self.inner else str(root)
-        code = [a.replace("{python}", "") for a in PROBES[self.probe]][1:]
+        code = PROBES[self.probe][1:]  # the interpreter's arguments (side_of: "{python}" first)
         if runtime_of(self.runtime).native:
             return [target, *code]
         return self._prefix(target) + [self._site(target).python, *code]
