@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from conftest import tiny_config
+from conftest import REPO, tiny_config
 from scalesweep.analyse.attribution import COLUMNS, attribution_table, stack_component
 from scalesweep.images import hoststack
 from scalesweep.images.process import BuildError
@@ -172,9 +172,9 @@ def test_the_host_stack_is_the_interpreters_own_and_the_release_must_be_the_base
 
 
 @pytest.mark.parametrize("entry, said", [
-    ({"builder": "apptainer", "recipe": "containers/apptainer/pytorch-rocm.def", "format": "sif"},
-     "built by apptainer"),
     ({"prebuilt": "docker://example.org/x:1"}, "pull 'docker://example.org/x:1'"),
+    ({"prebuilt": "/images/x.sif", "builder": "apptainer", "format": "sif"},
+     "local '/images/x.sif'"),
 ])
 def test_a_control_image_that_cannot_carry_the_hosts_stack_is_refused(entry, said):
     from scalesweep.plan.imageset import check_image, image_spec
@@ -215,3 +215,18 @@ def test_a_release_interpreter_is_installed_not_copied():
         {"HOST_PYTHON_PREFIX": "/root/.pyenv/versions/3.11.7", "HOST_PYTHON_VERSION": "3.11.7"})
     if __import__("sys").base_prefix == "/usr":
         assert hoststack.interpreter(__import__("sys").executable)["system"]
+
+
+def test_an_apptainer_control_image_is_built_from_the_control_definition():
+    """Frontier's Apptainer builds a control image too (containers/apptainer/control.def,
+    the host release's registry image): accepted, run by apptainer+control only."""
+    from scalesweep.plan.imageset import check_image, image_spec
+    from scalesweep.plan.config_read import load_config
+
+    config = load_config([REPO / "config" / "config.yaml", REPO / "config" / "frontier.yaml",
+                          REPO / "config" / "frontier_attribution.yaml"])
+    spec = image_spec(config, "control")
+    assert (spec.builder, spec.format, spec.control) == ("apptainer", "sif", True)
+    check_image(spec, config["_site"])
+    assert workload_image(config, "cnn_ddp", "apptainer+control").name == "control"
+    assert workload_image(config, "cnn_ddp", "apptainer").name == "pytorch"

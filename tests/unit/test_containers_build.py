@@ -308,7 +308,12 @@ def test_apptainer_def_lint(deffile):
     assert d.header["bootstrap"] == "docker" and d.header["from"]
     assert {name for name, _ in d.sections} <= recipe.APPTAINER_SECTIONS
     assert d.used_vars <= set(d.arguments)
-    assert all(d.arguments[v] for v in d.used_vars), "every {{ VAR }} needs a non-empty default"
+    # every {{ VAR }} needs a non-empty default, but a control recipe's (an empty prefix:
+    # the release's own interpreter; nothing swapped in)
+    from scalesweep.images import hoststack, swaps
+
+    empty_by_design = {hoststack.BUILD_ARG, swaps.BUILD_ARG}
+    assert all(d.arguments[v] or v in empty_by_design for v in d.used_vars)
     # the base image is a build arg, not a literal
     assert recipe.TEMPLATE_VAR_RE.fullmatch(d.header["from"])
     # versions are build args: no default version literal outside %arguments/comments
@@ -468,3 +473,85 @@ def test_manifest_is_written_atomically(tmp_path):
 
 
 # ------------------------------------------------------------ the real build
+
+
+def _tiny_wheel(directory: Path) -> None:
+    """A pure-Python wheel, made here: what the control image's wheelhouse stages offline."""
+    import zipfile
+
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {"tinypkg/__init__.py": "X = 1\n",
+             "tinypkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n",
+             "tinypkg-1.0.dist-info/WHEEL": ("Wheel-Version: 1.0\nGenerator: test\n"
+                                             "Root-Is-Purelib: true\nTag: py3-none-any\n")}
+    record = "".join(f"{name},,\n" for name in files) + "tinypkg-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(directory / "tinypkg-1.0-py3-none-any.whl", "w") as z:
+        for name, text in {**files, "tinypkg-1.0.dist-info/RECORD": record}.items():
+            z.writestr(name, text)
+
+
+def test_apptainer_control_image_build_binds_the_host_stack(tmp_path):
+    """containers/apptainer/control.def through `build-image --host-stack --swap` with a
+    stand-in apptainer: the release's registry image as the base, the interpreter's prefix
+    and the staged wheelhouse bound for %post, the host's interpreter and the swapped item
+    as build args, all in the manifest; a recipe that is no control recipe is refused."""
+    from scalesweep.images import hoststack
+
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    (fakebin / "apptainer").write_text(FAKE_APPTAINER)
+    (fakebin / "apptainer").chmod(0o755)
+    argv_log = tmp_path / "argv.log"
+    _tiny_wheel(tmp_path / "wheels")
+    req = tmp_path / "req.txt"
+    req.write_text("tinypkg==1.0\n")
+    env = dict(os.environ, PATH=f"{fakebin}:{os.environ['PATH']}", FAKE_APPTAINER_LOG=str(argv_log),
+               PIP_NO_INDEX="1")
+    cmd = [*CLI, "--builder", "apptainer", "--recipe", str(APPTAINER_DIR / "control.def"),
+           "--host-stack", "--python", sys.executable, "--swap", "bytecode", "--fakeroot",
+           "--requirements", str(req), "--find-links", str(tmp_path / "wheels"),
+           "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "img/control.sif"),
+           "--manifest", str(tmp_path / "img/control.json")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    argv = [line.split() for line in argv_log.read_text().splitlines() if line.startswith("build")][0]
+    stack = hoststack.interpreter(sys.executable)
+    binds = [argv[i + 1] for i, a in enumerate(argv) if a == "--bind"]
+    wheelhouse = [b for b in binds if b.endswith(":/wheelhouse")]
+    assert len(wheelhouse) == 1 and wheelhouse[0].startswith(str(tmp_path / "cache" / "wheelhouse"))
+    pairs = [argv[i + 1] for i, a in enumerate(argv) if a == "--build-arg"]
+    assert f"HOST_PYTHON_VERSION={stack['version']}" in pairs and "SWAP_IN=bytecode" in pairs
+    release = hoststack.os_release()
+    assert f"HOST_RELEASE_IMAGE={hoststack.release_image(release)}" in pairs
+    if stack["system"]:
+        assert "HOST_PYTHON_PREFIX=" in pairs and not any(b.endswith(":/hostpython") for b in binds)
+    else:
+        assert f"{stack['prefix']}:/hostpython" in binds
+        assert f"HOST_PYTHON_PREFIX={stack['prefix']}" in pairs
+    assert argv[:2] == ["build", "--fakeroot"] and argv[-1].endswith("control.def")
+    staged = Path(wheelhouse[0].split(":")[0])
+    assert (staged / "tinypkg-1.0-py3-none-any.whl").is_file()
+    assert (staged / "requirements.txt").read_text().strip() == "tinypkg==1.0"
+    man = json.loads((tmp_path / "img/control.json").read_text())
+    assert man["host_stack"]["swapped_in"] == ["bytecode"]
+    assert man["host_stack"]["python"]["version"] == stack["version"]
+    assert man["build_args"]["HOST_RELEASE_IMAGE"] == hoststack.release_image(release)
+    # the workload's recipe is no control recipe
+    bad = [*cmd]
+    bad[bad.index(str(APPTAINER_DIR / "control.def"))] = str(APPTAINER_DIR / "pytorch-rocm.def")
+    proc = subprocess.run(bad, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1 and "is not a control recipe" in proc.stderr
+
+
+def test_the_release_image_of_a_host():
+    from scalesweep.images import hoststack
+    from scalesweep.images.process import BuildError
+
+    assert hoststack.release_image({"ID": "sles", "VERSION_ID": "15.5"}) == \
+        "registry.suse.com/suse/sle15:15.5"
+    assert hoststack.release_image({"ID": "debian", "VERSION_ID": "12",
+                                    "VERSION_CODENAME": "bookworm"}) == "docker.io/library/debian:bookworm"
+    assert hoststack.release_image({"ID": "rhel", "VERSION_ID": "9.4"}) == \
+        "registry.access.redhat.com/ubi9/ubi:9.4"
+    with pytest.raises(BuildError, match="arch .*--build-arg HOST_RELEASE_IMAGE="):
+        hoststack.release_image({"ID": "arch", "VERSION_ID": "rolling"})

@@ -279,6 +279,13 @@ def report_table(name, view=False):
     return report(path, **keywords)
 
 
+def ablation_csv(wildcards):
+    """scalesweep ablate's table (which item of the stack carries a stack difference,
+    issue #43) where it has run: an input then, so the next run takes its cause."""
+    path = registry.table_csv("ablation")
+    return [path] if Path(path).is_file() else []
+
+
 def report_workloads(payload=None):
     """The sweep's workloads; only those of this workload kind if given."""
     return registry.report_workloads(POINTS, config, payload)

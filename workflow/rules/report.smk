@@ -68,11 +68,12 @@ rule report_decomposition:
 
 
 # Why the container differs: isolation vs software stack, where a control image runs
-# (scalesweep.analyse.attribution)
+# (scalesweep.analyse.attribution), and the stack's cause where scalesweep ablate ran
 rule report_attribution:
     input:
         overhead=rules.aggregate.output.overhead,
         decomposition=rules.report_decomposition.output.decomposition,
+        ablation=ablation_csv,
     output:
         attribution=report_table("attribution"),
     log:

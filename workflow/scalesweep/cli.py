@@ -21,6 +21,7 @@ COMMANDS = [
     "scalesweep.campaign.rerun",
     "scalesweep.campaign.archive",
     "scalesweep.campaign.compare",
+    "scalesweep.campaign.ablate",
     "scalesweep.campaign.cost",
     "scalesweep.campaign.fits_cli",
     "scalesweep.campaign.overlaps",

@@ -1,5 +1,6 @@
-"""Snakemake glue: overhead.csv and decomposition.csv -> attribution.csv (why the container
-differs: isolation vs software stack, scalesweep.analyse.attribution)."""
+"""Snakemake glue: overhead.csv and decomposition.csv (and scalesweep ablate's
+ablation.csv where it ran) -> attribution.csv (why the container differs: isolation vs
+software stack, and the stack's cause; scalesweep.analyse.attribution)."""
 
 import sys
 from pathlib import Path
@@ -21,7 +22,9 @@ def read(path):
         return pd.DataFrame()
 
 
+ablation = read(sm.input.ablation[0]) if sm.input.ablation else None  # scalesweep ablate's
 table = attribution_table(read(sm.input.overhead), read(sm.input.decomposition),
-                          sm.config["measurement"]["equivalence_margin_pct"])
+                          sm.config["measurement"]["equivalence_margin_pct"],
+                          ablation=ablation)
 table.to_csv(sm.output.attribution, index=False, float_format="%.10g")
 print(f"{len(table)} attribution rows", file=sys.stderr)

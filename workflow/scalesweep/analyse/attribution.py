@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from scalesweep.analyse.ablation import cause
 from scalesweep.analyse.multiplicity import adjust_verdicts
 from scalesweep.analyse.stats import CONFIDENCE
 from scalesweep.platform.runtimes.base import CONTROL_MODE, MODE_SEP
@@ -56,7 +57,8 @@ COLUMNS = [*KEYS, "runtime", "control_runtime", "phase", "phase_label",
            "isolation_verdict",
            "stack_pct", "stack_ci95_low_pct", "stack_ci95_high_pct", "stack_df", "stack_ci_method",
            "p_value", "q_value", "equivalence_p_value", "equivalence_q_value", "comparisons",
-           "margin_pct", "verdict", "verdict_unadjusted", "verdict_text", "explanation"]
+           "margin_pct", "verdict", "verdict_unadjusted", "verdict_text", "cause",
+           "explanation"]
 
 
 def control_of(runtime: str) -> str:
@@ -152,11 +154,14 @@ def _said(verdict: str, pct: float, margin_pct: float) -> str:
 
 
 def explanation(row: dict) -> str:
-    """One sentence: the total, then isolation and stack (the report's first screen)."""
+    """One sentence: the total, then isolation and stack (the report's first screen), and
+    the stack's cause where the ablation named one or said why not."""
     m = row["margin_pct"]
+    cause = row.get("cause")
     return (f"{_said(row['total_verdict'], row['total_pct'], m)}: isolation "
             f"{_said(row['isolation_verdict'], row['isolation_pct'], m)}; stack "
-            f"{_said(row['verdict'], row['stack_pct'], m)}")
+            f"{_said(row['verdict'], row['stack_pct'], m)}"
+            + (f", {cause}" if isinstance(cause, str) and cause else ""))
 
 
 def _components(overhead: pd.DataFrame, decomposition: pd.DataFrame | None) -> pd.DataFrame:
@@ -195,9 +200,12 @@ def _components(overhead: pd.DataFrame, decomposition: pd.DataFrame | None) -> p
 
 def attribution_table(overhead: pd.DataFrame, decomposition: pd.DataFrame | None = None,
                       margin_pct: float | None = None,
-                      confidence: float = CONFIDENCE) -> pd.DataFrame:
+                      confidence: float = CONFIDENCE,
+                      ablation: pd.DataFrame | None = None) -> pd.DataFrame:
     """The attribution of every comparison whose runtime has a control measured at the
-    same geometry (module docstring); an empty table (its columns) where none has."""
+    same geometry (module docstring); an empty table (its columns) where none has.
+    ``ablation``: ``scalesweep ablate``'s table, where it ran: ``cause`` says which item
+    carries a significant stack component (:func:`scalesweep.analyse.ablation.cause`)."""
     comp = _components(overhead, decomposition)
     alpha = 1 - confidence
     rows = []
@@ -239,5 +247,7 @@ def attribution_table(overhead: pd.DataFrame, decomposition: pd.DataFrame | None
     table["overhead_ci95_high_pct"] = table["stack_ci95_high_pct"]
     table = adjust_verdicts(table, confidence).drop(
         columns=["overhead_ci95_low_pct", "overhead_ci95_high_pct"])
+    table["cause"] = [cause(r, ablation) if r["verdict"] in ("slower", "faster") else ""
+                      for r in table.to_dict("records")]
     table["explanation"] = [explanation(r) for r in table.to_dict("records")]
     return table.reindex(columns=COLUMNS)

@@ -65,7 +65,7 @@ def stack_items(metrics: dict) -> dict[str, tuple[str, str]]:
         return {}
     first = ranks[0]["stack"]
     items: dict[str, tuple[str, str]] = {}
-    for key in ("version", "implementation", "build", "compiler"):
+    for key in ("version", "implementation", "build", "compiler", "bytecode"):
         value = (first.get("interpreter") or {}).get(key)
         if value is not None:
             items[f"python {key}"] = ("interpreter", str(value))

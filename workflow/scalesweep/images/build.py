@@ -86,7 +86,7 @@ from scalesweep.images.rootfs import (
     mirror_release,
     source_date_epoch,
 )
-from scalesweep.images import hoststack
+from scalesweep.images import hoststack, swaps
 from scalesweep.images.wheelhouse import Wheelhouse, stage_wheelhouse
 from scalesweep.platform import runtimes
 from scalesweep.record.dataset import sha256_file
@@ -196,7 +196,9 @@ def cold_definition(b: Build, entry_tmp: Path) -> dict:
     exe = b.tools[b.rt.default_bin]
     sif = entry_tmp / b.rt.image_file
     cmd = b.rt.build_command(str(sif), str(b.recipe.resolve()), b.build_args,
-                             fakeroot=b.fakeroot, bin=exe)
+                             fakeroot=b.fakeroot, bin=exe,
+                             extra=[a for src, dst in b.binds.items()
+                                    for a in ("--bind", f"{src}:{dst}")])
     # %files sources relative to the repository root, as in the recipes
     run_logged(cmd, b.logfile, cwd=str(REPO_ROOT))
     inspected = inspect_image(b.rt, sif, exe)
@@ -250,6 +252,32 @@ def load_into_storage(rt: runtimes.Runtime, out: Path, tools: dict) -> str | Non
     return ref
 
 
+def _host_stack(python: str, release: dict, swap, recipe: Path, recipe_text: str
+                ) -> tuple[dict, dict[str, str], dict[str, str], tuple[int, int]]:
+    """A control image's host stack (--host-stack): its manifest facts, the binds and build
+    args its recipe gets (with --swap's items), and the interpreter's major.minor."""
+    if hoststack.BUILD_ARG not in recipe_text:
+        raise BuildError(f"--host-stack: {recipe} is not a control recipe (it takes no build "
+                         f"arg {hoststack.BUILD_ARG}; containers/charliecloud/Dockerfile."
+                         "control and containers/apptainer/control.def are)")
+    stack = hoststack.interpreter(python)
+    facts = {"release": release,
+             "python": {k: stack[k] for k in ("prefix", "version", "build", "shared", "system",
+                                              "executable_sha256", "libpython_sha256")}}
+    binds, args = hoststack.build_binds_and_args(stack)
+    if swap:
+        if swaps.BUILD_ARG not in recipe_text:
+            raise BuildError(f"--swap: {recipe} takes no build arg {swaps.BUILD_ARG} "
+                             "(the control recipes do: containers/charliecloud/Dockerfile."
+                             "control, containers/apptainer/control.def)")
+        try:
+            facts["swapped_in"] = [swaps.swap(n).name for n in swap]
+        except ValueError as exc:
+            raise BuildError(f"--swap: {exc}") from None
+        args[swaps.BUILD_ARG] = " ".join(swap)
+    return facts, binds, args, tuple(stack["major_minor"])
+
+
 def build_image(
     builder: str,
     recipe: str | os.PathLike,
@@ -267,12 +295,16 @@ def build_image(
     no_cache: bool = False,
     tools: dict[str, str] | None = None,
     host_stack: bool = False,
+    swap: tuple[str, ...] | list[str] = (),
 ) -> dict:
     """Build (or reuse) an image, place it at ``out``, write ``manifest``; return it.
 
     ``host_stack``: a control image (:mod:`scalesweep.images.hoststack`): the recipe gets
     ``python``'s interpreter (its prefix bound at /hostpython, HOST_PYTHON_PREFIX), the
     wheelhouse is staged for that interpreter, and the host's release must be the base's.
+    ``swap``: with ``host_stack``, the items of the workload image swapped into it
+    (:mod:`scalesweep.images.swaps`: build arg ``SWAP_IN``; recorded in the manifest's
+    ``host_stack.swapped_in``).
 
     ``build_args`` (the site's, then overrides) win over those of ``build_args_file``;
     ``tools``: what :func:`check_builder` found, when the caller checked already."""
@@ -287,6 +319,8 @@ def build_image(
     if fmt not in rt.image_formats:
         raise BuildError(f"--format {fmt} is not available with --builder {builder} "
                          f"(it makes {', '.join(rt.image_formats)})")
+    if swap and not host_stack:
+        raise BuildError("--swap: an item is swapped into a control image (--host-stack)")
     tools = tools or check_builder(builder, fmt)  # (a) before doing anything else
     if not recipe.is_file():
         raise BuildError(f"recipe not found: {recipe}")
@@ -300,9 +334,6 @@ def build_image(
     wheelhouse = None
     suite, mirror, sde = "", None, DEFAULT_SOURCE_DATE_EPOCH
     binds: dict[str, str] = {}
-    if host_stack and rt.recipe_kind != "dockerfile":
-        raise BuildError(f"--host-stack: {builder} builds from a definition file; a control "
-                         "image is built from a Dockerfile (charliecloud, podman)")
     if rt.recipe_kind == "dockerfile":
         m = BASE_FROM_RE.search(recipe_text)
         if not m:
@@ -316,15 +347,10 @@ def build_image(
         sde = source_date_epoch(mirror)
         expect = DEBIAN_PYTHON.get(suite)
         if host_stack:
-            stack = hoststack.interpreter(python)
-            extra["host_stack"] = {"release": hoststack.check_release(suite),
-                                   "python": {k: stack[k] for k in (
-                                       "prefix", "version", "build", "shared", "system",
-                                       "executable_sha256", "libpython_sha256")}}
-            stack_binds, stack_args = hoststack.build_binds_and_args(stack)
+            extra["host_stack"], stack_binds, stack_args, expect = _host_stack(
+                python, hoststack.check_release(suite), swap, recipe, recipe_text)
             binds.update(stack_binds)
             args.update(stack_args)
-            expect = tuple(stack["major_minor"])
         wheelhouse = stage_wheelhouse(req_path, cache_dir, python=python,
                                       find_links=[Path(p).expanduser() for p in (find_links or [])],
                                       expect_python=expect)
@@ -335,6 +361,23 @@ def build_image(
             extra["build_args"] = dict(args)
     else:
         parsed = parse_apptainer_def(recipe_text)
+        if host_stack:
+            # the host's release as the base image (its registry's), the interpreter and
+            # the wheelhouse it stages bound for %post (containers/apptainer/control.def)
+            release = hoststack.os_release()
+            if hoststack.RELEASE_ARG not in args:
+                args[hoststack.RELEASE_ARG] = hoststack.release_image(release)
+            extra["host_stack"], stack_binds, stack_args, expect = _host_stack(
+                python, {k: release[k] for k in ("ID", "VERSION_ID", "VERSION_CODENAME")
+                         if k in release}, swap, recipe, recipe_text)
+            if not req_path:
+                raise BuildError("--requirements is required with --host-stack")
+            wheelhouse = stage_wheelhouse(req_path, cache_dir, python=python,
+                                          find_links=[Path(p).expanduser() for p in (find_links or [])],
+                                          expect_python=expect)
+            binds.update(stack_binds)
+            binds[str(wheelhouse.path)] = hoststack.WHEELHOUSE_BIND
+            args.update(stack_args)
         unknown = sorted(set(args) - set(parsed.arguments))
         if unknown:
             log(f"warning: build args not used by {recipe.name}: {', '.join(unknown)}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from scalesweep.images import build
+from scalesweep.images import build, swaps
 from scalesweep.images.build import build_image
 from scalesweep.images.builders import check_builder
 from scalesweep.images.cache import DEFAULT_CACHE
@@ -67,6 +67,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host-stack", action="store_true",
                    help="a control image: the recipe gets --python's interpreter build (bound at "
                    "/hostpython, build arg HOST_PYTHON_PREFIX) and its wheels (issue #43)")
+    p.add_argument("--swap", action="append", default=[], choices=tuple(swaps.SWAPS),
+                   help="with --host-stack: this item of the workload image swapped into the "
+                   "control image (build arg SWAP_IN; repeatable), for the one-factor ablation")
 
 def add_parser(sub) -> None:
     """``scalesweep build-image`` (scalesweep.cli)."""
@@ -107,7 +110,7 @@ def run(a: argparse.Namespace) -> int:
             cache_dir=a.cache_dir, fmt=a.format, build_args_file=a.build_args_file,
             build_args=args, fakeroot=a.fakeroot, link=a.link, python=a.python,
             find_links=a.find_links, no_cache=a.no_cache, tools=tools,
-            host_stack=a.host_stack,
+            host_stack=a.host_stack, swap=a.swap,
         )
     except BuildError as e:
         log(f"error: {e}")

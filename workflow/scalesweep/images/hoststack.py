@@ -5,9 +5,13 @@ its executable and libpython) and the host's distribution release.
 ``scalesweep build-image --host-stack`` builds such an image: the interpreter's prefix is
 bound at ``/hostpython`` for the recipe's RUN steps, which copy it to its own path
 (``HOST_PYTHON_PREFIX``), and the wheelhouse is staged with that interpreter, so the
-image's venv holds the same wheels as the native one. Only where the host runs the
-recipe base's Debian release (the same distribution, release and packages): elsewhere the
-build is refused, naming both.
+image's venv holds the same wheels as the native one. A Dockerfile build (Charliecloud,
+Podman: containers/charliecloud/Dockerfile.control) only where the host runs the recipe
+base's Debian release (the same distribution, release and packages): elsewhere the build
+is refused, naming both. A definition build (Apptainer: containers/apptainer/control.def)
+starts from the registry image of the host's own release (:func:`release_image`, build
+arg ``HOST_RELEASE_IMAGE``), with the interpreter and the wheelhouse bound for %post
+(``apptainer build --bind``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,18 @@ from pathlib import Path
 from scalesweep.images.process import BuildError
 
 BIND = "/hostpython"  # where the recipe's RUN steps find the interpreter's prefix
+WHEELHOUSE_BIND = "/wheelhouse"  # where they find the staged wheels (a definition build)
+RELEASE_ARG = "HOST_RELEASE_IMAGE"  # a definition build's base: the host's release
+# a release's image, by os-release ID: the distribution's own registry image of it
+RELEASE_IMAGES = {
+    "sles": "registry.suse.com/suse/sle15:{VERSION_ID}",
+    "opensuse-leap": "registry.opensuse.org/opensuse/leap:{VERSION_ID}",
+    "debian": "docker.io/library/debian:{VERSION_CODENAME}",
+    "ubuntu": "docker.io/library/ubuntu:{VERSION_ID}",
+    "rocky": "docker.io/library/rockylinux:{VERSION_ID}",
+    "almalinux": "docker.io/library/almalinux:{VERSION_ID}",
+    "rhel": "registry.access.redhat.com/ubi{VERSION_MAJOR}/ubi:{VERSION_ID}",
+}
 BUILD_ARG = "HOST_PYTHON_PREFIX"  # empty: the release's own interpreter (prefix /usr)
 VERSION_ARG = "HOST_PYTHON_VERSION"  # checked in the image against the host's
 # prefixes of the distribution's own interpreter: never copied (the host's whole /usr);
@@ -73,6 +89,23 @@ def os_release(path: str = "/etc/os-release") -> dict[str, str]:
     except OSError:
         pass
     return out
+
+
+def release_image(release: dict[str, str]) -> str:
+    """The registry image of the host's release (an Apptainer control image's base:
+    ``Bootstrap: docker``, ``From: {{ HOST_RELEASE_IMAGE }}``), from its os-release; a
+    release not listed is refused, naming how to give it."""
+    fmt = RELEASE_IMAGES.get(release.get("ID", ""))
+    values = {**release, "VERSION_MAJOR": release.get("VERSION_ID", "").split(".")[0]}
+    try:
+        if fmt:
+            return fmt.format(**values)
+    except KeyError:
+        pass
+    raise BuildError(
+        f"--host-stack: no registry image is known for this host's release "
+        f"({release.get('ID', '?')} {release.get('VERSION_ID', '?')}): give it with "
+        f"--build-arg {RELEASE_ARG}=<the release's image>")
 
 
 def check_release(suite: str, release: dict[str, str] | None = None) -> dict[str, str]:

@@ -65,15 +65,17 @@ class ImageRules:
 
     def build_args(self, wildcards: Any) -> str:
         """--builder, --format and --fakeroot of `scalesweep build-image`; for a control
-        image --host-stack, with the native runs' interpreter (the site's launch.python,
+        image (or an ablation's, with its --swap) --host-stack, with the native runs' interpreter (the site's launch.python,
         else the workflow's own, as the point's launch takes it)."""
         spec = self.image(wildcards)
         args = ["--builder", spec.builder, "--format", spec.format]
-        if spec.control:
+        if spec.control or spec.swap:
             from scalesweep.platform.site import site_of
 
             args += ["--host-stack", "--python",
                      site_of(self.config)["launch"]["python"] or sys.executable]
+        if spec.swap:
+            args += ["--swap", spec.swap]
         return shlex.join(args + (["--fakeroot"] if spec.fakeroot else []))
 
     def source_args(self, wildcards: Any) -> str:

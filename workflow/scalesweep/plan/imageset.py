@@ -49,6 +49,7 @@ class ImageSpec:
     format: str  # resolved: never "" (the builder's default)
     fakeroot: bool
     control: bool = False  # the host's own stack (--host-stack), run by mode control only
+    swap: str = ""  # an ablation's image: the control image with this item swapped in
     base: str = ""  # a copy of this image with the host's MPI libraries injected
     inject_libs: tuple[str, ...] = ()  # those libraries (host paths)
 
@@ -93,7 +94,7 @@ def image_spec(config: dict, name: str) -> ImageSpec:
         except (runtimes.LaunchError, IndexError):
             fmt = "dir"  # refused by check_images, which names the builder
     return ImageSpec(name, e["builder"], e["recipe"], e["requirements"], e["prebuilt"], fmt,
-                     bool(e["fakeroot"]), bool(e.get("control")))
+                     bool(e["fakeroot"]), bool(e.get("control")), e.get("swap") or "")
 
 
 def workload_image_names(config: dict, workload: str) -> list[str]:
@@ -234,14 +235,22 @@ def check_image(spec: ImageSpec, site: dict) -> None:
     if spec.format not in rt.image_formats:
         raise ImageConfigError(f"{key}.format: {spec.builder} makes {', '.join(rt.image_formats)} "
                                f"images, not {spec.format!r}")
-    if spec.control and (spec.how != "build" or rt.recipe_kind != "dockerfile"):
+    if spec.control and spec.how != "build":
         raise ImageConfigError(
-            f"{key}.control: a control image is built here from the host's own stack, from a "
-            f"Dockerfile (builder charliecloud or podman: scalesweep build-image --host-stack); "
-            f"this one is {'built by ' + spec.builder if spec.how == 'build' else spec.how + ' ' + repr(spec.prebuilt)}. "
-            "A site whose images come from a registry base (Frontier's Apptainer) has no "
-            "control image: leave it out, and the campaign attributes nothing (attribution.csv "
-            "empty, no \"why\" on the report's first screen, a Slurm dry run says so)")
+            f"{key}.control: a control image is built here from the host's own stack "
+            f"(scalesweep build-image --host-stack, from a control recipe: containers/"
+            f"charliecloud/Dockerfile.control, containers/apptainer/control.def); this one is "
+            f"{spec.how} {spec.prebuilt!r}. Without one the campaign attributes nothing "
+            "(attribution.csv empty, no \"why\" on the report's first screen, a Slurm dry run "
+            "says so)")
+    if spec.swap and spec.control:
+        raise ImageConfigError(
+            f"{key}.swap: {spec.swap!r} makes an ablation's image, run as the workload's image "
+            "beside the control image; it cannot be the control image too (control: false)")
+    if spec.swap and spec.how != "build":
+        raise ImageConfigError(
+            f"{key}.swap: an ablation's image is a control recipe built from the host's own "
+            f"stack with {spec.swap!r} swapped in; this one is {spec.how} {spec.prebuilt!r}")
     if spec.how == "local":
         if spec.prebuilt.startswith("~"):
             raise ImageConfigError(f"{key}.prebuilt: {spec.prebuilt!r}: '~' is not expanded here; "

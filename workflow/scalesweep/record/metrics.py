@@ -300,8 +300,8 @@ def _nested_ok(data: Any, steps: tuple[tuple[str, bool], ...], check: Callable[[
     return True
 
 
-def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
-    """Write ``data`` as JSON to ``path`` via a temporary file and rename.
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` via a temporary file and rename.
 
     A crash at any moment leaves either the complete previous file, the complete new
     file, or nothing: never half a file.
@@ -311,8 +311,7 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True, default=str)
-            fh.write("\n")
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -323,6 +322,12 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
             pass
         raise
     return path
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
+    """Write ``data`` as JSON to ``path`` atomically (:func:`write_text_atomic`)."""
+    return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str)
+                             + "\n")
 
 
 def write_metrics(path: str | os.PathLike, record: dict[str, Any]) -> Path:

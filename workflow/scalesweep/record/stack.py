@@ -204,12 +204,43 @@ def cpu_affinity(pid: str = "self") -> str | None:
         return None
 
 
+# a .pyc's flags (PEP 552): bit 0 hash-based, bit 1 check the source against the hash
+PYC_MODES = {0: "timestamp", 1: "unchecked hash", 3: "checked hash"}
+# whose byte code is recorded: the payload's first imported package, else the standard
+# library's (the bytecode item of a run's stack)
+BYTECODE_OF = ("torch", "numpy", "llama_cpp", "json")
+
+
+def bytecode_mode(modules: tuple[str, ...] = BYTECODE_OF) -> str | None:
+    """How the byte code of the first imported module of ``modules`` is validated, read
+    from its cached .pyc's header (``timestamp``, ``checked hash``: each import reads and
+    hashes the source too, ``unchecked hash``), with the module: ``checked hash (torch)``;
+    ``no .pyc (torch)`` where it has none; None where none of them is imported."""
+    for name in modules:
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        spec = getattr(module, "__spec__", None)
+        cached = getattr(spec, "cached", None)
+        try:
+            with open(cached, "rb") as f:
+                header = f.read(8)
+        except (OSError, TypeError):
+            return f"no .pyc ({name})"
+        if len(header) < 8:
+            return f"no .pyc ({name})"
+        flags = int.from_bytes(header[4:8], "little")
+        return f"{PYC_MODES.get(flags, f'flags {flags}')} ({name})"
+    return None
+
+
 def interpreter() -> dict[str, Any]:
     build = platform.python_build()
     return {"version": platform.python_version(), "sys_version": sys.version,
             "implementation": platform.python_implementation(),
             "build": f"{build[0]} ({build[1]})", "compiler": platform.python_compiler(),
-            "executable": sys.executable, "prefix": sys.prefix}
+            "executable": sys.executable, "prefix": sys.prefix,
+            "bytecode": bytecode_mode()}
 
 
 def _torch_build(torch) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from scalesweep.platform.runtimes.base import Runtime
+from scalesweep.platform.runtimes.base import CONTROL_MODE, Runtime
 from scalesweep.platform.runtimes.registry import register
 
 
@@ -56,8 +56,10 @@ class Apptainer(Runtime):
         "setuid": "SIF through the starter as installed (set-uid root with apptainer-suid)",
         "userns": "SIF in an unprivileged user namespace (--userns), mounted with squashfuse",
         "sandbox": "sandbox directory unpacked from the SIF (nothing mounted at start)",
+        CONTROL_MODE: "the control image (the host's own stack, issue #43) as a SIF through "
+                      "the starter as installed: native vs it is what isolation costs",
     }
-    mode_options = {"setuid": (), "userns": ("--userns",), "sandbox": ()}
+    mode_options = {"setuid": (), "userns": ("--userns",), "sandbox": (), CONTROL_MODE: ()}
 
     def mode_formats(self):
         return ("sandbox",) if self.run_mode == "sandbox" else ("sif",)

@@ -1,0 +1,274 @@
+"""scalesweep ablate: name the item of the software stack that carries a stack
+difference (issue #43), by the one-factor ablation of :mod:`scalesweep.analyse.ablation`.
+
+Run in a campaign directory after its attribution (``results/summary/attribution.csv``,
+from a campaign with a control image: ``config/attribution.yaml``), with the same
+``--profile`` and ``--configfile`` as the campaign::
+
+    scalesweep ablate --plan --profile profiles/local --configfile config/attribution.yaml
+    scalesweep ablate --profile profiles/local --configfile config/attribution.yaml
+
+For each item, in the ablation's order, a campaign of its own under ``ablation/<item>/``:
+the campaign's config (its ``config/config.yaml`` copied, the same config files) with an
+overlay (``ablation/<item>/ablation.yaml``) that runs only the workloads and runtimes of
+the targets, with the workload image replaced by the control image with that item
+swapped in (``containers.images.ablation_<item>.swap``). Its attribution's stack
+component is the item's effect. Before anything runs, each item's expected cost (the
+points' wall times this campaign measured, at the minimum, expected and maximum repeats:
+``scalesweep.campaign.estimate``, plus the image's build) against the budget
+(``attribution.ablation.budget_min``, or ``--budget-min``); ``--plan`` stops there.
+Between items the stopping rule decides (``analyse.ablation.next_step``). The table,
+``results/summary/ablation.csv``, is written after each item (atomically); the campaign's
+next ``snakemake`` puts the cause into attribution.csv's explanation and the report's
+first screen. Re-running it redoes only what an item's campaign is missing (Snakemake's
+own rule), and an item's failed campaign stops nothing but that item.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from scalesweep.analyse import ablation as ab
+from scalesweep.analyse.attribution import control_of
+from scalesweep.campaign.estimate import SCENARIOS, plan_points, plan_series, scenario_points
+from scalesweep.campaign.history import campaign_history, history_dirs
+from scalesweep.campaign.profile import read_profile
+from scalesweep.campaign.usage import UsageError
+from scalesweep.images.swaps import SWAPS
+from scalesweep.plan.config import ConfigError
+from scalesweep.plan.config_read import config_sources
+from scalesweep.plan.sweep import REFERENCE, SweepError
+from scalesweep.platform.site import SiteError
+from scalesweep.record.metrics import write_text_atomic
+from scalesweep.report.registry import table_csv
+
+ABLATION_DIR = "ablation"
+OVERLAY = "ablation.yaml"
+TARGET = table_csv("attribution")
+
+
+def control_image(config: dict) -> tuple[str, dict]:
+    """The campaign's control image: (name, its containers.images entry)."""
+    for name, entry in config["containers"]["images"].items():
+        if entry.get("control"):
+            return name, entry
+    raise UsageError("the campaign has no control image (containers.images.<name>.control: "
+                     "true): its attribution has nothing to ablate (config/attribution.yaml "
+                     "runs one)")
+
+
+def overlay(config: dict, item: str, target_rows: pd.DataFrame) -> dict:
+    """The config an item's campaign adds to the campaign's (module docstring)."""
+    control, entry = control_image(config)
+    name = f"ablation_{item}"
+    image = {k: entry[k] for k in ("builder", "recipe", "requirements", "format", "fakeroot")
+             if k in entry}
+    image["swap"] = item
+    workloads = sorted(set(map(str, target_rows["workload"])))
+    runtimes = [REFERENCE]
+    for r in sorted(set(map(str, target_rows["runtime"]))):
+        runtimes += [r, control_of(r)]
+    out = {"only": {"workloads": workloads},
+           "sweep": {"runtimes": runtimes},
+           "containers": {"image": [name, control], "images": {name: image}}}
+    named = {w: {"image": [name, control]} for w in workloads
+             if config["workloads"][w].get("image")}
+    if named:
+        out["workloads"] = named
+    return out
+
+
+def item_dir(directory: Path, item: str) -> Path:
+    return directory / ABLATION_DIR / item
+
+
+def prepare(directory: Path, item: str, config: dict, target_rows: pd.DataFrame) -> Path:
+    """The item's campaign directory: the campaign's config/config.yaml copied, the
+    overlay written; returns the overlay's path."""
+    d = item_dir(directory, item)
+    (d / "config").mkdir(parents=True, exist_ok=True)
+    own = directory / "config" / "config.yaml"
+    if own.is_file():
+        shutil.copyfile(own, d / "config" / "config.yaml")
+    path = d / OVERLAY
+    write_text_atomic(path, "# written by scalesweep ablate: the campaign's config plus this\n"
+                      + yaml.safe_dump(overlay(config, item, target_rows), sort_keys=False))
+    return path
+
+
+def item_cost_s(directory: Path, configfiles: list[str], overlay_path: Path, profile: str | None,
+                history: pd.DataFrame, build_s: float) -> dict[str, float | None]:
+    """Expected seconds of an item's campaign per scenario (minimum, expected, maximum):
+    its points' wall times as measured before (``history``), plus its image's build."""
+    try:
+        config = config_sources(overlay_path.parent, [*configfiles, overlay_path], (),
+                                profile).load()
+        points = plan_points(config, read_profile(profile), history)
+        series = plan_series(points, config, history)
+    except (ConfigError, SiteError, SweepError) as exc:
+        raise UsageError(f"{overlay_path}: {exc}") from None
+    out: dict[str, float | None] = {}
+    for name, column in SCENARIOS.items():
+        if name == "expected" and not series[column].notna().any():
+            out[name] = None
+            continue
+        runs = scenario_points(points, series, column)
+        seconds = runs["expected_s"].fillna(runs["runtime_min"].map(lambda r: r[0] * 60))
+        out[name] = float(seconds.sum()) + build_s
+    return out
+
+
+def build_seconds(directory: Path, config: dict) -> float:
+    """What building the control image took here (its manifest), the swap image's guess."""
+    name, _ = control_image(config)
+    path = directory / "resources" / "images" / f"{name}.manifest.json"
+    try:
+        man = json.loads(path.read_text())
+        return float(man.get("cold_build_seconds") or man.get("build_seconds") or 0)
+    except (OSError, ValueError, TypeError):
+        return 0.0
+
+
+def _read(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path)
+    except (FileNotFoundError, pd.errors.EmptyDataError):
+        return pd.DataFrame()
+
+
+def _fmt_min(seconds: float | None) -> str:
+    return "unknown" if seconds is None else f"{seconds / 60:.0f} min"
+
+
+def run(args: argparse.Namespace) -> int:
+    directory = Path(args.directory).resolve()
+    configfiles = [str(Path(f).resolve()) for f in args.configfile]
+    attribution = _read(directory / TARGET)
+    if not len(attribution.columns):
+        raise UsageError(f"{directory / TARGET} is missing: run the campaign's attribution "
+                         f"first (snakemake {TARGET} --profile ... --configfile ...)")
+    differences = _read(directory / table_csv("differences"))
+    try:
+        config = config_sources(directory, configfiles, (), args.profile).load()
+    except (ConfigError, SiteError, SweepError) as exc:
+        raise UsageError(str(exc)) from None
+    settings = config["attribution"]["ablation"]
+    budget_s = 60 * (args.budget_min if args.budget_min is not None else settings["budget_min"])
+    target_rows = ab.targets(attribution)
+    out_path = directory / table_csv("ablation")
+    if not len(target_rows):
+        shown = "; ".join(f"{r['workload']} {r['phase']}: {r['verdict']}"
+                          for r in attribution.to_dict("records")) or "no rows"
+        print(f"nothing to ablate: no stack component is significant over the campaign "
+              f"({shown})")
+        return 0
+    items = ab.plan_items(target_rows, differences)
+    if settings["items"]:
+        items = [i for i in items if i in settings["items"]]
+    print(f"{len(target_rows)} target(s), the stack significant over the campaign:")
+    for t in target_rows.to_dict("records"):
+        cover = ab.differing_items(t, differences)
+        print(f"  {t['workload']} {t['runtime']} ranks {t['ranks']} {t['phase']}: stack "
+              f"{t['verdict']} ({t['stack_pct']:.1f}%, 95% CI {t['stack_ci95_low_pct']:.1f}% .. "
+              f"{t['stack_ci95_high_pct']:.1f}%); not ablatable by an image: "
+              + ("; ".join(cover.get("", [])) or "none"))
+    history = campaign_history(history_dirs(directory, []))
+    build_s = build_seconds(directory, config)
+    costs = {}
+    for item in items:
+        path = prepare(directory, item, config, target_rows)
+        costs[item] = item_cost_s(directory, configfiles, path, args.profile, history, build_s)
+    source = ("the wall times of this campaign's runs" if len(history) else
+              "no run measured here: the points' requested runtimes, an upper bound")
+    print(f"plan: {len(items)} item(s) in this order, budget {budget_s / 60:.0f} min "
+          f"(attribution.ablation.budget_min); cost from {source}, plus the image build "
+          f"({build_s / 60:.1f} min, the control image's here):")
+    for item in items:
+        c = costs[item]
+        print(f"  {item}: {SWAPS[item].what}; expected {_fmt_min(c['expected'])} (minimum "
+              f"{_fmt_min(c['minimum'])}, maximum {_fmt_min(c['maximum'])})")
+    if not items:
+        print("no item of the recorded differences can be swapped by an image: the "
+              "ablation cannot name the cause here")
+        return 0
+    if args.plan:
+        return 0
+    rows: list[dict] = []
+    left = list(items)
+    spent = 0.0
+    while True:
+        table = ab.ablation_table(rows)
+        open_targets = len(target_rows) - len(ab.named(table))
+        c = costs[left[0]] if left else {}
+        action, what = ab.next_step(left, open_targets, budget_s - spent,
+                                    c.get("expected") or c.get("maximum"))
+        if action == "stop":
+            print(f"stopped: {what}")
+            break
+        item = left.pop(0)
+        d = item_dir(directory, item)
+        cmd = _snakemake(d, configfiles, args.profile)
+        print(f"item {item}: {' '.join(cmd[2:])}", flush=True)
+        t0 = time.monotonic()
+        status = subprocess.run(cmd, cwd=directory).returncode
+        spent += time.monotonic() - t0
+        if status != 0:
+            print(f"item {item}: its campaign failed (exit {status}, log under {d}/logs); "
+                  "re-running scalesweep ablate redoes what it is missing")
+        rows += ab.item_rows(target_rows, item, _read(d / TARGET), differences, str(d))
+        table = ab.ablation_table(rows)
+        write_text_atomic(out_path, table.to_csv(index=False, float_format="%.10g"))
+    table = ab.ablation_table(rows)
+    write_text_atomic(out_path, table.to_csv(index=False, float_format="%.10g"))
+    print(f"{out_path} ({len(table)} rows, {spent / 60:.1f} min spent):")
+    for t in target_rows.to_dict("records"):
+        print(f"  {t['workload']} {t['runtime']} ranks {t['ranks']} {t['phase']}: "
+              f"{ab.cause(t, table) or 'not looked at'}")
+    print("then: snakemake --profile ... --configfile ... (attribution.csv and the report "
+          "take the cause)")
+    return 0
+
+
+def _snakemake(d: Path, configfiles: list[str], profile: str | None) -> list[str]:
+    from scalesweep.campaign.deploy import snakemake_argv
+
+    argv = [TARGET, "--directory", str(d)]
+    if profile:
+        argv += ["--profile", str(Path(profile).resolve()) if Path(profile).exists()
+                 else profile]
+    argv += ["--configfile", *configfiles, str(d / OVERLAY)]
+    return snakemake_argv(argv)
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of minutes above 0")
+    return value
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("ablate", help="name the item of the software stack that carries a "
+                       "stack difference (one-factor ablation, issue #43)",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("--directory", "-d", default=".", help="campaign directory (default: .)")
+    p.add_argument("--configfile", nargs="*", default=[], metavar="FILE",
+                   help="the campaign's config files, as given to snakemake")
+    p.add_argument("--profile", help="the campaign's Snakemake profile, e.g. profiles/local")
+    p.add_argument("--budget-min", type=_positive, metavar="MIN",
+                   help="machine time it may spend (default: attribution.ablation.budget_min)")
+    p.add_argument("--plan", action="store_true",
+                   help="print the targets, the items and their expected cost, run nothing")
+    p.set_defaults(func=run)
