@@ -15,6 +15,8 @@ rule aggregate:
         series=SERIES_FINAL,
     output:
         runs=report_table("runs"),
+        # the same rows, typed and columnar (pyarrow): what pandas, polars or DuckDB read fast
+        runs_parquet="results/summary/runs.parquet",
         scaling=report_table("scaling"),
         llm=report_table("llm"),
         overhead=report_table("overhead"),

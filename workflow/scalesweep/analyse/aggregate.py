@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Mapping
 
 import pandas as pd
 
+from scalesweep.analyse.frame import write_parquet
 from scalesweep.analyse.collect import collect_runs_keyed, default_workers, point_states, runs_points
 from scalesweep.analyse.load import load_runs, load_summary, load_verdicts
 from scalesweep.analyse.rowtext import RUNS_CSV_CACHE, write_csv
@@ -37,7 +38,8 @@ from scalesweep.record.metrics import write_json_atomic
 from scalesweep.record.pointdir import METRICS_JSON, RUNS_DIR
 
 # the rule's outputs, by the names of its `output:` (workflow/rules/aggregate.smk)
-OUTPUTS = ("runs", "scaling", "llm", "overhead", "load", "load_overhead", "points", "campaign")
+OUTPUTS = ("runs", "runs_parquet", "scaling", "llm", "overhead", "load", "load_overhead",
+           "points", "campaign")
 FLOATS = "%.10g"
 # from this many runs, runs.csv and points.csv are written by a second process while the
 # first makes the other tables (where the rule has more than one core)
@@ -87,6 +89,9 @@ def write_summary(metrics: Iterable[str], config: dict, output: Mapping[str, str
                   summary / RUNS_CSV_CACHE if cache else None,
                   cache_version(config) if cache else "")
         step("runs_csv")
+        if output.get("runs_parquet"):  # the same rows, typed and columnar
+            write_parquet(runs, output["runs_parquet"])
+            step("runs_parquet")
         if not runs.empty and runs["disturbed"].any():
             log(f"{int(runs['disturbed'].sum())} disturbed runs kept in runs.csv, left out "
                 "of the statistics")

@@ -110,3 +110,40 @@ def require_valid(df: pd.DataFrame, col: str, ok: pd.Series, what: str) -> None:
     label, value = df.index[first_bad], df[col].iloc[first_bad]
     shown = "an empty cell" if pd.isna(value) else f"'{value}'"
     raise TableError(f"{col} must be {what}; {df.index.name or 'row'} {label} has {shown}")
+
+
+def write_parquet(df: pd.DataFrame, path) -> None:
+    """``df`` as a Parquet file (pyarrow), written atomically: runs.parquet beside runs.csv,
+    the same rows with their types (numbers as numbers, flags as booleans). A column of
+    mixed Python types (a value recorded as a number in one run and as text in another)
+    is stored as text, None kept as null."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def as_text(v):
+        return None if v is None or (isinstance(v, float) and v != v) else str(v)
+
+    try:
+        table = pa.Table.from_pandas(df, preserve_index=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        fixed = df.copy()
+        for col in fixed.columns:
+            if fixed[col].dtype == object:
+                try:
+                    pa.array(fixed[col], from_pandas=True)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                    fixed[col] = fixed[col].map(as_text)
+        table = pa.Table.from_pandas(fixed, preserve_index=False)
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
