@@ -249,6 +249,10 @@ def test_ablate_plan_on_a_constructed_campaign(tmp_path):
     assert overlay["sweep"]["runtimes"] == ["native", "charliecloud", "charliecloud+control"]
     assert overlay["containers"]["image"] == ["ablation_interpreter", "control"]
     assert overlay["containers"]["images"]["ablation_interpreter"]["swap"] == "interpreter"
+    # the target's geometry only: 2 ranks, not the campaign's 1 and 2
+    assert overlay["workloads"]["cnn_ddp"]["sweep"] == {
+        "nodes": [1], "gpus_per_node": [0], "ranks_per_node": [2], "threads_per_rank": [1],
+        "baseline": None}
     assert not (summary / "ablation.csv").exists()
     # a campaign without an attribution: told what to run first
     bare = subprocess.run([*cmd[:6], str(tmp_path / "none"), *cmd[7:]], capture_output=True,

@@ -10,8 +10,8 @@ from a campaign with a control image: ``config/attribution.yaml``), with the sam
 
 For each item, in the ablation's order, a campaign of its own under ``ablation/<item>/``:
 the campaign's config (its ``config/config.yaml`` copied, the same config files) with an
-overlay (``ablation/<item>/ablation.yaml``) that runs only the workloads and runtimes of
-the targets, with the workload image replaced by the control image with that item
+overlay (``ablation/<item>/ablation.yaml``) that runs only the workloads, geometries and
+runtimes of the targets, with the workload image replaced by the control image with that item
 swapped in (``containers.images.ablation_<item>.swap``). Its attribution's stack
 component is the item's effect. Before anything runs, each item's expected cost (the
 points' wall times this campaign measured, at the minimum, expected and maximum repeats:
@@ -48,6 +48,7 @@ from scalesweep.plan.config import ConfigError
 from scalesweep.plan.config_read import config_sources
 from scalesweep.plan.sweep import REFERENCE, SweepError
 from scalesweep.platform.site import SiteError
+from scalesweep.record.geometry import CONFIG_AXES
 from scalesweep.record.metrics import write_text_atomic
 from scalesweep.report.registry import table_csv
 
@@ -80,10 +81,15 @@ def overlay(config: dict, item: str, target_rows: pd.DataFrame) -> dict:
     out = {"only": {"workloads": workloads},
            "sweep": {"runtimes": runtimes},
            "containers": {"image": [name, control], "images": {name: image}}}
-    named = {w: {"image": [name, control]} for w in workloads
-             if config["workloads"][w].get("image")}
-    if named:
-        out["workloads"] = named
+    # each workload at its targets' geometries only (no scaling baseline: none is compared)
+    per_workload: dict = {}
+    for w in workloads:
+        rows = target_rows[target_rows["workload"].astype(str) == w]
+        sweep = {key: sorted({int(v) for v in rows[axis]}) for axis, key in CONFIG_AXES.items()}
+        per_workload[w] = {"sweep": {**sweep, "baseline": None}}
+        if config["workloads"][w].get("image"):
+            per_workload[w]["image"] = [name, control]
+    out["workloads"] = per_workload
     return out
 
 
