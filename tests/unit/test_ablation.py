@@ -18,7 +18,7 @@ from scipy import stats
 from conftest import tiny_config
 from scalesweep.analyse import ablation as ab
 from scalesweep.analyse.attribution import attribution_table
-from scalesweep.images import swaps
+from scalesweep.plan import swaps
 from scalesweep.images.build import build_image
 from scalesweep.images.process import BuildError
 from scalesweep.plan.imageset import ImageConfigError, check_image, image_spec, workload_image
@@ -76,16 +76,29 @@ def test_the_items_are_tried_those_covering_more_targets_first_then_in_catalogue
     assert ab.plan_items(two, pd.DataFrame()) == []
 
 
-def test_outcomes_carries_part_ruled_out_undecided():
+def test_outcomes_carries_part_exceeds_ruled_out_undecided():
     t = target()
     item = dict(stack_ci95_low_pct=-18.0, stack_ci95_high_pct=-10.0)
     assert ab.outcome(t, dict(item, verdict="faster")) == ab.CARRIES
     # faster, but its CI wholly nearer zero than the target's: a part of it
     assert ab.outcome(t, dict(stack_ci95_low_pct=-6.0, stack_ci95_high_pct=-2.0,
                               verdict="faster")) == ab.PART
-    assert ab.outcome(t, dict(item, verdict="equivalent")) == ab.RULED_OUT
+    # wholly beyond the target's: more than the whole (something else offsets it)
+    assert ab.outcome(t, dict(stack_ci95_low_pct=-35.0, stack_ci95_high_pct=-25.0,
+                              verdict="faster")) == ab.EXCEEDS
+    # equivalent within the margin: ruled out where its CI excludes the target's, not where
+    # a target within the margin's reach is still possible
+    assert ab.outcome(t, dict(stack_ci95_low_pct=-3.0, stack_ci95_high_pct=2.0,
+                              verdict="equivalent")) == ab.RULED_OUT
+    small = target(-6.0, -8.0, -4.0)
+    assert ab.outcome(small, dict(stack_ci95_low_pct=-4.8, stack_ci95_high_pct=-3.2,
+                                  verdict="equivalent")) == ab.UNDECIDED
     assert ab.outcome(t, dict(item, verdict="slower")) == ab.RULED_OUT
     assert ab.outcome(t, dict(item, verdict="inconclusive")) == ab.UNDECIDED
+    # a slower target: nearer zero is below it
+    slow = target(16.0, 12.0, 20.0, "slower")
+    assert ab.outcome(slow, dict(stack_ci95_low_pct=2.0, stack_ci95_high_pct=6.0,
+                                 verdict="slower")) == ab.PART
 
 
 def test_the_stopping_rule():
@@ -114,6 +127,8 @@ def test_item_verdicts_are_decided_over_the_whole_ablation():
     assert list(table["outcome"]) == [ab.CARRIES, ab.RULED_OUT]
     assert ab.cause(target(), table) == (
         "carried by the Python build (python version: 3.11.7 (native) vs 3.11.2 (image))")
+    # read back from ablation.csv, a row without differences has NaN there: no "(nan)"
+    assert ab.cause(target(), table.assign(differences=np.nan)) == "carried by the Python build"
     # the same item at p 0.04 among four tries is not a difference over the ablation
     more = ab.item_rows(targets, "interpreter",
                         measured(-15.0, -19.0, -11.0, 0.04, 0.9, "faster"), differences(), "a")
@@ -159,10 +174,12 @@ def test_the_catalogue_is_the_schemas_and_the_recipes():
     assert image["swap"]["enum"] == ["", *swaps.SWAPS]
     items = props["attribution"]["properties"]["ablation"]["properties"]["items"]
     assert items["items"]["enum"] == list(swaps.SWAPS)
-    recipe = (REPO / "containers/charliecloud/Dockerfile.control").read_text()
-    assert f"ARG {swaps.BUILD_ARG}" in recipe
-    for name in swaps.SWAPS:
-        assert f'*" {name} "*)' in recipe  # the recipe's branch for the item
+    dockerfile = (REPO / "containers/charliecloud/Dockerfile.control").read_text()
+    definition = (REPO / "containers/apptainer/control.def").read_text()
+    assert f"ARG {swaps.BUILD_ARG}" in dockerfile and f"{swaps.BUILD_ARG}=" in definition
+    for name, item in swaps.SWAPS.items():  # each recipe's branch for the items it swaps
+        for kind, recipe in (("dockerfile", dockerfile), ("definition", definition)):
+            assert (f'*" {name} "*)' in recipe) == (kind in item.recipe_kinds), (name, kind)
 
 
 def _swap_config():

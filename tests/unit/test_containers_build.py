@@ -310,7 +310,8 @@ def test_apptainer_def_lint(deffile):
     assert d.used_vars <= set(d.arguments)
     # every {{ VAR }} needs a non-empty default, but a control recipe's (an empty prefix:
     # the release's own interpreter; nothing swapped in)
-    from scalesweep.images import hoststack, swaps
+    from scalesweep.images import hoststack
+    from scalesweep.plan import swaps
 
     empty_by_design = {hoststack.BUILD_ARG, swaps.BUILD_ARG}
     assert all(d.arguments[v] or v in empty_by_design for v in d.used_vars)

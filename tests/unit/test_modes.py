@@ -160,8 +160,8 @@ def test_site_offers_modes_and_refuses_others(tmp_path):
     with pytest.raises(ModeNotOffered, match="runtime 'charliecloud\\+squashfs': mode 'squashfs' is not "
                                              "offered by site 'dironly'.*modes: dir"):
         offered_runtimes(with_runtimes(["native", "charliecloud+squashfs"], site=only_dir))
-    frontier = load_site("frontier")  # names no modes: the default (setuid) alone
-    assert runtime("apptainer").offered_modes(frontier) == ("setuid",)
+    frontier = load_site("frontier")  # the default (setuid) and the control image's mode
+    assert runtime("apptainer").offered_modes(frontier) == ("setuid", "control")
     with pytest.raises(ModeNotOffered, match="'apptainer\\+userns': mode 'userns' is not offered by site 'frontier'"):
         runtime("apptainer+userns").check_offered(frontier)
     bad = write_site(tmp_path, "badmode", runtimes={"podman": {"bin": "podman", "modes": ["btrfs"]}})

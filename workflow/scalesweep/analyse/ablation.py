@@ -6,7 +6,7 @@ Where a campaign's attribution (``attribution.csv``) finds the software stack si
 **target**), the ablation measures the items of the stack that differ between the two
 sides (``differences.csv``) one at a time: for each item a campaign of its own whose
 workload image is the control image with that one item of the workload image swapped in
-(``containers.images.<name>.swap``; :mod:`scalesweep.images.swaps` lists the items the
+(``containers.images.<name>.swap``; :mod:`scalesweep.plan.swaps` lists the items the
 control recipe can swap), run beside the control image and native, so its attribution's
 stack component is the item's own effect, measured with the same pairing and statistics.
 
@@ -22,10 +22,12 @@ several tests.
 
 **Stopping rule** (:func:`outcome`, :func:`next_step`): an item **carries** a target's
 effect where its verdict is the target's (both slower or both faster) and its 95% CI
-overlaps the target's stack CI (it can account for the whole of it); it carries **part**
-where its verdict is the target's but its CI lies wholly nearer zero than the target's; it
-is **ruled out** where it is equivalent within the margin or differs the other way;
-**undecided** where inconclusive. The ablation stops when every target is named, when no
+overlaps the target's stack CI (at 95%, it can account for the whole of it); it carries
+**part** where its verdict is the target's but its CI lies wholly nearer zero than the
+target's; it **exceeds** it where its CI lies wholly beyond (other items then offset part
+of it); it is **ruled out** where it differs the other way, or is equivalent within the
+margin with a CI that excludes the target's; **undecided** where inconclusive (or
+equivalent yet not excluding the target). The ablation stops when every target is named, when no
 item is left (the target is then "no single item carries it: a combination, or a
 difference not recorded"), or when the next item's expected cost does not fit in what is
 left of the budget (``attribution.ablation.budget_min``): it says so, with the cost it
@@ -38,12 +40,13 @@ import numpy as np
 import pandas as pd
 
 from scalesweep.analyse.multiplicity import adjust_verdicts
-from scalesweep.images.swaps import SWAPS, covering
+from scalesweep.plan.swaps import SWAPS, covering
 from scalesweep.record.geometry import AXES as GEOMETRY
 
 TARGET_KEYS = ["workload", "model", *GEOMETRY, "runtime", "phase"]
 DIFFERENCE_KEYS = ["workload", *GEOMETRY, "runtime"]
-CARRIES, PART, RULED_OUT, UNDECIDED = "carries", "part", "ruled out", "undecided"
+CARRIES, PART, EXCEEDS = "carries", "part", "exceeds"
+RULED_OUT, UNDECIDED = "ruled out", "undecided"
 COLUMNS = [*TARGET_KEYS, "target_pct", "target_ci95_low_pct", "target_ci95_high_pct",
            "target_verdict", "item", "item_label", "differences", "campaign",
            "stack_pct", "stack_ci95_low_pct", "stack_ci95_high_pct", "p_value", "q_value",
@@ -99,24 +102,35 @@ def plan_items(target_rows: pd.DataFrame, differences: pd.DataFrame) -> list[str
 
 
 def outcome(target: dict, item: dict) -> str:
-    """carries, part, ruled out or undecided (module docstring): ``item`` has the item's
-    stack_pct, CI and (adjusted) verdict; ``target`` the target's."""
+    """carries, part, exceeds, ruled out or undecided (module docstring): ``item`` has the
+    item's stack_pct, CI and (adjusted) verdict; ``target`` the target's."""
     verdict = item.get("verdict")
-    if verdict == "equivalent" or (verdict in ("slower", "faster")
-                                   and verdict != target.get("verdict")):
-        return RULED_OUT
-    if verdict != target.get("verdict"):
-        return UNDECIDED
     lo, hi = item["stack_ci95_low_pct"], item["stack_ci95_high_pct"]
     t_lo, t_hi = target["stack_ci95_low_pct"], target["stack_ci95_high_pct"]
     overlaps = lo <= t_hi and t_lo <= hi
-    return CARRIES if overlaps else PART
+    if verdict in ("slower", "faster") and verdict != target.get("verdict"):
+        return RULED_OUT
+    if verdict == "equivalent":
+        # within the margin, yet a target within the margin's reach is not excluded
+        return UNDECIDED if overlaps else RULED_OUT
+    if verdict != target.get("verdict"):
+        return UNDECIDED
+    if overlaps:
+        return CARRIES
+    nearer = hi < t_lo if target.get("verdict") == "slower" else lo > t_hi
+    return PART if nearer else EXCEEDS
+
+
+def target_key(row: dict) -> tuple:
+    """A target's (or an ablation row's) comparison and phase, as :func:`named` keys it."""
+    return _key(row, TARGET_KEYS)
 
 
 def item_rows(target_rows: pd.DataFrame, item: str, item_attribution: pd.DataFrame,
-              differences: pd.DataFrame, campaign: str) -> list[dict]:
+              differences: pd.DataFrame, campaign: str, failed: str = "") -> list[dict]:
     """One row per target: what ``item``'s campaign measured of the target's comparison
-    (its attribution's stack component), before the ablation's own multiplicity."""
+    (its attribution's stack component), before the ablation's own multiplicity;
+    ``failed``: why its campaign measured nothing (said in each row)."""
     rows = []
     measured = {}
     if item_attribution is not None and len(item_attribution):
@@ -136,6 +150,7 @@ def item_rows(target_rows: pd.DataFrame, item: str, item_attribution: pd.DataFra
         row["verdict"] = own if isinstance(own, str) else "inconclusive"
         text = m.get("verdict_text_unadjusted", m.get("verdict_text"))
         row["verdict_text"] = text if isinstance(text, str) else (
+            f"not measured: {failed}" if failed else
             "not measured: the item's campaign has no stack component for this comparison")
         rows.append(row)
     return rows
@@ -197,7 +212,8 @@ def cause(target: dict, table: pd.DataFrame) -> str:
     carried = [r for r in rows if r["outcome"] == CARRIES]
     if carried:
         r = carried[0]
-        return f"carried by {r['item_label']} ({r['differences']})" if r["differences"] \
+        what = r.get("differences")
+        return f"carried by {r['item_label']} ({what})" if isinstance(what, str) and what \
             else f"carried by {r['item_label']}"
     tried = ", ".join(f"{r['item']} {r['outcome']}" for r in rows)
     return f"no single item named ({tried})"

@@ -20,8 +20,11 @@ points' wall times this campaign measured, at the minimum, expected and maximum 
 Between items the stopping rule decides (``analyse.ablation.next_step``). The table,
 ``results/summary/ablation.csv``, is written after each item (atomically); the campaign's
 next ``snakemake`` puts the cause into attribution.csv's explanation and the report's
-first screen. Re-running it redoes only what an item's campaign is missing (Snakemake's
-own rule), and an item's failed campaign stops nothing but that item.
+first screen. Only the items that cover a target still open are tried. Re-running it
+redoes only what an item's campaign is missing (Snakemake's own rule), against the same
+budget (what each item's campaign took is kept in ``ablation/spent.json``), and an item's
+failed campaign stops nothing but that item (its rows say so). ``--plan`` writes the
+items' overlays (to read) and runs nothing.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from scalesweep.campaign.estimate import SCENARIOS, plan_points, plan_series, sc
 from scalesweep.campaign.history import campaign_history, history_dirs
 from scalesweep.campaign.profile import read_profile
 from scalesweep.campaign.usage import UsageError
-from scalesweep.images.swaps import SWAPS
+from scalesweep.plan.swaps import SWAPS
 from scalesweep.plan.config import ConfigError
 from scalesweep.plan.config_read import config_sources
 from scalesweep.plan.sweep import REFERENCE, SweepError
@@ -54,6 +57,8 @@ from scalesweep.report.registry import table_csv
 
 ABLATION_DIR = "ablation"
 OVERLAY = "ablation.yaml"
+SPENT = "spent.json"  # seconds each item's campaign took, over every invocation
+SHARED = ("resources/datasets", "resources/models")  # the campaign's, linked into an item's
 TARGET = table_csv("attribution")
 
 
@@ -98,13 +103,19 @@ def item_dir(directory: Path, item: str) -> Path:
 
 
 def prepare(directory: Path, item: str, config: dict, target_rows: pd.DataFrame) -> Path:
-    """The item's campaign directory: the campaign's config/config.yaml copied, the
-    overlay written; returns the overlay's path."""
+    """The item's campaign directory: the campaign's config/config.yaml copied, its staged
+    datasets and models linked (``SHARED``), the overlay written; returns its path."""
     d = item_dir(directory, item)
     (d / "config").mkdir(parents=True, exist_ok=True)
     own = directory / "config" / "config.yaml"
     if own.is_file():
         shutil.copyfile(own, d / "config" / "config.yaml")
+    # the campaign's staged datasets and models, not staged again
+    for sub in SHARED:
+        mine, theirs = d / sub, directory / sub
+        if theirs.is_dir() and not mine.exists() and not mine.is_symlink():
+            mine.parent.mkdir(parents=True, exist_ok=True)
+            mine.symlink_to(theirs)
     path = d / OVERLAY
     write_text_atomic(path, "# written by scalesweep ablate: the campaign's config plus this\n"
                       + yaml.safe_dump(overlay(config, item, target_rows), sort_keys=False))
@@ -151,22 +162,32 @@ def _read(path: Path) -> pd.DataFrame:
         return pd.DataFrame()
 
 
+def _spent(path: Path) -> dict[str, float]:
+    try:
+        return {str(k): float(v) for k, v in json.loads(path.read_text()).items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
 def _fmt_min(seconds: float | None) -> str:
     return "unknown" if seconds is None else f"{seconds / 60:.0f} min"
 
 
 def run(args: argparse.Namespace) -> int:
     directory = Path(args.directory).resolve()
-    configfiles = [str(Path(f).resolve()) for f in args.configfile]
     attribution = _read(directory / TARGET)
     if not len(attribution.columns):
         raise UsageError(f"{directory / TARGET} is missing: run the campaign's attribution "
                          f"first (snakemake {TARGET} --profile ... --configfile ...)")
     differences = _read(directory / table_csv("differences"))
     try:
-        config = config_sources(directory, configfiles, (), args.profile).load()
+        sources = config_sources(directory, [Path(f).resolve() for f in args.configfile], (),
+                                 args.profile)
+        config = sources.load()
     except (ConfigError, SiteError, SweepError) as exc:
         raise UsageError(str(exc)) from None
+    # the config files as Snakemake takes them: the given ones, else the profile's own
+    configfiles = [str(Path(f).resolve()) for f in sources.configfiles]
     settings = config["attribution"]["ablation"]
     budget_s = 60 * (args.budget_min if args.budget_min is not None else settings["budget_min"])
     target_rows = ab.targets(attribution)
@@ -195,8 +216,10 @@ def run(args: argparse.Namespace) -> int:
         costs[item] = item_cost_s(directory, configfiles, path, args.profile, history, build_s)
     source = ("the wall times of this campaign's runs" if len(history) else
               "no run measured here: the points' requested runtimes, an upper bound")
+    before = sum(_spent(directory / ABLATION_DIR / SPENT).values())
     print(f"plan: {len(items)} item(s) in this order, budget {budget_s / 60:.0f} min "
-          f"(attribution.ablation.budget_min); cost from {source}, plus the image build "
+          f"(attribution.ablation.budget_min; {before / 60:.0f} min spent by earlier "
+          f"invocations); cost from {source}, plus the image build "
           f"({build_s / 60:.1f} min, the control image's here):")
     for item in items:
         c = costs[item]
@@ -210,12 +233,18 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows: list[dict] = []
     left = list(items)
-    spent = 0.0
+    spent_path = directory / ABLATION_DIR / SPENT
+    spent_by = _spent(spent_path)  # kept across invocations: a re-run spends the same budget
     while True:
         table = ab.ablation_table(rows)
-        open_targets = len(target_rows) - len(ab.named(table))
+        named = ab.named(table)
+        open_rows = target_rows[[ab.target_key(t) not in named
+                                 for t in target_rows.to_dict("records")]]
+        # only the items that cover a target still open
+        left = [i for i in left if i in ab.plan_items(open_rows, differences)]
         c = costs[left[0]] if left else {}
-        action, what = ab.next_step(left, open_targets, budget_s - spent,
+        spent = sum(spent_by.values())
+        action, what = ab.next_step(left, len(open_rows), budget_s - spent,
                                     c.get("expected") or c.get("maximum"))
         if action == "stop":
             print(f"stopped: {what}")
@@ -226,13 +255,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"item {item}: {' '.join(cmd[2:])}", flush=True)
         t0 = time.monotonic()
         status = subprocess.run(cmd, cwd=directory).returncode
-        spent += time.monotonic() - t0
+        spent_by[item] = spent_by.get(item, 0.0) + time.monotonic() - t0
+        write_text_atomic(spent_path, json.dumps(spent_by, indent=1) + "\n")
+        failed = ""
         if status != 0:
-            print(f"item {item}: its campaign failed (exit {status}, log under {d}/logs); "
-                  "re-running scalesweep ablate redoes what it is missing")
-        rows += ab.item_rows(target_rows, item, _read(d / TARGET), differences, str(d))
+            failed = (f"its campaign failed (exit {status}, logs under {d}/logs); re-running "
+                      "scalesweep ablate redoes what it is missing")
+            print(f"item {item}: {failed}")
+        rows += ab.item_rows(target_rows, item, pd.DataFrame() if failed else _read(d / TARGET),
+                             differences, str(d), failed=failed)
         table = ab.ablation_table(rows)
         write_text_atomic(out_path, table.to_csv(index=False, float_format="%.10g"))
+    spent = sum(spent_by.values())
     table = ab.ablation_table(rows)
     write_text_atomic(out_path, table.to_csv(index=False, float_format="%.10g"))
     print(f"{out_path} ({len(table)} rows, {spent / 60:.1f} min spent):")

@@ -62,9 +62,9 @@ def dry_run_summary(listed: dict, config: dict, options: str | None) -> list[str
         builders = sorted({s.builder for s in used_images(config, points).values()})
         lines.append(
             "why (isolation vs software stack, issue #43): not measured, no control image in "
-            "this campaign (one carries the host's own stack, built here from a Dockerfile by "
-            f"charliecloud or podman; this campaign's images: {', '.join(builders) or 'none'}); "
-            "attribution.csv stays empty")
+            "this campaign (one carries the host's own stack, built here from a control "
+            "recipe: containers/apptainer/control.def, config/frontier_attribution.yaml; this "
+            f"campaign's images: {', '.join(builders) or 'none'}); attribution.csv stays empty")
     lines.append("runs and node-hours of the whole selection at the minimum, expected and "
                  "maximum of repeats: scalesweep plan, with the same --directory, "
                  "--configfile, --config and --profile")

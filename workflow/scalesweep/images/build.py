@@ -86,7 +86,8 @@ from scalesweep.images.rootfs import (
     mirror_release,
     source_date_epoch,
 )
-from scalesweep.images import hoststack, swaps
+from scalesweep.images import hoststack
+from scalesweep.plan import swaps
 from scalesweep.images.wheelhouse import Wheelhouse, stage_wheelhouse
 from scalesweep.platform import runtimes
 from scalesweep.record.dataset import sha256_file
@@ -252,10 +253,14 @@ def load_into_storage(rt: runtimes.Runtime, out: Path, tools: dict) -> str | Non
     return ref
 
 
-def _host_stack(python: str, release: dict, swap, recipe: Path, recipe_text: str
+def _host_stack(python: str, release: dict, swap, recipe: Path, recipe_text: str,
+                kind: str, release_python: tuple[int, int] | None = None
                 ) -> tuple[dict, dict[str, str], dict[str, str], tuple[int, int]]:
     """A control image's host stack (--host-stack): its manifest facts, the binds and build
-    args its recipe gets (with --swap's items), and the interpreter's major.minor."""
+    args its recipe gets (with --swap's items), and the interpreter's major.minor.
+    ``kind``: the recipe's (dockerfile, definition); ``release_python``: the major.minor
+    of the base release's python3 where known (an interpreter swap installs it, with the
+    wheels staged for the host's: they must be the same)."""
     if hoststack.BUILD_ARG not in recipe_text:
         raise BuildError(f"--host-stack: {recipe} is not a control recipe (it takes no build "
                          f"arg {hoststack.BUILD_ARG}; containers/charliecloud/Dockerfile."
@@ -271,9 +276,22 @@ def _host_stack(python: str, release: dict, swap, recipe: Path, recipe_text: str
                              "(the control recipes do: containers/charliecloud/Dockerfile."
                              "control, containers/apptainer/control.def)")
         try:
-            facts["swapped_in"] = [swaps.swap(n).name for n in swap]
+            items = [swaps.swap(n) for n in swap]
         except ValueError as exc:
             raise BuildError(f"--swap: {exc}") from None
+        for item in items:
+            if kind not in item.recipe_kinds:
+                raise BuildError(f"--swap {item.name}: a {kind} control recipe cannot swap it "
+                                 f"in (only a {'/'.join(item.recipe_kinds)} one)")
+        if "interpreter" in swap and release_python and \
+                tuple(release_python) != tuple(stack["major_minor"]):
+            have = ".".join(map(str, stack["major_minor"]))
+            raise BuildError(
+                f"--swap interpreter: the release's python3 is "
+                f"{'.'.join(map(str, release_python))} and the host's interpreter {have}: the "
+                f"wheels staged for {have} would not install; the interpreter differs in its "
+                "minor version too, which no one-factor swap isolates")
+        facts["swapped_in"] = [item.name for item in items]
         args[swaps.BUILD_ARG] = " ".join(swap)
     return facts, binds, args, tuple(stack["major_minor"])
 
@@ -348,7 +366,8 @@ def build_image(
         expect = DEBIAN_PYTHON.get(suite)
         if host_stack:
             extra["host_stack"], stack_binds, stack_args, expect = _host_stack(
-                python, hoststack.check_release(suite), swap, recipe, recipe_text)
+                python, hoststack.check_release(suite), swap, recipe, recipe_text,
+                rt.recipe_kind, DEBIAN_PYTHON.get(suite))
             binds.update(stack_binds)
             args.update(stack_args)
         wheelhouse = stage_wheelhouse(req_path, cache_dir, python=python,
@@ -369,7 +388,7 @@ def build_image(
                 args[hoststack.RELEASE_ARG] = hoststack.release_image(release)
             extra["host_stack"], stack_binds, stack_args, expect = _host_stack(
                 python, {k: release[k] for k in ("ID", "VERSION_ID", "VERSION_CODENAME")
-                         if k in release}, swap, recipe, recipe_text)
+                         if k in release}, swap, recipe, recipe_text, rt.recipe_kind)
             if not req_path:
                 raise BuildError("--requirements is required with --host-stack")
             wheelhouse = stage_wheelhouse(req_path, cache_dir, python=python,

@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from scalesweep.images import build, swaps
+from scalesweep.images import build
+from scalesweep.plan import swaps
 from scalesweep.images.build import build_image
 from scalesweep.images.builders import check_builder
 from scalesweep.images.cache import DEFAULT_CACHE

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable
 
+from scalesweep.plan import swaps
 from scalesweep.platform import runtimes
 
 IMAGES_DIR = "resources/images"
@@ -247,6 +248,11 @@ def check_image(spec: ImageSpec, site: dict) -> None:
         raise ImageConfigError(
             f"{key}.swap: {spec.swap!r} makes an ablation's image, run as the workload's image "
             "beside the control image; it cannot be the control image too (control: false)")
+    if spec.swap and spec.how == "build" and rt.recipe_kind not in swaps.SWAPS[spec.swap].recipe_kinds:
+        raise ImageConfigError(
+            f"{key}.swap: {spec.swap!r} cannot be swapped into a control image built by "
+            f"{spec.builder} (only by a {'/'.join(swaps.SWAPS[spec.swap].recipe_kinds)} recipe's "
+            "builder: the workload image's interpreter comes from another base release)")
     if spec.swap and spec.how != "build":
         raise ImageConfigError(
             f"{key}.swap: an ablation's image is a control recipe built from the host's own "

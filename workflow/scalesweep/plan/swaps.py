@@ -24,6 +24,8 @@ class Swap:
     label: str  # as the report's sentence says it: "carried by <label>"
     what: str  # what the swap image carries in place of the host's
     covers: tuple[str, ...]  # differences.csv items (prefixes) this item accounts for
+    # the recipe kinds (Runtime.recipe_kind) whose control recipe can swap it in
+    recipe_kinds: tuple[str, ...] = ("dockerfile", "definition")
 
 
 SWAPS = {s.name: s for s in (
@@ -31,7 +33,11 @@ SWAPS = {s.name: s for s in (
          "the release's python3 (the workload image's interpreter build) in place of the "
          "host's, the same wheels in its venv",
          ("python version", "python build", "python compiler", "python implementation",
-          "python: libpython")),
+          "python: libpython"),
+         # the workload image's interpreter is its base release's python3: Charliecloud's
+         # and Podman's control image share that base (Debian); Frontier's Apptainer
+         # workload image is Ubuntu's, the control image the host's SLES: not swappable
+         ("dockerfile",)),
     Swap("bytecode", "the byte code's validation",
          "the packages' byte code compiled as the workload image's build compiles it "
          "(hash-checked .pyc: each import reads and hashes the source too) in place of the "
