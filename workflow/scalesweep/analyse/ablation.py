@@ -45,20 +45,33 @@ from scalesweep.record.geometry import AXES as GEOMETRY
 
 TARGET_KEYS = ["workload", "model", *GEOMETRY, "runtime", "phase"]
 DIFFERENCE_KEYS = ["workload", *GEOMETRY, "runtime"]
+DIFFERENCES = ("slower", "faster")
+BASIS_CAMPAIGN = "over the campaign"  # a target's stack verdict after the multiplicity
+BASIS_ALONE = "alone (exploratory: not significant over the campaign)"
 CARRIES, PART, EXCEEDS = "carries", "part", "exceeds"
 RULED_OUT, UNDECIDED = "ruled out", "undecided"
 COLUMNS = [*TARGET_KEYS, "target_pct", "target_ci95_low_pct", "target_ci95_high_pct",
-           "target_verdict", "item", "item_label", "differences", "campaign",
+           "target_verdict", "target_basis", "item", "item_label", "differences", "campaign",
            "stack_pct", "stack_ci95_low_pct", "stack_ci95_high_pct", "p_value", "q_value",
            "equivalence_p_value", "equivalence_q_value", "comparisons", "margin_pct",
            "verdict", "verdict_unadjusted", "verdict_text", "outcome"]
 
 
-def targets(attribution: pd.DataFrame) -> pd.DataFrame:
-    """The rows of an attribution table whose stack verdict is a difference."""
+def targets(attribution: pd.DataFrame, exploratory: bool = False) -> pd.DataFrame:
+    """The rows of an attribution table whose stack verdict is a difference over the
+    campaign; with ``exploratory``, also those that are one on their own only (their
+    ``verdict_unadjusted``; not a finding of the campaign: ``target_basis`` says so, and
+    attribution.csv's cause never takes them), their verdict then the unadjusted one."""
     if attribution is None or not len(attribution):
         return pd.DataFrame(columns=list(attribution.columns) if attribution is not None else [])
-    return attribution[attribution["verdict"].isin(("slower", "faster"))].reset_index(drop=True)
+    found = attribution["verdict"].isin(DIFFERENCES)
+    out = attribution.assign(target_basis=BASIS_CAMPAIGN)
+    if exploratory and "verdict_unadjusted" in attribution.columns:
+        alone = ~found & attribution["verdict_unadjusted"].isin(DIFFERENCES)
+        out.loc[alone, "target_basis"] = BASIS_ALONE
+        out.loc[alone, "verdict"] = attribution.loc[alone, "verdict_unadjusted"]
+        found = found | alone
+    return out[found].reset_index(drop=True)
 
 
 def _key(row, keys) -> tuple:
@@ -141,6 +154,7 @@ def item_rows(target_rows: pd.DataFrame, item: str, item_attribution: pd.DataFra
         row = {k: t.get(k) for k in TARGET_KEYS}
         row.update(target_pct=t["stack_pct"], target_ci95_low_pct=t["stack_ci95_low_pct"],
                    target_ci95_high_pct=t["stack_ci95_high_pct"], target_verdict=t["verdict"],
+                   target_basis=t.get("target_basis", BASIS_CAMPAIGN),
                    item=item, item_label=SWAPS[item].label, differences="; ".join(covers),
                    campaign=campaign, margin_pct=t.get("margin_pct"))
         for col in ("stack_pct", "stack_ci95_low_pct", "stack_ci95_high_pct", "p_value",
@@ -206,7 +220,8 @@ def cause(target: dict, table: pd.DataFrame) -> str:
     if table is None or not len(table):
         return ""
     key = _key(target, TARGET_KEYS)
-    rows = [r for r in table.to_dict("records") if _key(r, TARGET_KEYS) == key]
+    rows = [r for r in table.to_dict("records") if _key(r, TARGET_KEYS) == key
+            and r.get("target_basis", BASIS_CAMPAIGN) == BASIS_CAMPAIGN]
     if not rows:
         return ""
     carried = [r for r in rows if r["outcome"] == CARRIES]

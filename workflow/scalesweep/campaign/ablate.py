@@ -190,23 +190,34 @@ def run(args: argparse.Namespace) -> int:
     configfiles = [str(Path(f).resolve()) for f in sources.configfiles]
     settings = config["attribution"]["ablation"]
     budget_s = 60 * (args.budget_min if args.budget_min is not None else settings["budget_min"])
-    target_rows = ab.targets(attribution)
+    target_rows = ab.targets(attribution, exploratory=args.exploratory)
     out_path = directory / table_csv("ablation")
     if not len(target_rows):
-        shown = "; ".join(f"{r['workload']} {r['phase']}: {r['verdict']}"
-                          for r in attribution.to_dict("records")) or "no rows"
-        print(f"nothing to ablate: no stack component is significant over the campaign "
-              f"({shown})")
+        alone = attribution[attribution.get("verdict_unadjusted", pd.Series(dtype=str))
+                            .isin(ab.DIFFERENCES)] if "verdict_unadjusted" in attribution else \
+            attribution.iloc[0:0]
+        q = pd.to_numeric(alone["q_value"], errors="coerce") if len(alone) else pd.Series([])
+        best = alone.loc[q.idxmin()] if q.notna().any() else None
+        shown = (f"{len(alone)} significant on their own only; the smallest q "
+                 f"{best['q_value']:.2g}: {best['workload']} ranks {best['ranks']} "
+                 f"{best['phase']}, stack {best['stack_pct']:.1f}%" if best is not None
+                 else "none differs even on its own")
+        print(f"nothing to ablate: none of the campaign's {len(attribution)} stack components "
+              f"is significant over it ({shown})" + ("" if args.exploratory else
+              "; --exploratory takes those significant on their own too"))
         return 0
     items = ab.plan_items(target_rows, differences)
     if settings["items"]:
         items = [i for i in items if i in settings["items"]]
-    print(f"{len(target_rows)} target(s), the stack significant over the campaign:")
+    print(f"{len(target_rows)} target(s), the stack significant "
+          + ("over the campaign or alone (--exploratory):" if args.exploratory
+             else "over the campaign:"))
     for t in target_rows.to_dict("records"):
         cover = ab.differing_items(t, differences)
         print(f"  {t['workload']} {t['runtime']} ranks {t['ranks']} {t['phase']}: stack "
-              f"{t['verdict']} ({t['stack_pct']:.1f}%, 95% CI {t['stack_ci95_low_pct']:.1f}% .. "
-              f"{t['stack_ci95_high_pct']:.1f}%); not ablatable by an image: "
+              f"{t['verdict']} {t['target_basis']} ({t['stack_pct']:.1f}%, 95% CI "
+              f"{t['stack_ci95_low_pct']:.1f}% .. {t['stack_ci95_high_pct']:.1f}%, "
+              f"q {t.get('q_value', float('nan')):.2g}); not ablatable by an image: "
               + ("; ".join(cover.get("", [])) or "none"))
     history = campaign_history(history_dirs(directory, []))
     build_s = build_seconds(directory, config)
@@ -309,6 +320,9 @@ def add_parser(sub) -> None:
     p.add_argument("--profile", help="the campaign's Snakemake profile, e.g. profiles/local")
     p.add_argument("--budget-min", type=_positive, metavar="MIN",
                    help="machine time it may spend (default: attribution.ablation.budget_min)")
+    p.add_argument("--exploratory", action="store_true",
+                   help="also ablate stack components significant on their own only (not "
+                   "over the campaign): said so in ablation.csv, never in attribution.csv")
     p.add_argument("--plan", action="store_true",
                    help="print the targets, the items and their expected cost, run nothing")
     p.set_defaults(func=run)
