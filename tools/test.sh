@@ -22,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install.sh --test
-PYTEST=(.venv/bin/pytest -ra --durations=25)
+PYTEST=(.venv/bin/pytest -ra --durations=60)
 if [[ $# -gt 0 ]]; then
     exec "${PYTEST[@]}" "$@"
 fi

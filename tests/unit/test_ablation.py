@@ -262,7 +262,7 @@ def test_ablate_plan_on_a_constructed_campaign(tmp_path):
     assert "budget 30 min" in text
     assert text.index("  interpreter:") < text.index("  bytecode:")
     overlay = yaml.safe_load((tmp_path / "ablation/interpreter/ablation.yaml").read_text())
-    assert overlay["only"] == {"workloads": ["cnn_ddp"]}
+    assert "only" not in overlay and overlay["workloads"]["llm"] == {"enabled": False}
     assert overlay["sweep"]["runtimes"] == ["native", "charliecloud", "charliecloud+control"]
     assert overlay["containers"]["image"] == ["ablation_interpreter", "control"]
     assert overlay["containers"]["images"]["ablation_interpreter"]["swap"] == "interpreter"
@@ -275,3 +275,19 @@ def test_ablate_plan_on_a_constructed_campaign(tmp_path):
     bare = subprocess.run([*cmd[:6], str(tmp_path / "none"), *cmd[7:]], capture_output=True,
                           text=True, cwd=REPO)
     assert bare.returncode == 2 and "attribution.csv is missing" in bare.stderr
+
+
+def test_exploratory_targets_are_said_so_and_never_reach_attribution_csv():
+    row = dict(target(), verdict="inconclusive", verdict_unadjusted="faster", q_value=0.21)
+    attribution = pd.DataFrame([row, dict(row, ranks=1, verdict_unadjusted="inconclusive")])
+    assert ab.targets(attribution).empty
+    found = ab.targets(attribution, exploratory=True)
+    assert len(found) == 1 and found.iloc[0]["verdict"] == "faster"
+    assert found.iloc[0]["target_basis"] == ab.BASIS_ALONE
+    table = ab.ablation_table(ab.item_rows(
+        found, "interpreter", measured(-11.0, -14.5, -6.9, 0.0001, 0.9, "faster"),
+        differences(), "a"))
+    assert table.iloc[0]["target_basis"] == ab.BASIS_ALONE and table.iloc[0]["outcome"] == ab.CARRIES
+    assert ab.cause(found.iloc[0].to_dict(), table) == ""  # attribution.csv: never
+    assert ab.cause(found.iloc[0].to_dict(), table, exploratory=True).startswith(
+        "carried by the Python build")

@@ -214,14 +214,16 @@ def next_step(items_left: list[str], open_targets: int, budget_left_s: float,
     return "run", item
 
 
-def cause(target: dict, table: pd.DataFrame) -> str:
+def cause(target: dict, table: pd.DataFrame, exploratory: bool = False) -> str:
     """What the ablation says of one target: "carried by <label> (<differences>)", or why
-    it names nothing; "" where the ablation did not look at it."""
+    it names nothing; "" where the ablation did not look at it. An exploratory target's
+    rows (significant on its own only) count only with ``exploratory`` (the CLI's
+    summary): attribution.csv's cause never takes them."""
     if table is None or not len(table):
         return ""
     key = _key(target, TARGET_KEYS)
     rows = [r for r in table.to_dict("records") if _key(r, TARGET_KEYS) == key
-            and r.get("target_basis", BASIS_CAMPAIGN) == BASIS_CAMPAIGN]
+            and (exploratory or r.get("target_basis", BASIS_CAMPAIGN) == BASIS_CAMPAIGN)]
     if not rows:
         return ""
     carried = [r for r in rows if r["outcome"] == CARRIES]

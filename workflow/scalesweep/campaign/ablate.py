@@ -10,8 +10,8 @@ from a campaign with a control image: ``config/attribution.yaml``), with the sam
 
 For each item, in the ablation's order, a campaign of its own under ``ablation/<item>/``:
 the campaign's config (its ``config/config.yaml`` copied, the same config files) with an
-overlay (``ablation/<item>/ablation.yaml``) that runs only the workloads, geometries and
-runtimes of the targets, with the workload image replaced by the control image with that item
+overlay (``ablation/<item>/ablation.yaml``) that runs only the workloads (the others
+disabled), geometries and runtimes of the targets, with the workload image replaced by the control image with that item
 swapped in (``containers.images.ablation_<item>.swap``). Its attribution's stack
 component is the item's effect. Before anything runs, each item's expected cost (the
 points' wall times this campaign measured, at the minimum, expected and maximum repeats:
@@ -83,11 +83,12 @@ def overlay(config: dict, item: str, target_rows: pd.DataFrame) -> dict:
     runtimes = [REFERENCE]
     for r in sorted(set(map(str, target_rows["runtime"]))):
         runtimes += [r, control_of(r)]
-    out = {"only": {"workloads": workloads},
-           "sweep": {"runtimes": runtimes},
+    out = {"sweep": {"runtimes": runtimes},
            "containers": {"image": [name, control], "images": {name: image}}}
-    # each workload at its targets' geometries only (no scaling baseline: none is compared)
-    per_workload: dict = {}
+    # the targets' workloads only (the others off, so none of their points is missing),
+    # each at its targets' geometries (no scaling baseline: none is compared)
+    per_workload: dict = {w: {"enabled": False} for w in config["workloads"]
+                          if w not in workloads and config["workloads"][w].get("enabled", True)}
     for w in workloads:
         rows = target_rows[target_rows["workload"].astype(str) == w]
         sweep = {key: sorted({int(v) for v in rows[axis]}) for axis, key in CONFIG_AXES.items()}
@@ -282,8 +283,10 @@ def run(args: argparse.Namespace) -> int:
     write_text_atomic(out_path, table.to_csv(index=False, float_format="%.10g"))
     print(f"{out_path} ({len(table)} rows, {spent / 60:.1f} min spent):")
     for t in target_rows.to_dict("records"):
-        print(f"  {t['workload']} {t['runtime']} ranks {t['ranks']} {t['phase']}: "
-              f"{ab.cause(t, table) or 'not looked at'}")
+        said = ab.cause(t, table, exploratory=True) or "not looked at"
+        if t["target_basis"] != ab.BASIS_CAMPAIGN:
+            said += " (exploratory: the target is not significant over the campaign)"
+        print(f"  {t['workload']} {t['runtime']} ranks {t['ranks']} {t['phase']}: {said}")
     print("then: snakemake --profile ... --configfile ... (attribution.csv and the report "
           "take the cause)")
     return 0
