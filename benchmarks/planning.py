@@ -6,7 +6,7 @@
 
 --full:  ~10,000 points (10 node counts x 4 GPU counts x 4 runs per block set (native beside charliecloud, beside apptainer) x 4 workloads x 15
          blocks (1 warm-up + 14 repeats) = 9,600 run_point jobs) on a ROCm machine with 8 GPUs per node.
---smoke: 120 points, 1 repeat, no profile (CI).
+--smoke: 48 points, 1 repeat, no profile, of --ablation only bare+all (CI).
 
 The config is written into a temporary campaign directory and passed with --configfile
 (it validates against workflow/schemas/config.schema.yaml: the workflow refuses it
@@ -71,8 +71,9 @@ SIZES = {
     "full": dict(nodes=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512], gpus=[1, 2, 4, 8],
                  runtimes=["native", "charliecloud", "apptainer"],
                  cnn=2, llm=2, repeats=14),
+    # 48 points: CI's check that every side still plans (the figures come from --full)
     "smoke": dict(nodes=[1, 4, 16], gpus=[1, 2],
-                  runtimes=["native", "apptainer"], cnn=1, llm=1, repeats=4),
+                  runtimes=["native", "apptainer"], cnn=1, llm=1, repeats=1),
 }
 BARE = Path(__file__).resolve().parent / "bare" / "Snakefile"
 # The sites planned on (paths relative to the repository, as a config's site is): without
@@ -233,8 +234,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     # --ablation: the bare Snakefile plus one of scalesweep's run_point features at a time
     # (benchmarks/bare/Snakefile: features), and all of them: where the rest goes.
-    ablation = {f"bare+{f}": [f] for f in ABLATION_FEATURES} if args.ablation else {}
-    if ablation:
+    # (--smoke: all of them only, each feature's own side is --full's)
+    ablation = {f"bare+{f}": [f] for f in ABLATION_FEATURES} \
+        if args.ablation and mode == "full" else {}
+    if args.ablation:
         ablation["bare+all"] = list(ABLATION_FEATURES)
     for name, features in ablation.items():
         cfg = yaml.safe_load((bare_wd / "config" / "bare.yaml").read_text()) | {"features": features}
