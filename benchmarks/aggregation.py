@@ -226,6 +226,9 @@ def measure(root: Path, stage: str, code: Path, profile: str | None) -> dict:
     output = {name: str(out / (f"{name}.csv" if name != "campaign" else "campaign.json"))
               for name in SUMMARY}
     output["load"], output["load_overhead"] = str(out / "llm_load.csv"), str(out / "llm_load_overhead.csv")
+    # the same rows typed and columnar, as the aggregate rule writes them (a checkout from
+    # before it, issue #41, ignores the name)
+    output["runs_parquet"] = str(out / "runs.parquet")
     if stage == "update":
         paths.append(extra_run(root, config, paths))
         # older than the cache's "just changed" window (cachefiles.RACY_S), so that its
