@@ -39,13 +39,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from scalesweep.analyse.multiplicity import adjust_verdicts
+from scalesweep.analyse.multiplicity import DIFFERENCE_CLAIMS, adjust_verdicts
 from scalesweep.plan.swaps import SWAPS, covering
 from scalesweep.record.geometry import AXES as GEOMETRY
 
 TARGET_KEYS = ["workload", "model", *GEOMETRY, "runtime", "phase"]
 DIFFERENCE_KEYS = ["workload", *GEOMETRY, "runtime"]
-DIFFERENCES = ("slower", "faster")
+DIFFERENCES = DIFFERENCE_CLAIMS  # the verdicts that claim a difference
 BASIS_CAMPAIGN = "over the campaign"  # a target's stack verdict after the multiplicity
 BASIS_ALONE = "alone (exploratory: not significant over the campaign)"
 CARRIES, PART, EXCEEDS = "carries", "part", "exceeds"
@@ -121,7 +121,7 @@ def outcome(target: dict, item: dict) -> str:
     lo, hi = item["stack_ci95_low_pct"], item["stack_ci95_high_pct"]
     t_lo, t_hi = target["stack_ci95_low_pct"], target["stack_ci95_high_pct"]
     overlaps = lo <= t_hi and t_lo <= hi
-    if verdict in ("slower", "faster") and verdict != target.get("verdict"):
+    if verdict in DIFFERENCES and verdict != target.get("verdict"):
         return RULED_OUT
     if verdict == "equivalent":
         # within the margin, yet a target within the margin's reach is not excluded

@@ -41,7 +41,7 @@ import pandas as pd
 from scipy import stats
 
 from scalesweep.analyse.ablation import cause
-from scalesweep.analyse.multiplicity import adjust_verdicts
+from scalesweep.analyse.multiplicity import DIFFERENCE_CLAIMS, adjust_verdicts
 from scalesweep.analyse.stats import CONFIDENCE
 from scalesweep.platform.runtimes.base import CONTROL_MODE, MODE_SEP
 from scalesweep.record.geometry import AXES as GEOMETRY
@@ -247,7 +247,7 @@ def attribution_table(overhead: pd.DataFrame, decomposition: pd.DataFrame | None
     table["overhead_ci95_high_pct"] = table["stack_ci95_high_pct"]
     table = adjust_verdicts(table, confidence).drop(
         columns=["overhead_ci95_low_pct", "overhead_ci95_high_pct"])
-    table["cause"] = [cause(r, ablation) if r["verdict"] in ("slower", "faster") else ""
+    table["cause"] = [cause(r, ablation) if r["verdict"] in DIFFERENCE_CLAIMS else ""
                       for r in table.to_dict("records")]
     table["explanation"] = [explanation(r) for r in table.to_dict("records")]
     return table.reindex(columns=COLUMNS)

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import pandas as pd
 
+from scalesweep.record.metrics import write_bytes_atomic
+
 
 class TableError(ValueError):
     """The table cannot be analysed as asked: a missing column, value or baseline."""
@@ -117,10 +119,6 @@ def write_parquet(df: pd.DataFrame, path) -> None:
     the same rows with their types (numbers as numbers, flags as booleans). A column of
     mixed Python types (a value recorded as a number in one run and as text in another)
     is stored as text, None kept as null."""
-    import os
-    import tempfile
-    from pathlib import Path
-
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -138,12 +136,6 @@ def write_parquet(df: pd.DataFrame, path) -> None:
                 except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
                     fixed[col] = fixed[col].map(as_text)
         table = pa.Table.from_pandas(fixed, preserve_index=False)
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    write_bytes_atomic(path, sink.getvalue().to_pybytes())

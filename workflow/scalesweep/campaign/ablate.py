@@ -33,7 +33,6 @@ import argparse
 import json
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -45,12 +44,15 @@ from scalesweep.analyse.attribution import control_of
 from scalesweep.campaign.estimate import SCENARIOS, plan_points, plan_series, scenario_points
 from scalesweep.campaign.history import campaign_history, history_dirs
 from scalesweep.campaign.profile import read_profile
-from scalesweep.campaign.usage import UsageError
+from scalesweep.campaign.usage import UsageError, positive_number
 from scalesweep.plan.swaps import SWAPS
 from scalesweep.plan.config import ConfigError
 from scalesweep.plan.config_read import config_sources
+from scalesweep.plan.imageset import image_spec
+from scalesweep.plan.kinds.llm import MODELS_DIR
 from scalesweep.plan.sweep import REFERENCE, SweepError
 from scalesweep.platform.site import SiteError
+from scalesweep.record.dataset import STAGED_DIR
 from scalesweep.record.geometry import CONFIG_AXES
 from scalesweep.record.metrics import write_text_atomic
 from scalesweep.report.registry import table_csv
@@ -58,7 +60,7 @@ from scalesweep.report.registry import table_csv
 ABLATION_DIR = "ablation"
 OVERLAY = "ablation.yaml"
 SPENT = "spent.json"  # seconds each item's campaign took, over every invocation
-SHARED = ("resources/datasets", "resources/models")  # the campaign's, linked into an item's
+SHARED = (STAGED_DIR, MODELS_DIR)  # the campaign's datasets and models, linked into an item's
 TARGET = table_csv("attribution")
 
 
@@ -148,7 +150,7 @@ def item_cost_s(directory: Path, configfiles: list[str], overlay_path: Path, pro
 def build_seconds(directory: Path, config: dict) -> float:
     """What building the control image took here (its manifest), the swap image's guess."""
     name, _ = control_image(config)
-    path = directory / "resources" / "images" / f"{name}.manifest.json"
+    path = directory / image_spec(config, name).manifest
     try:
         man = json.loads(path.read_text())
         return float(man.get("cold_build_seconds") or man.get("build_seconds") or 0)
@@ -194,9 +196,7 @@ def run(args: argparse.Namespace) -> int:
     target_rows = ab.targets(attribution, exploratory=args.exploratory)
     out_path = directory / table_csv("ablation")
     if not len(target_rows):
-        alone = attribution[attribution.get("verdict_unadjusted", pd.Series(dtype=str))
-                            .isin(ab.DIFFERENCES)] if "verdict_unadjusted" in attribution else \
-            attribution.iloc[0:0]
+        alone = ab.targets(attribution, exploratory=True)  # none over the campaign: all alone
         q = pd.to_numeric(alone["q_value"], errors="coerce") if len(alone) else pd.Series([])
         best = alone.loc[q.idxmin()] if q.notna().any() else None
         shown = (f"{len(alone)} significant on their own only; the smallest q "
@@ -228,7 +228,9 @@ def run(args: argparse.Namespace) -> int:
         costs[item] = item_cost_s(directory, configfiles, path, args.profile, history, build_s)
     source = ("the wall times of this campaign's runs" if len(history) else
               "no run measured here: the points' requested runtimes, an upper bound")
-    before = sum(_spent(directory / ABLATION_DIR / SPENT).values())
+    spent_path = directory / ABLATION_DIR / SPENT
+    spent_by = _spent(spent_path)  # kept across invocations: a re-run spends the same budget
+    before = sum(spent_by.values())
     print(f"plan: {len(items)} item(s) in this order, budget {budget_s / 60:.0f} min "
           f"(attribution.ablation.budget_min; {before / 60:.0f} min spent by earlier "
           f"invocations); cost from {source}, plus the image build "
@@ -244,11 +246,9 @@ def run(args: argparse.Namespace) -> int:
     if args.plan:
         return 0
     rows: list[dict] = []
+    table = ab.ablation_table(rows)
     left = list(items)
-    spent_path = directory / ABLATION_DIR / SPENT
-    spent_by = _spent(spent_path)  # kept across invocations: a re-run spends the same budget
     while True:
-        table = ab.ablation_table(rows)
         named = ab.named(table)
         open_rows = target_rows[[ab.target_key(t) not in named
                                  for t in target_rows.to_dict("records")]]
@@ -279,7 +279,6 @@ def run(args: argparse.Namespace) -> int:
         table = ab.ablation_table(rows)
         write_text_atomic(out_path, table.to_csv(index=False, float_format="%.10g"))
     spent = sum(spent_by.values())
-    table = ab.ablation_table(rows)
     write_text_atomic(out_path, table.to_csv(index=False, float_format="%.10g"))
     print(f"{out_path} ({len(table)} rows, {spent / 60:.1f} min spent):")
     for t in target_rows.to_dict("records"):
@@ -303,16 +302,6 @@ def _snakemake(d: Path, configfiles: list[str], profile: str | None) -> list[str
     return snakemake_argv(argv)
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number of minutes above 0")
-    return value
-
-
 def add_parser(sub) -> None:
     p = sub.add_parser("ablate", help="name the item of the software stack that carries a "
                        "stack difference (one-factor ablation, issue #43)",
@@ -321,7 +310,7 @@ def add_parser(sub) -> None:
     p.add_argument("--configfile", nargs="*", default=[], metavar="FILE",
                    help="the campaign's config files, as given to snakemake")
     p.add_argument("--profile", help="the campaign's Snakemake profile, e.g. profiles/local")
-    p.add_argument("--budget-min", type=_positive, metavar="MIN",
+    p.add_argument("--budget-min", type=positive_number, metavar="MIN",
                    help="machine time it may spend (default: attribution.ablation.budget_min)")
     p.add_argument("--exploratory", action="store_true",
                    help="also ablate stack components significant on their own only (not "

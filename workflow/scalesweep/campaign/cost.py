@@ -31,7 +31,7 @@ from scalesweep.campaign.estimate import (
 from scalesweep.campaign.history import campaign_history, history_dirs
 from scalesweep.campaign.profile import read_profile
 from scalesweep.campaign.startplan import format_prediction, startup_prediction
-from scalesweep.campaign.usage import UsageError
+from scalesweep.campaign.usage import UsageError, positive_number
 from scalesweep.plan.adaptive import MIN_COMPARED
 from scalesweep.plan.config import ConfigError, validated
 from scalesweep.plan.config_read import config_sources
@@ -54,12 +54,12 @@ def add_parser(subparsers) -> None:
                    help="config values, as for snakemake (e.g. only='{workloads: [llm]}' "
                         "to plan the selected points only)")
     p.add_argument("--profile", help="Snakemake profile directory, e.g. profiles/frontier")
-    p.add_argument("--allocation-node-hours", type=_positive, metavar="N",
+    p.add_argument("--allocation-node-hours", type=positive_number, metavar="N",
                    help="warn when the sweep needs more than this")
     p.add_argument("--from-campaign", nargs="*", default=[], type=Path, metavar="DIR",
                    help="earlier campaigns whose measured wall times and spread give the "
                         "expectation (besides the campaign's own runs so far)")
-    p.add_argument("--assume-spread-pct", type=_positive, metavar="PCT",
+    p.add_argument("--assume-spread-pct", type=positive_number, metavar="PCT",
                    help="for series nothing measured before: assume this spread (sd of "
                         "the container/native time ratio of a block, in percent) to "
                         "estimate their expected repeats")
@@ -285,8 +285,3 @@ def _json_default(value):
 
 
 
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
-    return value

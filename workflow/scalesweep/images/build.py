@@ -350,6 +350,7 @@ def build_image(
     args = dict(load_build_args(build_args_file)) if build_args_file else {}
     args.update(build_args or {})
     wheelhouse = None
+    links = [Path(p).expanduser() for p in (find_links or [])]  # the wheelhouse's
     suite, mirror, sde = "", None, DEFAULT_SOURCE_DATE_EPOCH
     binds: dict[str, str] = {}
     if rt.recipe_kind == "dockerfile":
@@ -371,7 +372,7 @@ def build_image(
             binds.update(stack_binds)
             args.update(stack_args)
         wheelhouse = stage_wheelhouse(req_path, cache_dir, python=python,
-                                      find_links=[Path(p).expanduser() for p in (find_links or [])],
+                                      find_links=links,
                                       expect_python=expect)
         extra["base"] = {"suite": suite, "variant": BASE_VARIANT, "mirror": mirror.uri,
                          "debootstrap": debootstrap_version(tools["debootstrap"]),
@@ -392,7 +393,7 @@ def build_image(
             if not req_path:
                 raise BuildError("--requirements is required with --host-stack")
             wheelhouse = stage_wheelhouse(req_path, cache_dir, python=python,
-                                          find_links=[Path(p).expanduser() for p in (find_links or [])],
+                                          find_links=links,
                                           expect_python=expect)
             binds.update(stack_binds)
             binds[str(wheelhouse.path)] = hoststack.WHEELHOUSE_BIND

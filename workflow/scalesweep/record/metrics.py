@@ -300,8 +300,8 @@ def _nested_ok(data: Any, steps: tuple[tuple[str, bool], ...], check: Callable[[
     return True
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temporary file and rename.
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` via a temporary file and rename.
 
     A crash at any moment leaves either the complete previous file, the complete new
     file, or nothing: never half a file.
@@ -310,8 +310,8 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -322,6 +322,11 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
             pass
         raise
     return path
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`write_bytes_atomic`)."""
+    return write_bytes_atomic(path, text.encode())
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
