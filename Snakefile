@@ -45,9 +45,8 @@ rule summary:
     # (results/summary/), without the figures and report tables `all` adds to them
     # (`scalesweep rerun --tables-only`)
     input:
-        # every requested measurement, so that a missing one is measured again even when
-        # the summary is up to date (scalesweep.plan.walk: Walk.requested_metrics)
-        requested_metrics,
+        # the summary tables; every requested measurement through them (each series'
+        # list of runs names its runs: a missing one is measured again first)
         rules.aggregate.output,
         expand(rules.container_startup.output, runtime=IMAGE_RULES.container_runtimes()),
         IMAGE_RULES.manifests(),

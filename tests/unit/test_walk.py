@@ -11,7 +11,7 @@ from conftest import tiny_config
 from scalesweep.analyse.decision import decide
 from scalesweep.plan.adaptive import Series, decision_path, series_of
 from scalesweep.plan.sweep import Selection, select_points, sweep_points
-from scalesweep.plan.walk import Walk, final_json, point_metrics
+from scalesweep.plan.walk import Walk, final_json, point_metrics, series_runs_file
 
 
 class NotMade(Exception):
@@ -163,3 +163,42 @@ def test_a_finished_series_outside_the_selection_names_its_final_json(tmp_path, 
     (tmp_path / walk.series_metrics(done, [2])[0]).unlink()
     assert not walk.finished_on_disk(done)
     assert final_json(done) not in walk.series_final_files()
+
+
+@pytest.mark.parametrize("case", ["plain", "adaptive", "partial", "only"])
+def test_the_series_lists_name_exactly_what_the_summary_reads(tmp_path, monkeypatch, case):
+    """The aggregate rule reads the runs through one list per series (rule series_runs,
+    SERIES_RUNS): together the lists name every file the summary reads, each once, and
+    each list only runs of its own series; every run this run measures is in one."""
+    monkeypatch.chdir(tmp_path)
+    cfg = adaptive_config() if case in ("adaptive", "partial") else tiny_config()
+    cfg["sweep"]["runtimes"] = ["native", "charliecloud"]
+    cfg["sweep"]["nodes"], cfg["sweep"]["ranks_per_node"] = [1, 2], [1]
+    if case == "partial":
+        cfg["analysis"]["partial"] = True
+    if case == "only":
+        cfg["only"] = {"nodes": [1]}
+        for p in sweep_points(cfg):
+            if p.nodes == 2 and p.repeat == 1:
+                touch(point_metrics(p))  # measured before, outside the selection
+    walk = walk_of(cfg)
+    if case == "adaptive":  # the first decision is made: enough
+        for s in walk.series:
+            path = decision_path(".", s, 3)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({**decide(s, 3, noisy_runs(3), cfg), "more": False,
+                                        "enough": True, "comparisons": {}}))
+    if case == "partial":
+        touch(walk.series_metrics(walk.series[1], [2])[0])
+    lists = {s: walk.series_runs(s) for s in walk.summarised_series()}
+    assert [series_runs_file(s) for s in lists] == walk.series_runs_files()
+    named = [f for files in lists.values() for f in files]
+    assert sorted(named) == sorted(set(named)) == sorted(walk.aggregate_metrics())
+    for s, files in lists.items():
+        assert files and all(f.startswith(f"results/runs/{s.path}/") for f in files)
+        assert series_runs_file(s).startswith("results/series/")
+    assert set(walk.requested_metrics()) <= set(named)
+    outside = [p for p in sweep_points(cfg) if p.nodes == 2 and p.repeat == 1]
+    expected = {"plain": len(sweep_points(cfg)), "adaptive": 2 * 3 * 2, "partial": 1,
+                "only": len(walk.selected) + len(outside)}
+    assert len(named) == expected[case]

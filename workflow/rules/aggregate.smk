@@ -4,14 +4,30 @@
 # Reading a few JSON/CSV files and drawing two figures: on the submit host, never a queued
 # Slurm job (on Frontier a job can wait hours, and only 4 may be eligible to run at once).
 localrules:
+    series_runs,
     aggregate,
     plot_scaling,
     plot_llm,
 
 
+# Each series' runs, listed: the aggregate rule reads them through these lists (a few per
+# series) rather than taking every run as an input (scalesweep.plan.adaptive.SERIES_RUNS).
+# A run measured again makes its list, and so the summary, again.
+rule series_runs:
+    input:
+        series_runs_inputs,
+    output:
+        SERIES_RUNS,
+    log:
+        f"logs/series/{SERIES_DIR}.log",
+    run:
+        write_text_atomic(output[0], "".join(f"{path}\n" for path in input))
+
+
 rule aggregate:
     input:
-        metrics=aggregate_metrics,
+        # the runs, one list per series (rule series_runs)
+        series_runs=aggregate_series,
         series=SERIES_FINAL,
     output:
         runs=report_table("runs"),

@@ -43,7 +43,12 @@ from scalesweep.campaign.parse_time import (  # noqa: E402
     sweep_banner,
     write_run_config,
 )
-from scalesweep.plan.adaptive import DECISION_JSON, FINAL_JSON, SERIES_DIR  # noqa: E402
+from scalesweep.plan.adaptive import (  # noqa: E402
+    DECISION_JSON,
+    FINAL_JSON,
+    SERIES_DIR,
+    SERIES_RUNS,
+)
 from scalesweep.plan.adaptive import Series  # noqa: E402
 from scalesweep.plan.config import ConfigError, check_config  # noqa: E402
 from scalesweep.plan.config_read import schema_typed  # noqa: E402
@@ -62,6 +67,7 @@ from scalesweep.plan.fitlaws import figure_keywords  # noqa: E402
 from scalesweep.plan.image_rules import ImageRules  # noqa: E402
 from scalesweep.plan.payloads import point_inputs  # noqa: E402
 from scalesweep.platform.site import point_modules, site_of  # noqa: E402
+from scalesweep.record.metrics import write_text_atomic  # noqa: E402
 from scalesweep.record.pointdir import METRICS_JSON, RUN_LOG, RUNS_DIR  # noqa: E402
 from scalesweep.report.registry import (  # noqa: E402
     load_targets,
@@ -162,15 +168,15 @@ WALK = Walk(config, POINTS, SELECTED, SELECTION, decision_file, refusal)
 SERIES_FINAL = WALK.series_final_files()
 
 
-def requested_metrics(wildcards):
-    """Every point this run measures (Walk.requested_metrics): named by the default
-    target, so that a deleted or failed point is measured again with the summary up to
-    date."""
-    return WALK.requested_metrics()
+def aggregate_series(wildcards):
+    """The aggregate rule's inputs: each summarised series' list of runs (Walk.series_runs_files)."""
+    return WALK.series_runs_files()
 
 
-def aggregate_metrics(wildcards):
-    return WALK.aggregate_metrics()
+def series_runs_inputs(wildcards):
+    """What a series' list of runs names (Walk.series_runs): every run of it this run
+    measures, so that a deleted or failed one is measured again before the summary."""
+    return WALK.series_runs(Series.from_wildcards(wildcards))
 
 
 def decision_inputs(wildcards):

@@ -1,4 +1,4 @@
-"""Snakemake glue: metrics files -> runs.csv, scaling.csv, llm.csv, overhead.csv,
+"""Snakemake glue: metrics files (listed per series) -> runs.csv, scaling.csv, llm.csv, overhead.csv,
 llm_load.csv, llm_load_overhead.csv, points.csv, campaign.json
 (scalesweep.analyse.aggregate.write_summary; the runs are read through the cache beside
 runs.csv, scalesweep.analyse.runcache).
@@ -23,5 +23,7 @@ def log(text):
     print(text, file=sys.stderr)
 
 
-write_summary(sm.input.metrics, sm.config, {name: getattr(sm.output, name) for name in OUTPUTS},
+# the runs, from each series' list (rule series_runs)
+metrics = [line for path in sm.input.series_runs for line in Path(path).read_text().splitlines()]
+write_summary(metrics, sm.config, {name: getattr(sm.output, name) for name in OUTPUTS},
               log, workers=sm.threads)

@@ -345,8 +345,10 @@ def collect_runs_keyed(metrics_paths: Iterable[str], config: dict, log=None,
         return pd.DataFrame(columns=RUN_COLUMNS), []
     df = with_foreign(with_warmup(with_blocks(table.frame(order)), config), config, log)
     cols = [c for c in RUN_COLUMNS if c in df.columns]
+    # a total order (the path last, a stable sort): the same rows whatever order the
+    # files were named in (the aggregate reads them series after series)
     df = df[cols + [c for c in df.columns if c not in cols]].sort_values(
-        ["workload", "runtime", "count", "threads", "repeat"])
+        ["workload", "runtime", "count", "threads", "repeat", "path"], kind="stable")
     keys = [keys[i] for i in df.index]
     return df.reset_index(drop=True), keys
 

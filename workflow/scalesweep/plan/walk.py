@@ -17,9 +17,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from scalesweep.plan.adaptive import (FINAL_JSON, Series, asked_blocks, block_bounds,
-                                      is_adaptive, read_decision, recorded_decision,
-                                      run_priority, series_of, walks_decisions)
+from scalesweep.plan.adaptive import (FINAL_JSON, SERIES_RUNS, Series, asked_blocks,
+                                      block_bounds, is_adaptive, read_decision,
+                                      recorded_decision, run_priority, series_of,
+                                      walks_decisions)
 from scalesweep.plan.sweep import HISTORY_DIR, Selection, SweepPoint
 from scalesweep.record.pointdir import METRICS_JSON, RUNS_DIR
 
@@ -34,6 +35,11 @@ def point_metrics(point: SweepPoint) -> str:
 def final_json(series: Series) -> str:
     """The series' final.json (rule series_done's output)."""
     return FINAL_JSON.format(**series.as_dict())
+
+
+def series_runs_file(series: Series) -> str:
+    """The list of the series' runs the summary reads (rule series_runs' output)."""
+    return SERIES_RUNS.format(**series.as_dict())
 
 
 class Walk:
@@ -56,6 +62,7 @@ class Walk:
         self.partial = bool(config.get("analysis", {}).get("partial", False))
         self.decision_file = decision_file
         self.refuse = refuse
+        self._selected_by_series: dict[Series, list[SweepPoint]] | None = None
 
     # --- plain lists --------------------------------------------------------------------
     def metrics_files(self, points: Iterable[SweepPoint] | None = None) -> list[str]:
@@ -115,25 +122,52 @@ class Walk:
         return [f for s in self.series for f in self.series_walk(s)[0]]
 
     def aggregate_metrics(self) -> list[str]:
-        """What the summary reads: all requested points; with analysis.partial only those
-        already measured. With adaptive repeats, the points each series' decisions asked
-        for (one decision at a time: each series goes on independently, the summary also
-        waits for every final.json, ``series_final_files``), what was measured beyond them
-        (``measured_beyond``), and with ``only:`` what is measured outside the selection."""
-        if not self.adaptive:
-            files = self.metrics_files()
-        elif self.partial:
-            files = [f for s in self.series for f in self.series_metrics(
-                s, range(1, block_bounds(self.config, s.workload)[1] + 1))]
-        else:
-            files = []
-            for s in self.series:
-                walked = self.series_walk(s)[0]
-                files += walked + self.measured_beyond(s, walked)
-        files += self.measured_outside(files)
+        """What the summary reads: every series' ``series_runs``, series after series."""
+        return [f for s in self.summarised_series() for f in self.series_runs(s)]
+
+    def summarised_series(self) -> list[Series]:
+        """The series the summary reads runs of: those this run measures, and with
+        `only:` or analysis.partial those of the sweep with runs on disk."""
+        if self.selection.everything and not self.partial:
+            return list(self.series)
+        return [s for s in series_of(self.points) if self.series_runs(s)]
+
+    def series_runs_files(self) -> list[str]:
+        """The aggregate rule's inputs: each summarised series' list of runs (rule
+        series_runs), a few files per series instead of every run."""
+        return [series_runs_file(s) for s in self.summarised_series()]
+
+    def series_runs(self, series: Series) -> list[str]:
+        """The metrics files of ``series`` the summary reads (rule series_runs' inputs):
+        the points of it this run measures; with adaptive repeats those its decisions
+        asked for (one decision at a time: each series goes on independently, the summary
+        also waits for every final.json, ``series_final_files``) and what was measured
+        beyond them (``measured_beyond``); with ``only:`` what is on disk of it outside
+        the selection (``measured_outside``); with analysis.partial only what is already
+        measured."""
+        own: list[str] = []
+        if series in self.series_index:
+            if not self.adaptive:
+                own = self.metrics_files(self._selected_of(series))
+            elif self.partial:
+                own = self.series_metrics(
+                    series, range(1, block_bounds(self.config, series.workload)[1] + 1))
+            else:
+                walked = self.series_walk(series)[0]
+                own = walked + self.measured_beyond(series, walked)
+        if not self.selection.everything:
+            named = set(own)
+            own += [f for f in self.measured_on_disk(series) if f not in named]
         if self.partial:
-            return [f for f in files if Path(f).is_file()]
-        return files
+            return [f for f in own if Path(f).is_file()]
+        return own
+
+    def _selected_of(self, series: Series) -> list[SweepPoint]:
+        if self._selected_by_series is None:
+            self._selected_by_series = {}
+            for p in self.selected:
+                self._selected_by_series.setdefault(Series.of(p), []).append(p)
+        return self._selected_by_series.get(series, [])
 
     def series_final_files(self) -> list[str]:
         """Every series' final.json (adaptive repeats): of the series this run measures
@@ -165,16 +199,6 @@ class Walk:
                 if (run / METRICS_JSON).is_file() or (history and (run / HISTORY_DIR).is_dir()):
                     found.append(str(run / METRICS_JSON))
         return found
-
-    def measured_outside(self, files: Iterable[str]) -> list[str]:
-        """With `only:`, the metrics already on disk for points of the sweep (any repeat)
-        that ``files`` does not name: points outside the selection, and repeats beyond
-        what this run asks for. They stay in the summary and are never measured here."""
-        if self.selection.everything:
-            return []
-        named = set(files)
-        return [f for s in series_of(self.points) for f in self.measured_on_disk(s)
-                if f not in named]
 
     def measured_beyond(self, series: Series, walked: Iterable[str]) -> list[str]:
         """Metrics files of the series on disk beyond the blocks its decisions now ask
