@@ -24,7 +24,8 @@ def test_report_scale_smoke(bench_env, tmp_path):  # noqa: F811
     assert result["benchmark"] == "report_scale" and result["runs"] == 160
     (measured,) = result["measured"]
     summary = measured["steps"]["summary"]
-    # the summary's jobs only: every point's metrics.json taken as it is
-    assert summary["jobs"] == {"aggregate": 1, "summary": 1, "total": 2}
+    # the summary's jobs only: every point's metrics.json taken as it is, listed per
+    # series (rule series_runs: the campaign's 40 series) for the aggregate job
+    assert summary["jobs"] == {"series_runs": 40, "aggregate": 1, "summary": 1, "total": 42}
     assert summary["s"] > 0 and summary["peak_rss_mib"] > 0
     assert measured["runs_csv_mib"] > 0
