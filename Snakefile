@@ -46,8 +46,10 @@ rule summary:
     # (`scalesweep rerun --tables-only`)
     input:
         # the summary tables; every requested measurement through them (each series'
-        # list of runs names its runs: a missing one is measured again first)
+        # list of runs names its runs), and by name a run missing whose series' list is
+        # made already, so that it is measured again (scalesweep.plan.walk: missing_listed)
         rules.aggregate.output,
+        missing_listed,
         expand(rules.container_startup.output, runtime=IMAGE_RULES.container_runtimes()),
         IMAGE_RULES.manifests(),
 

@@ -202,3 +202,27 @@ def test_the_series_lists_name_exactly_what_the_summary_reads(tmp_path, monkeypa
     expected = {"plain": len(sweep_points(cfg)), "adaptive": 2 * 3 * 2, "partial": 1,
                 "only": len(walk.selected) + len(outside)}
     assert len(named) == expected[case]
+
+
+def test_a_run_missing_from_a_made_list_is_named_to_be_measured_again(tmp_path, monkeypatch):
+    """Snakemake makes a missing intermediate file again only where a job needing it must
+    run anyway: a run deleted after its series' list was made is named by itself (the
+    default target's), and only such runs (not every run of the campaign)."""
+    monkeypatch.chdir(tmp_path)
+    cfg = tiny_config()
+    cfg["sweep"]["nodes"], cfg["sweep"]["ranks_per_node"] = [1, 2], [1]
+    walk = walk_of(cfg)
+    assert walk.missing_listed() == []  # nothing measured, no list made: the lists' jobs run
+    for s in walk.series:
+        for f in walk.series_runs(s):
+            touch(f)
+        touch(series_runs_file(s))
+    assert walk.missing_listed() == []
+    listed, unlisted = walk.series
+    gone = walk.series_runs(listed)[0]
+    (tmp_path / gone).unlink()
+    (tmp_path / series_runs_file(unlisted)).unlink()
+    (tmp_path / walk.series_runs(unlisted)[0]).unlink()  # its list is made again anyway
+    assert walk.missing_listed() == [gone]
+    cfg["analysis"]["partial"] = True  # a partial run measures nothing
+    assert walk_of(cfg).missing_listed() == []

@@ -173,6 +173,12 @@ def aggregate_series(wildcards):
     return WALK.series_runs_files()
 
 
+def missing_listed(wildcards):
+    """Runs missing on disk whose series' list is made already, named so that they are
+    measured again (Walk.missing_listed)."""
+    return WALK.missing_listed()
+
+
 def series_runs_inputs(wildcards):
     """What a series' list of runs names (Walk.series_runs): every run of it this run
     measures, so that a deleted or failed one is measured again before the summary."""

@@ -137,6 +137,17 @@ class Walk:
         series_runs), a few files per series instead of every run."""
         return [series_runs_file(s) for s in self.summarised_series()]
 
+    def missing_listed(self) -> list[str]:
+        """The runs missing on disk of each series this run measures whose list is made
+        already (a deleted point, a run moved aside by `scalesweep rerun`): named as
+        targets, since Snakemake makes a missing intermediate file again only where a job
+        needing it must run anyway, and the list is up to date. Only these: the default
+        target naming every run would be a job of 100,000 inputs (``SERIES_RUNS``)."""
+        if self.partial:
+            return []
+        return [f for s in self.series if Path(series_runs_file(s)).is_file()
+                for f in self.series_runs(s) if not Path(f).is_file()]
+
     def series_runs(self, series: Series) -> list[str]:
         """The metrics files of ``series`` the summary reads (rule series_runs' inputs):
         the points of it this run measures; with adaptive repeats those its decisions
