@@ -224,5 +224,5 @@ def test_a_run_missing_from_a_made_list_is_named_to_be_measured_again(tmp_path, 
     (tmp_path / series_runs_file(unlisted)).unlink()
     (tmp_path / walk.series_runs(unlisted)[0]).unlink()  # its list is made again anyway
     assert walk.missing_listed() == [gone]
-    cfg["analysis"]["partial"] = True  # a partial run measures nothing
+    cfg.setdefault("analysis", {})["partial"] = True  # a partial run measures nothing
     assert walk_of(cfg).missing_listed() == []
