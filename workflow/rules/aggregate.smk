@@ -12,7 +12,9 @@ localrules:
 
 # Each series' runs, listed: the aggregate rule reads them through these lists (a few per
 # series) rather than taking every run as an input (scalesweep.plan.adaptive.SERIES_RUNS).
-# A run measured again makes its list, and so the summary, again.
+# A run measured again makes its list, and so the summary, again. A shell builtin, not a
+# run: block (Snakemake starts a run: job as a snakemake process of its own, which parses
+# the whole workflow: about 10 s a job at 100,000 points).
 rule series_runs:
     input:
         series_runs_inputs,
@@ -20,8 +22,10 @@ rule series_runs:
         SERIES_RUNS,
     log:
         f"logs/series/{SERIES_DIR}.log",
-    run:
-        write_text_atomic(output[0], "".join(f"{path}\n" for path in input))
+    conda:
+        "../../envs/scalesweep.yaml"
+    shell:
+        "printf '%s\\n' {input:q} > {output:q} 2> {log:q}"
 
 
 rule aggregate:

@@ -67,7 +67,6 @@ from scalesweep.plan.fitlaws import figure_keywords  # noqa: E402
 from scalesweep.plan.image_rules import ImageRules  # noqa: E402
 from scalesweep.plan.payloads import point_inputs  # noqa: E402
 from scalesweep.platform.site import point_modules, site_of  # noqa: E402
-from scalesweep.record.metrics import write_text_atomic  # noqa: E402
 from scalesweep.record.pointdir import METRICS_JSON, RUN_LOG, RUNS_DIR  # noqa: E402
 from scalesweep.report.registry import (  # noqa: E402
     load_targets,

@@ -24,6 +24,7 @@ def log(text):
 
 
 # the runs, from each series' list (rule series_runs)
-metrics = [line for path in sm.input.series_runs for line in Path(path).read_text().splitlines()]
+metrics = [line for path in sm.input.series_runs
+           for line in Path(path).read_text().splitlines() if line]
 write_summary(metrics, sm.config, {name: getattr(sm.output, name) for name in OUTPUTS},
               log, workers=sm.threads)
