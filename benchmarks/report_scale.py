@@ -29,20 +29,20 @@ a snakemake command of that checkout's Snakefile in the campaign (``--directory`
 - html: ``snakemake --report report.html`` (one self-contained file);
 - zip: ``snakemake --report report.zip`` (the report as an archive of files).
 
---tables-apart (what a tree before the series' lists of runs, rule series_runs, needs at
+--tables-apart (what a tree before the lists of runs, rule runs_list, needs at
 100,000 runs with Snakemake 9.27.1): no job that has every run as its input is started.
 Snakemake prepares a job (snakemake/jobs.py, Job.prepare: ``is_pipe_or_service_input`` of
 each input, a loop over the job's dependencies) in O(inputs x dependencies): in such a
 tree, for the aggregate rule, and the summary and all targets, that is 100,000 x 100,000
 (a 100,000-run `snakemake summary` was still preparing the aggregate job after 6 min 46 s,
-2026-11-29). Since the lists (a few inputs per series) a tree needs no such detour. Then the summary step is the aggregate rule's own code in a
+2026-11-29). Since the lists (one per workload and arm) a tree needs no such detour. Then the summary step is the aggregate rule's own code in a
 process of its own (aggregation.py's cold stage: write_summary of the checkout, as the
 rule's script calls it), and the all step asks Snakemake for the report's files by name
 (rule all's inputs but the runs' metrics files, from a dry run of the default target,
 not timed: DIR/targets.txt); the report steps are as above.
 
 Each step is planned by Snakemake over every point (its metrics.json an input of its
-series' list): nothing is measured again (checked: Snakemake's job counts name no run_point,
+arm's list): nothing is measured again (checked: Snakemake's job counts name no run_point,
 and the campaign's metrics files are the same number after). Reported per step: wall
 seconds, the largest process's peak RSS (getrusage of a wrapper's children: Snakemake and
 the jobs it started), the jobs run; and the sizes of report.html, report.zip and of the

@@ -11,7 +11,7 @@ from conftest import tiny_config
 from scalesweep.analyse.decision import decide
 from scalesweep.plan.adaptive import Series, decision_path, series_of
 from scalesweep.plan.sweep import Selection, select_points, sweep_points
-from scalesweep.plan.walk import Walk, final_json, point_metrics, series_runs_file
+from scalesweep.plan.walk import Walk, final_json, point_metrics, runs_list
 
 
 class NotMade(Exception):
@@ -166,10 +166,10 @@ def test_a_finished_series_outside_the_selection_names_its_final_json(tmp_path, 
 
 
 @pytest.mark.parametrize("case", ["plain", "adaptive", "partial", "only"])
-def test_the_series_lists_name_exactly_what_the_summary_reads(tmp_path, monkeypatch, case):
-    """The aggregate rule reads the runs through one list per series (rule series_runs,
-    SERIES_RUNS): together the lists name every file the summary reads, each once, and
-    each list only runs of its own series; every run this run measures is in one."""
+def test_the_lists_name_exactly_what_the_summary_reads(tmp_path, monkeypatch, case):
+    """The aggregate rule reads the runs through one list per workload and arm (rule
+    runs_list, RUNS_LIST): together the lists name every file the summary reads, each
+    once, and each list only runs of its own arm; every run this run measures is in one."""
     monkeypatch.chdir(tmp_path)
     cfg = adaptive_config() if case in ("adaptive", "partial") else tiny_config()
     cfg["sweep"]["runtimes"] = ["native", "charliecloud"]
@@ -190,13 +190,13 @@ def test_the_series_lists_name_exactly_what_the_summary_reads(tmp_path, monkeypa
                                         "enough": True, "comparisons": {}}))
     if case == "partial":
         touch(walk.series_metrics(walk.series[1], [2])[0])
-    lists = {s: walk.series_runs(s) for s in walk.summarised_series()}
-    assert [series_runs_file(s) for s in lists] == walk.series_runs_files()
+    lists = {arm: walk.arm_runs(*arm) for arm in walk.arms()}
+    assert [runs_list(*arm) for arm in lists] == walk.runs_lists()
     named = [f for files in lists.values() for f in files]
     assert sorted(named) == sorted(set(named)) == sorted(walk.aggregate_metrics())
-    for s, files in lists.items():
-        assert files and all(f.startswith(f"results/runs/{s.path}/") for f in files)
-        assert series_runs_file(s).startswith("results/series/")
+    for (workload, arm), files in lists.items():
+        assert files and all(f.startswith(f"results/runs/{workload}/{arm}/") for f in files)
+        assert runs_list(workload, arm) == f"results/lists/{workload}/{arm}/runs.txt"
     assert set(walk.requested_metrics()) <= set(named)
     outside = [p for p in sweep_points(cfg) if p.nodes == 2 and p.repeat == 1]
     expected = {"plain": len(sweep_points(cfg)), "adaptive": 2 * 3 * 2, "partial": 1,
@@ -206,23 +206,23 @@ def test_the_series_lists_name_exactly_what_the_summary_reads(tmp_path, monkeypa
 
 def test_a_run_missing_from_a_made_list_is_named_to_be_measured_again(tmp_path, monkeypatch):
     """Snakemake makes a missing intermediate file again only where a job needing it must
-    run anyway: a run deleted after its series' list was made is named by itself (the
-    default target's), and only such runs (not every run of the campaign)."""
+    run anyway: a run deleted after its list was made is named by itself (the default
+    target's), and only such runs (not every run of the campaign)."""
     monkeypatch.chdir(tmp_path)
     cfg = tiny_config()
-    cfg["sweep"]["nodes"], cfg["sweep"]["ranks_per_node"] = [1, 2], [1]
+    cfg["sweep"]["runtimes"] = ["native", "charliecloud", "podman"]
     walk = walk_of(cfg)
     assert walk.missing_listed() == []  # nothing measured, no list made: the lists' jobs run
-    for s in walk.series:
-        for f in walk.series_runs(s):
+    for arm in walk.arms():
+        for f in walk.arm_runs(*arm):
             touch(f)
-        touch(series_runs_file(s))
+        touch(runs_list(*arm))
     assert walk.missing_listed() == []
-    listed, unlisted = walk.series
-    gone = walk.series_runs(listed)[0]
+    (listed, _), (unlisted, _) = [(a, walk.arm_runs(*a)) for a in walk.arms()]
+    gone = walk.arm_runs(*listed)[0]
     (tmp_path / gone).unlink()
-    (tmp_path / series_runs_file(unlisted)).unlink()
-    (tmp_path / walk.series_runs(unlisted)[0]).unlink()  # its list is made again anyway
+    (tmp_path / runs_list(*unlisted)).unlink()
+    (tmp_path / walk.arm_runs(*unlisted)[0]).unlink()  # its list is made again anyway
     assert walk.missing_listed() == [gone]
     cfg.setdefault("analysis", {})["partial"] = True  # a partial run measures nothing
     assert walk_of(cfg).missing_listed() == []

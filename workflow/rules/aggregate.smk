@@ -4,24 +4,24 @@
 # Reading a few JSON/CSV files and drawing two figures: on the submit host, never a queued
 # Slurm job (on Frontier a job can wait hours, and only 4 may be eligible to run at once).
 localrules:
-    series_runs,
+    runs_list,
     aggregate,
     plot_scaling,
     plot_llm,
 
 
-# Each series' runs, listed: the aggregate rule reads them through these lists (a few per
-# series) rather than taking every run as an input (scalesweep.plan.adaptive.SERIES_RUNS).
-# A run measured again makes its list, and so the summary, again. A shell builtin, not a
-# run: block (Snakemake starts a run: job as a snakemake process of its own, which parses
-# the whole workflow: about 10 s a job at 100,000 points).
-rule series_runs:
+# The runs of each workload's arm, listed: the aggregate rule reads them through these
+# lists rather than taking every run as an input (scalesweep.plan.walk.RUNS_LIST). A run
+# measured again makes its list, and so the summary, again. A shell builtin, not a run:
+# block (Snakemake starts a run: job as a snakemake process of its own, which parses the
+# whole workflow: about 10 s a job at 100,000 points).
+rule runs_list:
     input:
-        series_runs_inputs,
+        runs_list_inputs,
     output:
-        SERIES_RUNS,
+        RUNS_LIST,
     log:
-        f"logs/series/{SERIES_DIR}.log",
+        "logs/lists/{workload}/{arm}.log",
     conda:
         "../../envs/scalesweep.yaml"
     shell:
@@ -30,8 +30,8 @@ rule series_runs:
 
 rule aggregate:
     input:
-        # the runs, one list per series (rule series_runs)
-        series_runs=aggregate_series,
+        # the runs, one list per workload and arm (rule runs_list)
+        runs=runs_lists,
         series=SERIES_FINAL,
     output:
         runs=report_table("runs"),

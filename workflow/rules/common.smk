@@ -43,12 +43,7 @@ from scalesweep.campaign.parse_time import (  # noqa: E402
     sweep_banner,
     write_run_config,
 )
-from scalesweep.plan.adaptive import (  # noqa: E402
-    DECISION_JSON,
-    FINAL_JSON,
-    SERIES_DIR,
-    SERIES_RUNS,
-)
+from scalesweep.plan.adaptive import DECISION_JSON, FINAL_JSON, SERIES_DIR  # noqa: E402
 from scalesweep.plan.adaptive import Series  # noqa: E402
 from scalesweep.plan.config import ConfigError, check_config  # noqa: E402
 from scalesweep.plan.config_read import schema_typed  # noqa: E402
@@ -62,7 +57,7 @@ from scalesweep.plan.sweep import (  # noqa: E402
     select_points,
     sweep_points,
 )
-from scalesweep.plan.walk import Walk  # noqa: E402
+from scalesweep.plan.walk import RUNS_LIST, Walk  # noqa: E402
 from scalesweep.plan.fitlaws import figure_keywords  # noqa: E402
 from scalesweep.plan.image_rules import ImageRules  # noqa: E402
 from scalesweep.plan.payloads import point_inputs  # noqa: E402
@@ -167,21 +162,21 @@ WALK = Walk(config, POINTS, SELECTED, SELECTION, decision_file, refusal)
 SERIES_FINAL = WALK.series_final_files()
 
 
-def aggregate_series(wildcards):
-    """The aggregate rule's inputs: each summarised series' list of runs (Walk.series_runs_files)."""
-    return WALK.series_runs_files()
+def runs_lists(wildcards):
+    """The aggregate rule's inputs: a list of runs per workload and arm (Walk.runs_lists)."""
+    return WALK.runs_lists()
 
 
 def missing_listed(wildcards):
-    """Runs missing on disk whose series' list is made already, named so that they are
-    measured again (Walk.missing_listed)."""
+    """Runs missing on disk whose list is made already, named so that they are measured
+    again (Walk.missing_listed)."""
     return WALK.missing_listed()
 
 
-def series_runs_inputs(wildcards):
-    """What a series' list of runs names (Walk.series_runs): every run of it this run
-    measures, so that a deleted or failed one is measured again before the summary."""
-    return WALK.series_runs(Series.from_wildcards(wildcards))
+def runs_list_inputs(wildcards):
+    """What a list of runs names (Walk.arm_runs): every run of that workload's arm the
+    summary reads, so that a deleted or failed one is measured again first."""
+    return WALK.arm_runs(wildcards.workload, wildcards.arm)
 
 
 def decision_inputs(wildcards):

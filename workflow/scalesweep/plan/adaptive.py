@@ -52,11 +52,6 @@ assert _REPEAT == "rep{repeat}", BLOCK_DIR
 DECISIONS_DIR = "results/decisions"
 DECISION_JSON = f"{DECISIONS_DIR}/{SERIES_DIR}/after{{round}}.json"
 FINAL_JSON = f"{DECISIONS_DIR}/{SERIES_DIR}/final.json"
-# The runs the summary reads of one series, one path a line (rule series_runs, with or
-# without adaptive repeats): the aggregate rule waits for these, a few per series, not for
-# every run (Snakemake 9 prepares a job in O(inputs x the jobs making them): 100,000 runs
-# as one job's inputs took it about 17 minutes before the job started).
-SERIES_RUNS = f"results/series/{SERIES_DIR}/runs.txt"
 
 
 @dataclass(frozen=True, order=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from scalesweep.plan.adaptive import (FINAL_JSON, SERIES_RUNS, Series, asked_blocks,
+from scalesweep.plan.adaptive import (FINAL_JSON, Series, asked_blocks,
                                       block_bounds, is_adaptive, read_decision,
                                       recorded_decision, run_priority, series_of,
                                       walks_decisions)
@@ -25,6 +25,14 @@ from scalesweep.plan.sweep import HISTORY_DIR, Selection, SweepPoint
 from scalesweep.record.pointdir import METRICS_JSON, RUNS_DIR
 
 DecisionFile = Callable[[Series, int], str]
+# The runs the summary reads of one workload's arm (its series: every geometry), one path a
+# line (rule runs_list): the aggregate rule waits for these lists, not for every run.
+# Snakemake 9 prepares a job in O(inputs x the jobs making them): 100,000 runs as one job's
+# inputs took it about 17 minutes before the job started. And it stats every input of
+# every ready job at each scheduling round: a list per series (1,000 lists at 100,000
+# runs) took it 7.5 s a round, 30 minutes in all. A list per arm is both: a few lists of
+# thousands of runs at 100,000 (BENCHMARKS.md section 3).
+RUNS_LIST = "results/lists/{workload}/{arm}/runs.txt"
 
 
 def point_metrics(point: SweepPoint) -> str:
@@ -37,9 +45,9 @@ def final_json(series: Series) -> str:
     return FINAL_JSON.format(**series.as_dict())
 
 
-def series_runs_file(series: Series) -> str:
-    """The list of the series' runs the summary reads (rule series_runs' output)."""
-    return SERIES_RUNS.format(**series.as_dict())
+def runs_list(workload: str, arm: str) -> str:
+    """The list of runs of ``workload``'s ``arm`` that the summary reads (rule runs_list)."""
+    return RUNS_LIST.format(workload=workload, arm=arm)
 
 
 class Walk:
@@ -122,8 +130,8 @@ class Walk:
         return [f for s in self.series for f in self.series_walk(s)[0]]
 
     def aggregate_metrics(self) -> list[str]:
-        """What the summary reads: every series' ``series_runs``, series after series."""
-        return [f for s in self.summarised_series() for f in self.series_runs(s)]
+        """What the summary reads: every list's runs (``arm_runs``), list after list."""
+        return [f for arm in self.arms() for f in self.arm_runs(*arm)]
 
     def summarised_series(self) -> list[Series]:
         """The series the summary reads runs of: those this run measures, and with
@@ -132,24 +140,34 @@ class Walk:
             return list(self.series)
         return [s for s in series_of(self.points) if self.series_runs(s)]
 
-    def series_runs_files(self) -> list[str]:
-        """The aggregate rule's inputs: each summarised series' list of runs (rule
-        series_runs), a few files per series instead of every run."""
-        return [series_runs_file(s) for s in self.summarised_series()]
+    def arms(self) -> list[tuple[str, str]]:
+        """(workload, arm) of every list of runs the summary reads (``RUNS_LIST``)."""
+        return list(dict.fromkeys((s.workload, s.arm) for s in self.summarised_series()))
+
+    def arm_runs(self, workload: str, arm: str) -> list[str]:
+        """The runs the summary reads of one workload's arm (rule runs_list's inputs):
+        ``series_runs`` of each of its series."""
+        return [f for s in self.summarised_series() if (s.workload, s.arm) == (workload, arm)
+                for f in self.series_runs(s)]
+
+    def runs_lists(self) -> list[str]:
+        """The aggregate rule's inputs: the lists of runs (rule runs_list), one per
+        workload and arm, instead of every run."""
+        return [runs_list(*arm) for arm in self.arms()]
 
     def missing_listed(self) -> list[str]:
         """The runs missing on disk of each series this run measures whose list is made
         already (a deleted point, a run moved aside by `scalesweep rerun`): named as
         targets, since Snakemake makes a missing intermediate file again only where a job
         needing it must run anyway, and the list is up to date. Only these: the default
-        target naming every run would be a job of 100,000 inputs (``SERIES_RUNS``)."""
+        target naming every run would be a job of 100,000 inputs (``RUNS_LIST``)."""
         if self.partial:
             return []
-        return [f for s in self.series if Path(series_runs_file(s)).is_file()
+        return [f for s in self.series if Path(runs_list(s.workload, s.arm)).is_file()
                 for f in self.series_runs(s) if not Path(f).is_file()]
 
     def series_runs(self, series: Series) -> list[str]:
-        """The metrics files of ``series`` the summary reads (rule series_runs' inputs):
+        """The metrics files of ``series`` the summary reads (in its list of runs):
         the points of it this run measures; with adaptive repeats those its decisions
         asked for (one decision at a time: each series goes on independently, the summary
         also waits for every final.json, ``series_final_files``) and what was measured
