@@ -45,10 +45,11 @@ rule summary:
     # (results/summary/), without the figures and report tables `all` adds to them
     # (`scalesweep rerun --tables-only`)
     input:
-        # the summary tables; every requested measurement through them (each series'
-        # list of runs names its runs), and by name a run missing whose series' list is
-        # made already, so that it is measured again (scalesweep.plan.walk: missing_listed)
+        # the summary tables; every requested measurement through the lists of runs
+        # (named too: a list deleted is made again), and by name a run missing from a
+        # list made already, so that it is measured again (scalesweep.plan.walk)
         rules.aggregate.output,
+        runs_lists,
         missing_listed,
         expand(rules.container_startup.output, runtime=IMAGE_RULES.container_runtimes()),
         IMAGE_RULES.manifests(),

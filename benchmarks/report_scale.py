@@ -35,7 +35,8 @@ Snakemake prepares a job (snakemake/jobs.py, Job.prepare: ``is_pipe_or_service_i
 each input, a loop over the job's dependencies) in O(inputs x dependencies): in such a
 tree, for the aggregate rule, and the summary and all targets, that is 100,000 x 100,000
 (a 100,000-run `snakemake summary` was still preparing the aggregate job after 6 min 46 s,
-2026-11-29). Since the lists (one per workload and arm) a tree needs no such detour. Then the summary step is the aggregate rule's own code in a
+2026-11-29). Since the lists (whole series of an arm, a few thousand runs a list) a
+tree needs no such detour. Then the summary step is the aggregate rule's own code in a
 process of its own (aggregation.py's cold stage: write_summary of the checkout, as the
 rule's script calls it), and the all step asks Snakemake for the report's files by name
 (rule all's inputs but the runs' metrics files, from a dry run of the default target,

@@ -74,7 +74,7 @@ def runs_csv(workdir: Path) -> pd.DataFrame:
 
 def test_deleted_point_and_deleted_metrics_are_measured_again_by_snakemake(copy):
     """Snakemake re-makes a missing intermediate file only when a job needing it must run
-    anyway; rule all names each run missing from its series' list (made already), so it
+    anyway; rule all names each run missing from its list of runs (made already), so it
     does: both for a deleted point directory (R2) and for a deleted metrics.json alone
     (R1), in one run."""
     before = run_files_digest(copy, skip=[R1, R2])

@@ -167,9 +167,9 @@ def test_a_finished_series_outside_the_selection_names_its_final_json(tmp_path, 
 
 @pytest.mark.parametrize("case", ["plain", "adaptive", "partial", "only"])
 def test_the_lists_name_exactly_what_the_summary_reads(tmp_path, monkeypatch, case):
-    """The aggregate rule reads the runs through one list per workload and arm (rule
-    runs_list, RUNS_LIST): together the lists name every file the summary reads, each
-    once, and each list only runs of its own arm; every run this run measures is in one."""
+    """The aggregate rule reads the runs through lists (rule runs_list, RUNS_LIST): together
+    they name every file the summary reads, each once, each list only runs of its own
+    workload's arm; every run this run measures is in one."""
     monkeypatch.chdir(tmp_path)
     cfg = adaptive_config() if case in ("adaptive", "partial") else tiny_config()
     cfg["sweep"]["runtimes"] = ["native", "charliecloud"]
@@ -190,13 +190,13 @@ def test_the_lists_name_exactly_what_the_summary_reads(tmp_path, monkeypatch, ca
                                         "enough": True, "comparisons": {}}))
     if case == "partial":
         touch(walk.series_metrics(walk.series[1], [2])[0])
-    lists = {arm: walk.arm_runs(*arm) for arm in walk.arms()}
-    assert [runs_list(*arm) for arm in lists] == walk.runs_lists()
+    lists = {key: walk.list_runs(*key) for key in walk.lists()}
+    assert [runs_list(*key) for key in lists] == walk.runs_lists()
     named = [f for files in lists.values() for f in files]
     assert sorted(named) == sorted(set(named)) == sorted(walk.aggregate_metrics())
-    for (workload, arm), files in lists.items():
+    for (workload, arm, part), files in lists.items():
         assert files and all(f.startswith(f"results/runs/{workload}/{arm}/") for f in files)
-        assert runs_list(workload, arm) == f"results/lists/{workload}/{arm}/runs.txt"
+        assert runs_list(workload, arm, part) == f"results/lists/{workload}/{arm}/part{part}.txt"
     assert set(walk.requested_metrics()) <= set(named)
     outside = [p for p in sweep_points(cfg) if p.nodes == 2 and p.repeat == 1]
     expected = {"plain": len(sweep_points(cfg)), "adaptive": 2 * 3 * 2, "partial": 1,
@@ -204,25 +204,44 @@ def test_the_lists_name_exactly_what_the_summary_reads(tmp_path, monkeypatch, ca
     assert len(named) == expected[case]
 
 
+def test_a_list_holds_whole_series_up_to_its_size(tmp_path, monkeypatch):
+    """A list holds whole series of one workload's arm, as many as fit in LIST_RUNS at
+    their most blocks (from the config: a series never moves to another list as it
+    grows); so a large campaign has a few lists of a few thousand runs, not one of all."""
+    monkeypatch.chdir(tmp_path)
+    cfg = adaptive_config()  # 6 blocks at most, 2 runtimes: 12 runs a series at most
+    cfg["sweep"]["nodes"], cfg["sweep"]["ranks_per_node"] = [1, 2, 3, 4, 5], [1]
+    monkeypatch.setattr("scalesweep.plan.walk.LIST_RUNS", 30)  # 2 series a list
+    walk = walk_of(cfg)
+    assert len(walk.series) == 5
+    parts = [walk.list_of(s) for s in walk.series]
+    assert [p[2] for p in parts] == [1, 1, 2, 2, 3]
+    assert len({p[:2] for p in parts}) == 1  # one workload's arm
+    with pytest.raises(NotMade):  # the decisions are walked as the lists' runs are named
+        walk.list_runs(*parts[0])
+
+
 def test_a_run_missing_from_a_made_list_is_named_to_be_measured_again(tmp_path, monkeypatch):
     """Snakemake makes a missing intermediate file again only where a job needing it must
-    run anyway: a run deleted after its list was made is named by itself (the default
-    target's), and only such runs (not every run of the campaign)."""
+    run anyway: a run this run asks for, deleted after its list was made, is named by
+    itself (the default target's), and only such runs (not every run of the campaign).
+    A deleted list is a target itself (``runs_lists``): made again, its runs with it."""
     monkeypatch.chdir(tmp_path)
     cfg = tiny_config()
     cfg["sweep"]["runtimes"] = ["native", "charliecloud", "podman"]
     walk = walk_of(cfg)
     assert walk.missing_listed() == []  # nothing measured, no list made: the lists' jobs run
-    for arm in walk.arms():
-        for f in walk.arm_runs(*arm):
+    for key in walk.lists():
+        for f in walk.list_runs(*key):
             touch(f)
-        touch(runs_list(*arm))
+        touch(runs_list(*key))
     assert walk.missing_listed() == []
-    (listed, _), (unlisted, _) = [(a, walk.arm_runs(*a)) for a in walk.arms()]
-    gone = walk.arm_runs(*listed)[0]
+    listed, unlisted = walk.lists()
+    gone = walk.list_runs(*listed)[0]
     (tmp_path / gone).unlink()
     (tmp_path / runs_list(*unlisted)).unlink()
-    (tmp_path / walk.arm_runs(*unlisted)[0]).unlink()  # its list is made again anyway
+    (tmp_path / walk.list_runs(*unlisted)[0]).unlink()  # its list, a target, is made again
     assert walk.missing_listed() == [gone]
+    assert runs_list(*unlisted) in walk.runs_lists()
     cfg.setdefault("analysis", {})["partial"] = True  # a partial run measures nothing
     assert walk_of(cfg).missing_listed() == []

@@ -25,7 +25,8 @@ def test_report_scale_smoke(bench_env, tmp_path):  # noqa: F811
     (measured,) = result["measured"]
     summary = measured["steps"]["summary"]
     # the summary's jobs only: every point's metrics.json taken as it is, listed per
-    # workload and arm (rule runs_list: 5 workloads, 2 arms each) for the aggregate job
+    # workload and arm (rule runs_list: 5 workloads, 2 arms each, one list an arm at
+    # this size) for the aggregate job
     assert summary["jobs"] == {"runs_list": 10, "aggregate": 1, "summary": 1, "total": 12}
     assert summary["s"] > 0 and summary["peak_rss_mib"] > 0
     assert measured["runs_csv_mib"] > 0

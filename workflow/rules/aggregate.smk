@@ -10,18 +10,19 @@ localrules:
     plot_llm,
 
 
-# The runs of each workload's arm, listed: the aggregate rule reads them through these
-# lists rather than taking every run as an input (scalesweep.plan.walk.RUNS_LIST). A run
-# measured again makes its list, and so the summary, again. A shell builtin, not a run:
-# block (Snakemake starts a run: job as a snakemake process of its own, which parses the
-# whole workflow: about 10 s a job at 100,000 points).
+# The runs, listed (scalesweep.plan.walk.RUNS_LIST: whole series of one workload's arm,
+# at most about LIST_RUNS runs a list): the aggregate rule reads them through these lists
+# rather than taking every run as an input. A run measured again makes its list, and so
+# the summary, again. A shell builtin, not a run: block (Snakemake starts a run: job as a
+# snakemake process of its own, which parses the whole workflow: about 10 s a job at
+# 100,000 points).
 rule runs_list:
     input:
         runs_list_inputs,
     output:
         RUNS_LIST,
     log:
-        "logs/lists/{workload}/{arm}.log",
+        "logs/lists/{workload}/{arm}/part{part}.log",
     conda:
         "../../envs/scalesweep.yaml"
     shell:
@@ -30,7 +31,7 @@ rule runs_list:
 
 rule aggregate:
     input:
-        # the runs, one list per workload and arm (rule runs_list)
+        # the runs, in a few lists (rule runs_list)
         runs=runs_lists,
         series=SERIES_FINAL,
     output:

@@ -132,6 +132,7 @@ wildcard_constraints:
     dataset=r"[a-z][a-z0-9_]*",
     model=r"[a-z][a-z0-9_]*",
     round=r"[1-9][0-9]*",
+    part=r"[1-9][0-9]*",
 
 
 def point_of(wildcards):
@@ -163,7 +164,7 @@ SERIES_FINAL = WALK.series_final_files()
 
 
 def runs_lists(wildcards):
-    """The aggregate rule's inputs: a list of runs per workload and arm (Walk.runs_lists)."""
+    """The lists of runs the summary reads (Walk.runs_lists)."""
     return WALK.runs_lists()
 
 
@@ -174,9 +175,9 @@ def missing_listed(wildcards):
 
 
 def runs_list_inputs(wildcards):
-    """What a list of runs names (Walk.arm_runs): every run of that workload's arm the
-    summary reads, so that a deleted or failed one is measured again first."""
-    return WALK.arm_runs(wildcards.workload, wildcards.arm)
+    """What a list of runs names (Walk.list_runs): every run of its series the summary
+    reads, so that a missing one is measured first."""
+    return WALK.list_runs(wildcards.workload, wildcards.arm, wildcards.part)
 
 
 def decision_inputs(wildcards):

@@ -1,4 +1,4 @@
-"""Snakemake glue: metrics files (listed per workload and arm) -> runs.csv, scaling.csv, llm.csv, overhead.csv,
+"""Snakemake glue: metrics files (in lists, rule runs_list) -> runs.csv, scaling.csv, llm.csv, overhead.csv,
 llm_load.csv, llm_load_overhead.csv, points.csv, campaign.json
 (scalesweep.analyse.aggregate.write_summary; the runs are read through the cache beside
 runs.csv, scalesweep.analyse.runcache).
@@ -23,7 +23,7 @@ def log(text):
     print(text, file=sys.stderr)
 
 
-# the runs, from each workload's and arm's list (rule runs_list)
+# the runs, from the lists (rule runs_list)
 metrics = [line for path in sm.input.runs
            for line in Path(path).read_text().splitlines() if line]
 write_summary(metrics, sm.config, {name: getattr(sm.output, name) for name in OUTPUTS},

@@ -25,14 +25,16 @@ from scalesweep.plan.sweep import HISTORY_DIR, Selection, SweepPoint
 from scalesweep.record.pointdir import METRICS_JSON, RUNS_DIR
 
 DecisionFile = Callable[[Series, int], str]
-# The runs the summary reads of one workload's arm (its series: every geometry), one path a
-# line (rule runs_list): the aggregate rule waits for these lists, not for every run.
-# Snakemake 9 prepares a job in O(inputs x the jobs making them): 100,000 runs as one job's
-# inputs took it about 17 minutes before the job started. And it stats every input of
-# every ready job at each scheduling round: a list per series (1,000 lists at 100,000
-# runs) took it 7.5 s a round, 30 minutes in all. A list per arm is both: a few lists of
-# thousands of runs at 100,000 (BENCHMARKS.md section 3).
-RUNS_LIST = "results/lists/{workload}/{arm}/runs.txt"
+# The runs the summary reads, listed one path a line (rule runs_list): the aggregate rule
+# waits for these lists, not for every run. Each list holds whole series of one workload's
+# arm, at most about LIST_RUNS runs (sized from the config: every series at its most
+# blocks), so a list's job has few inputs and a campaign few lists. Snakemake 9 prepares a
+# job in O(inputs x the jobs making them): 100,000 runs as one job's inputs kept it
+# preparing for more than 6 minutes (about 17 estimated) before the job started. And it
+# stats every input of every ready job at each scheduling round: a list per series (1,000
+# lists at 100,000 runs) took 7.5 s a round, about an hour in all (BENCHMARKS.md section 3).
+LIST_RUNS = 5000
+RUNS_LIST = "results/lists/{workload}/{arm}/part{part}.txt"
 
 
 def point_metrics(point: SweepPoint) -> str:
@@ -45,9 +47,12 @@ def final_json(series: Series) -> str:
     return FINAL_JSON.format(**series.as_dict())
 
 
-def runs_list(workload: str, arm: str) -> str:
-    """The list of runs of ``workload``'s ``arm`` that the summary reads (rule runs_list)."""
-    return RUNS_LIST.format(workload=workload, arm=arm)
+def runs_list(workload: str, arm: str, part: int) -> str:
+    """List ``part`` of the runs of ``workload``'s ``arm`` the summary reads (rule runs_list)."""
+    return RUNS_LIST.format(workload=workload, arm=arm, part=part)
+
+
+ListKey = tuple[str, str, int]  # (workload, arm, part): one list of runs
 
 
 class Walk:
@@ -71,6 +76,8 @@ class Walk:
         self.decision_file = decision_file
         self.refuse = refuse
         self._selected_by_series: dict[Series, list[SweepPoint]] | None = None
+        self._summarised: list[Series] | None = None
+        self._list_keys: dict[Series, ListKey] | None = None
 
     # --- plain lists --------------------------------------------------------------------
     def metrics_files(self, points: Iterable[SweepPoint] | None = None) -> list[str]:
@@ -119,52 +126,81 @@ class Walk:
 
     # --- what the rules ask for ---------------------------------------------------------
     def requested_metrics(self) -> list[str]:
-        """Every point this run measures (an input of the default target, so that a
-        deleted or failed point is measured again with the summary up to date); with
-        adaptive repeats those its series' decisions asked for so far. With
-        analysis.partial, nothing: that run aggregates and reports what exists."""
+        """Every point this run measures; with adaptive repeats those its series'
+        decisions asked for so far. With analysis.partial, nothing: that run aggregates
+        and reports what exists. (The summary names them through the lists of runs, and
+        by name those missing from a list made already: ``missing_listed``.)"""
         if self.partial:
             return []
-        if not self.adaptive:
-            return self.metrics_files()
-        return [f for s in self.series for f in self.series_walk(s)[0]]
+        return [f for s in self.series for f in self._requested(s)]
 
     def aggregate_metrics(self) -> list[str]:
-        """What the summary reads: every list's runs (``arm_runs``), list after list."""
-        return [f for arm in self.arms() for f in self.arm_runs(*arm)]
+        """What the summary reads: every list's runs (``list_runs``), list after list."""
+        return [f for key in self.lists() for f in self.list_runs(*key)]
 
     def summarised_series(self) -> list[Series]:
         """The series the summary reads runs of: those this run measures, and with
-        `only:` or analysis.partial those of the sweep with runs on disk."""
+        `only:` or analysis.partial those of the sweep with runs on disk (read once per
+        Walk where no decision is walked: the files on disk are then all it depends on)."""
         if self.selection.everything and not self.partial:
             return list(self.series)
-        return [s for s in series_of(self.points) if self.series_runs(s)]
+        if self._summarised is not None:
+            return self._summarised
+        found = [s for s in series_of(self.points) if self.series_runs(s)]
+        if not self.adaptive or self.partial:
+            self._summarised = found
+        return found
 
-    def arms(self) -> list[tuple[str, str]]:
-        """(workload, arm) of every list of runs the summary reads (``RUNS_LIST``)."""
-        return list(dict.fromkeys((s.workload, s.arm) for s in self.summarised_series()))
+    def list_of(self, series: Series) -> ListKey:
+        """The list of runs that holds ``series``: its workload's arm, and which part of
+        it (its series in order, as many a part as fit in LIST_RUNS at their most
+        blocks): from the config alone, so a series stays in its list as it grows."""
+        if self._list_keys is None:
+            self._list_keys = {}
+            arms: dict[tuple[str, str], list[Series]] = {}
+            for s in series_of(self.points):
+                arms.setdefault((s.workload, s.arm), []).append(s)
+            for (workload, arm), members in arms.items():
+                most = (block_bounds(self.config, workload)[1]
+                        * len(members[0].runtimes(self.config)))
+                per_list = max(1, LIST_RUNS // max(1, most))
+                for i, s in enumerate(members):
+                    self._list_keys[s] = (workload, arm, i // per_list + 1)
+        return self._list_keys[series]
 
-    def arm_runs(self, workload: str, arm: str) -> list[str]:
-        """The runs the summary reads of one workload's arm (rule runs_list's inputs):
-        ``series_runs`` of each of its series."""
-        return [f for s in self.summarised_series() if (s.workload, s.arm) == (workload, arm)
+    def lists(self) -> list[ListKey]:
+        """Every list of runs the summary reads (``RUNS_LIST``), in order."""
+        return list(dict.fromkeys(self.list_of(s) for s in self.summarised_series()))
+
+    def list_runs(self, workload: str, arm: str, part: int) -> list[str]:
+        """The runs of one list (rule runs_list's inputs): ``series_runs`` of each of its
+        series."""
+        key = (workload, arm, int(part))
+        return [f for s in self.summarised_series() if self.list_of(s) == key
                 for f in self.series_runs(s)]
 
     def runs_lists(self) -> list[str]:
-        """The aggregate rule's inputs: the lists of runs (rule runs_list), one per
-        workload and arm, instead of every run."""
-        return [runs_list(*arm) for arm in self.arms()]
+        """The aggregate rule's inputs and the summary's targets: the lists of runs
+        (rule runs_list) instead of every run. A list deleted is made again, and its
+        runs still missing measured."""
+        return [runs_list(*key) for key in self.lists()]
 
     def missing_listed(self) -> list[str]:
-        """The runs missing on disk of each series this run measures whose list is made
-        already (a deleted point, a run moved aside by `scalesweep rerun`): named as
-        targets, since Snakemake makes a missing intermediate file again only where a job
-        needing it must run anyway, and the list is up to date. Only these: the default
-        target naming every run would be a job of 100,000 inputs (``RUNS_LIST``)."""
+        """The runs this run asks for (``requested_metrics``) missing on disk whose list is
+        made already (a deleted point or metrics.json): named as targets, since Snakemake
+        makes a missing intermediate file again only where a job needing it must run
+        anyway, and the list is up to date. Only these: the default target naming every
+        run would be a job of 100,000 inputs (``RUNS_LIST``)."""
         if self.partial:
             return []
-        return [f for s in self.series if Path(runs_list(s.workload, s.arm)).is_file()
-                for f in self.series_runs(s) if not Path(f).is_file()]
+        return [f for s in self.series if Path(runs_list(*self.list_of(s))).is_file()
+                for f in self._requested(s) if not Path(f).is_file()]
+
+    def _requested(self, series: Series) -> list[str]:
+        """The runs of ``series`` this run asks for (``requested_metrics``)."""
+        if not self.adaptive:
+            return self.metrics_files(self._selected_of(series))
+        return self.series_walk(series)[0]
 
     def series_runs(self, series: Series) -> list[str]:
         """The metrics files of ``series`` the summary reads (in its list of runs):
@@ -172,12 +208,11 @@ class Walk:
         asked for (one decision at a time: each series goes on independently, the summary
         also waits for every final.json, ``series_final_files``) and what was measured
         beyond them (``measured_beyond``); with ``only:`` what is on disk of it outside
-        the selection (``measured_outside``); with analysis.partial only what is already
-        measured."""
+        the selection; with analysis.partial only what is already measured."""
         own: list[str] = []
         if series in self.series_index:
             if not self.adaptive:
-                own = self.metrics_files(self._selected_of(series))
+                own = self._requested(series)
             elif self.partial:
                 own = self.series_metrics(
                     series, range(1, block_bounds(self.config, series.workload)[1] + 1))
