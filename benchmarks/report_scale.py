@@ -43,7 +43,7 @@ rule's script calls it), and the all step asks Snakemake for the report's files 
 not timed: DIR/targets.txt); the report steps are as above.
 
 Each step is planned by Snakemake over every point (its metrics.json an input of its
-arm's list): nothing is measured again (checked: Snakemake's job counts name no run_point,
+list of runs): nothing is measured again (checked: Snakemake's job counts name no run_point,
 and the campaign's metrics files are the same number after). Reported per step: wall
 seconds, the largest process's peak RSS (getrusage of a wrapper's children: Snakemake and
 the jobs it started), the jobs run; and the sizes of report.html, report.zip and of the
