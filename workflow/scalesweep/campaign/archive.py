@@ -21,6 +21,7 @@ from pathlib import Path
 
 from scalesweep.campaign.crate import CRATE, crate, describe
 from scalesweep.campaign.usage import UsageError
+from scalesweep.record.pointdir import SUMMARY_DIR
 from scalesweep.plan.sweep import OLD_LAYOUT_NOTE, SweepError, SweepPoint, in_history, old_layout
 from scalesweep.record.metrics import MetricsError, read_metrics
 from scalesweep.record.pointdir import METRICS_JSON, RUNS_DIR
@@ -78,7 +79,7 @@ def _no_caches(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
     """The summary's caches (results/summary/.*-cache.npz: rows and file identities of
     this machine, rebuilt from the runs) stay out of an archive."""
     name = Path(member.name)
-    if name.parent.as_posix().endswith("results/summary") and name.name.startswith(".") \
+    if name.parent.as_posix().endswith(SUMMARY_DIR) and name.name.startswith(".") \
             and name.name.endswith((".npz", ".tmp")):
         return None
     return member

@@ -20,6 +20,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from scalesweep.record.pointdir import SUMMARY_DIR
+
 CRATE = "ro-crate-metadata.json"
 CONTEXT = "https://w3id.org/ro/crate/1.1/context"
 SPEC = "https://w3id.org/ro/crate/1.1"
@@ -30,7 +32,6 @@ TERMS = {"sha256": "https://w3id.org/ro/terms/workflow-run#sha256",
          "runs": "https://w3id.org/scalesweep/terms#runs"}
 WORKFLOW = "#scalesweep"
 RUN = "#campaign"
-SUMMARY = "results/summary"
 # the summary files listed one by one (the runs' own metrics.json files are counted, not
 # listed: a campaign can hold 100,000 of them)
 LISTED = ("runs.csv", "overhead.csv", "scaling.csv", "llm.csv", "points.csv", "campaign.json")
@@ -50,7 +51,7 @@ def crate(campaign: Path, members: list[str], runs: int) -> dict[str, Any]:
     ``runs`` finished points; facts from results/summary (campaign.json, runs.csv)."""
     import pandas as pd
 
-    summary = campaign / SUMMARY
+    summary = campaign / SUMMARY_DIR
     try:
         facts = json.loads((summary / "campaign.json").read_text())
     except (OSError, ValueError):
@@ -73,7 +74,7 @@ def crate(campaign: Path, members: list[str], runs: int) -> dict[str, Any]:
         return (times.max() if last else times.min()).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     hosts = sorted({h for v in values("hosts") for h in v.split(";") if h})
-    files = [_file(campaign, f"{SUMMARY}/{name}", f"the campaign's {name}")
+    files = [_file(campaign, f"{SUMMARY_DIR}/{name}", f"the campaign's {name}")
              for name in LISTED if (summary / name).is_file()]
     if (campaign / "config" / "config.yaml").is_file():
         files.insert(0, _file(campaign, "config/config.yaml", "the campaign's config"))
@@ -103,7 +104,7 @@ def crate(campaign: Path, members: list[str], runs: int) -> dict[str, Any]:
         {"@id": RUN, "@type": "CreateAction", "name": "the campaign's runs",
          "instrument": {"@id": WORKFLOW},
          "startTime": when("start", last=False), "endTime": when("end", last=True),
-         "result": [{"@id": x["@id"]} for x in files if x["@id"].startswith(SUMMARY)],
+         "result": [{"@id": x["@id"]} for x in files if x["@id"].startswith(SUMMARY_DIR)],
          "object": [{"@id": "config/config.yaml"}] if files and
          files[0]["@id"] == "config/config.yaml" else [],
          "location": {"@id": place["@id"]} if place else None, "hosts": hosts,

@@ -28,6 +28,7 @@ from scalesweep.campaign.history import campaign_history, history_dirs
 from scalesweep.campaign.profile import read_profile
 from scalesweep.plan.adaptive import Series, final_path
 from scalesweep.plan.sweep import SweepPoint
+from scalesweep.record.pointdir import SUMMARY_DIR
 
 MEASURED = ("done", "disturbed", "foreign")  # status states of a run with its metrics.json
 
@@ -119,7 +120,6 @@ def progress_line(p: dict) -> str:
 
 
 REPORT_HTML = "report.html"  # where the README's `snakemake --report report.html` writes it
-SUMMARY_DIR = Path("results", "summary")
 
 
 def report_freshness(directory: Path) -> dict | None:

@@ -30,6 +30,7 @@ from typing import Any
 from scalesweep.record.metrics import now_iso
 
 RUNS_DIR = "results/runs"  # a campaign's point directories: RUNS_DIR/<point path>/
+SUMMARY_DIR = "results/summary"  # the aggregate rule's tables (and the report's)
 # who runs the campaign's workflow (``owner_record``, written at onstart)
 WORKFLOW_OWNER = Path(".snakemake", "scalesweep", "workflow.json")
 METRICS_JSON = "metrics.json"

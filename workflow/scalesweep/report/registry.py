@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterable
 
 from scalesweep.plan.kinds import kind_of
 from scalesweep.plan.sweep import RUNTIMES, value_span
+from scalesweep.record.pointdir import SUMMARY_DIR
 
-SUMMARY_DIR = "results/summary"
 CAPTIONS = "../report"  # the captions, relative to the rule files
 
 T = "Tables"
