@@ -214,7 +214,7 @@ def test_a_list_holds_whole_series_up_to_its_size(tmp_path, monkeypatch):
     monkeypatch.setattr("scalesweep.plan.walk.LIST_RUNS", 30)  # 2 series a list
     walk = walk_of(cfg)
     assert len(walk.series) == 5
-    parts = [walk.list_of(s) for s in walk.series]
+    parts = [walk.list_keys[s] for s in walk.series]
     assert [p[2] for p in parts] == [1, 1, 2, 2, 3]
     assert len({p[:2] for p in parts}) == 1  # one workload's arm
     with pytest.raises(NotMade):  # the decisions are walked as the lists' runs are named

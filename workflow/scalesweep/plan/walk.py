@@ -55,6 +55,22 @@ def runs_list(workload: str, arm: str, part: int) -> str:
 ListKey = tuple[str, str, int]  # (workload, arm, part): one list of runs
 
 
+def list_keys(config: dict, points: Iterable[SweepPoint]) -> dict[Series, ListKey]:
+    """Which list of runs holds each series of ``points``: its workload's arm, and which
+    part of it (its series in order, as many a part as fit in LIST_RUNS at their most
+    blocks): from the config alone, so a series stays in its list as it grows."""
+    arms: dict[tuple[str, str], list[Series]] = {}
+    for s in series_of(points):
+        arms.setdefault((s.workload, s.arm), []).append(s)
+    keys: dict[Series, ListKey] = {}
+    for (workload, arm), members in arms.items():
+        most = block_bounds(config, workload)[1] * len(members[0].runtimes(config))
+        per_list = max(1, LIST_RUNS // max(1, most))
+        for i, s in enumerate(members):
+            keys[s] = (workload, arm, i // per_list + 1)
+    return keys
+
+
 class Walk:
     """The runs and decisions of one run of the workflow: ``points`` (the whole sweep),
     ``selected`` (what this run measures, ``selection``: --config only=...), and
@@ -75,9 +91,11 @@ class Walk:
         self.partial = bool(config.get("analysis", {}).get("partial", False))
         self.decision_file = decision_file
         self.refuse = refuse
-        self._selected_by_series: dict[Series, list[SweepPoint]] | None = None
+        self.selected_by_series: dict[Series, list[SweepPoint]] = {}
+        for p in self.selected:
+            self.selected_by_series.setdefault(Series.of(p), []).append(p)
+        self.list_keys = list_keys(config, self.points)  # each series' list of runs
         self._summarised: list[Series] | None = None
-        self._list_keys: dict[Series, ListKey] | None = None
 
     # --- plain lists --------------------------------------------------------------------
     def metrics_files(self, points: Iterable[SweepPoint] | None = None) -> list[str]:
@@ -151,32 +169,15 @@ class Walk:
             self._summarised = found
         return found
 
-    def list_of(self, series: Series) -> ListKey:
-        """The list of runs that holds ``series``: its workload's arm, and which part of
-        it (its series in order, as many a part as fit in LIST_RUNS at their most
-        blocks): from the config alone, so a series stays in its list as it grows."""
-        if self._list_keys is None:
-            self._list_keys = {}
-            arms: dict[tuple[str, str], list[Series]] = {}
-            for s in series_of(self.points):
-                arms.setdefault((s.workload, s.arm), []).append(s)
-            for (workload, arm), members in arms.items():
-                most = (block_bounds(self.config, workload)[1]
-                        * len(members[0].runtimes(self.config)))
-                per_list = max(1, LIST_RUNS // max(1, most))
-                for i, s in enumerate(members):
-                    self._list_keys[s] = (workload, arm, i // per_list + 1)
-        return self._list_keys[series]
-
     def lists(self) -> list[ListKey]:
         """Every list of runs the summary reads (``RUNS_LIST``), in order."""
-        return list(dict.fromkeys(self.list_of(s) for s in self.summarised_series()))
+        return list(dict.fromkeys(self.list_keys[s] for s in self.summarised_series()))
 
     def list_runs(self, workload: str, arm: str, part: int) -> list[str]:
         """The runs of one list (rule runs_list's inputs): ``series_runs`` of each of its
         series."""
         key = (workload, arm, int(part))
-        return [f for s in self.summarised_series() if self.list_of(s) == key
+        return [f for s in self.summarised_series() if self.list_keys[s] == key
                 for f in self.series_runs(s)]
 
     def runs_lists(self) -> list[str]:
@@ -193,13 +194,13 @@ class Walk:
         run would be a job of 100,000 inputs (``RUNS_LIST``)."""
         if self.partial:
             return []
-        return [f for s in self.series if Path(runs_list(*self.list_of(s))).is_file()
+        return [f for s in self.series if Path(runs_list(*self.list_keys[s])).is_file()
                 for f in self._requested(s) if not Path(f).is_file()]
 
     def _requested(self, series: Series) -> list[str]:
         """The runs of ``series`` this run asks for (``requested_metrics``)."""
         if not self.adaptive:
-            return self.metrics_files(self._selected_of(series))
+            return [point_metrics(p) for p in self.selected_by_series.get(series, [])]
         return self.series_walk(series)[0]
 
     def series_runs(self, series: Series) -> list[str]:
@@ -225,13 +226,6 @@ class Walk:
         if self.partial:
             return [f for f in own if Path(f).is_file()]
         return own
-
-    def _selected_of(self, series: Series) -> list[SweepPoint]:
-        if self._selected_by_series is None:
-            self._selected_by_series = {}
-            for p in self.selected:
-                self._selected_by_series.setdefault(Series.of(p), []).append(p)
-        return self._selected_by_series.get(series, [])
 
     def series_final_files(self) -> list[str]:
         """Every series' final.json (adaptive repeats): of the series this run measures
