@@ -274,16 +274,17 @@ def measure(base: Path, code: Path, work: Path, names: list[str],
 
 
 def date_before(code: Path, base: Path) -> None:
-    """Date checkout ``code``'s tracked files an hour before campaign ``base`` was made, as
-    the code a campaign ran is: a checkout cloned after the campaign was generated would
-    otherwise have its container recipes newer than the campaign's images, and Snakemake
-    (no metadata for the synthetic images) would build them again."""
+    """Date checkout ``code``'s tracked files newer than campaign ``base`` an hour before it
+    was made, as the code a campaign ran is: a checkout cloned after the campaign was
+    generated would otherwise have its container recipes newer than the campaign's images,
+    and Snakemake (no metadata for the synthetic images) would build them again. Older
+    files are left as they are."""
     made = (base / "config.yaml").stat().st_mtime - 3600
     files = subprocess.run(["git", "-C", str(code), "ls-files", "-z"], capture_output=True,
                            check=True).stdout.decode().split("\0")
     for name in filter(None, files):
         path = code / name
-        if path.is_file() and not path.is_symlink():
+        if path.is_file() and not path.is_symlink() and path.stat().st_mtime > made:
             os.utime(path, (made, made))
 
 

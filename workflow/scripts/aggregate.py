@@ -1,5 +1,5 @@
-"""Snakemake glue: metrics files (in lists, rule runs_list) -> runs.csv, scaling.csv, llm.csv, overhead.csv,
-llm_load.csv, llm_load_overhead.csv, points.csv, campaign.json
+"""Snakemake glue: metrics files (in lists, rule runs_list) -> runs.csv, scaling.csv,
+llm.csv, overhead.csv, llm_load.csv, llm_load_overhead.csv, points.csv, campaign.json
 (scalesweep.analyse.aggregate.write_summary; the runs are read through the cache beside
 runs.csv, scalesweep.analyse.runcache).
 

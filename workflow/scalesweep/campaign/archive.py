@@ -21,10 +21,9 @@ from pathlib import Path
 
 from scalesweep.campaign.crate import CRATE, crate, describe
 from scalesweep.campaign.usage import UsageError
-from scalesweep.record.pointdir import SUMMARY_DIR
 from scalesweep.plan.sweep import OLD_LAYOUT_NOTE, SweepError, SweepPoint, in_history, old_layout
 from scalesweep.record.metrics import MetricsError, read_metrics
-from scalesweep.record.pointdir import METRICS_JSON, RUNS_DIR
+from scalesweep.record.pointdir import METRICS_JSON, RUNS_DIR, SUMMARY_DIR
 
 
 def finished_points(campaign: Path) -> dict[str, Path]:
